@@ -1,0 +1,241 @@
+package oci
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Mount errors, wrapped with context; check them with errors.Is.
+var (
+	// ErrMountInWorkdir: a bind mount target lies strictly inside the workdir.
+	ErrMountInWorkdir = errors.New("mount target is inside the workdir")
+	// ErrMountNotAllowed: a bind source lies outside every allowed root.
+	ErrMountNotAllowed = errors.New("mount source is outside the allowed mount roots")
+	// ErrBadMount: a mount is malformed (empty or relative paths, "/" as
+	// target, a static save_path escaping /static, ...).
+	ErrBadMount = errors.New("invalid mount")
+)
+
+// DefaultWorkdir is where the workspace is mounted when MountPlan.Workdir is
+// empty.
+const DefaultWorkdir = "/workspace"
+
+// StaticDir is the container directory static assets are published under.
+const StaticDir = "/static"
+
+// BindSource is a requested bind mount: a host Source (absolute, or relative
+// to the workspace) at a container Target.
+type BindSource struct {
+	Source   string
+	Target   string
+	ReadOnly bool
+}
+
+// MountPlan describes every bind mount of a sandbox. See Resolve.
+type MountPlan struct {
+	// Workspace is the host workspace directory (absolute). Relative
+	// sources resolve against it.
+	Workspace string
+	// Workdir is the container path of the workspace (default /workspace).
+	Workdir string
+	// MountWorkspace mounts Workspace read-write at Workdir.
+	MountWorkspace bool
+	// Extra are the spec's extra_mounts (lower precedence than Spawn).
+	Extra []BindSource
+	// Spawn are spawn-time mounts.
+	Spawn []BindSource
+	// Static are static assets; Target is the save_path, and each one is
+	// mounted read-only at /static/<save_path> whatever ReadOnly says.
+	Static []BindSource
+	// AllowedRoots, when non-empty, restricts every bind source (the
+	// workspace included) to these absolute host directories.
+	AllowedRoots []string
+	// EvalSource, when set, maps each resolved absolute source to its real
+	// path before the allowed-roots check (pass filepath.EvalSymlinks so a
+	// symlink inside a root cannot point outside it). Its result is also
+	// the mount source. Nil leaves sources as given (no I/O).
+	EvalSource func(string) (string, error)
+}
+
+type planned struct {
+	source, target string
+	readOnly       bool
+}
+
+// Resolve returns the final bind mounts.
+//
+// Precedence, lowest first: the workspace (rw at Workdir, when
+// MountWorkspace) < Extra < Spawn < Static (ro at /static/<save_path>). A
+// later mount replaces an earlier one at the same cleaned container path.
+// Relative host paths resolve against Workspace. Targets must be absolute
+// and not "/"; a target strictly inside Workdir is rejected (path
+// components are compared: /workspace2 is not inside /workspace). Sources
+// must be absolute after resolution and, when AllowedRoots is non-empty,
+// inside one of them.
+//
+// The result is sorted by container path depth, parents first (ties by
+// path), each a "bind" mount with options rbind, ro|rw, nosuid, nodev.
+func (p MountPlan) Resolve() ([]specs.Mount, error) {
+	workdir := p.Workdir
+	if workdir == "" {
+		workdir = DefaultWorkdir
+	}
+	if !path.IsAbs(workdir) {
+		return nil, fmt.Errorf("%w: workdir %q must be an absolute container path", ErrBadMount, p.Workdir)
+	}
+	workdir = path.Clean(workdir)
+	if workdir == "/" {
+		return nil, fmt.Errorf("%w: workdir must not be /", ErrBadMount)
+	}
+
+	workspace := ""
+	if p.Workspace != "" {
+		if !filepath.IsAbs(p.Workspace) {
+			return nil, fmt.Errorf("%w: workspace %q must be an absolute host path", ErrBadMount, p.Workspace)
+		}
+		workspace = filepath.Clean(p.Workspace)
+	}
+
+	roots := make([]string, 0, len(p.AllowedRoots))
+	for _, r := range p.AllowedRoots {
+		if !filepath.IsAbs(r) {
+			return nil, fmt.Errorf("%w: allowed mount root %q must be an absolute host path", ErrBadMount, r)
+		}
+		roots = append(roots, filepath.Clean(r))
+	}
+
+	// byTarget keeps insertion order of first appearance; later entries
+	// overwrite the value in place.
+	var order []string
+	byTarget := map[string]planned{}
+	put := func(m planned) {
+		if _, ok := byTarget[m.target]; !ok {
+			order = append(order, m.target)
+		}
+		byTarget[m.target] = m
+	}
+
+	if p.MountWorkspace {
+		if workspace == "" {
+			return nil, fmt.Errorf("%w: the workspace is mounted but no workspace directory is set", ErrBadMount)
+		}
+		put(planned{source: workspace, target: workdir})
+	}
+
+	add := func(kind string, b BindSource, target string, readOnly bool) error {
+		src, err := resolveSource(b.Source, workspace)
+		if err != nil {
+			return fmt.Errorf("%s mount %q -> %q: %w", kind, b.Source, b.Target, err)
+		}
+		if target == "/" {
+			return fmt.Errorf("%w: %s mount %q -> %q: the target must not be /", ErrBadMount, kind, b.Source, b.Target)
+		}
+		if within(target, workdir) && target != workdir {
+			return fmt.Errorf("%w: %s mount %q -> %q: %q is inside the workdir %q; mount it elsewhere or put the files in the workspace",
+				ErrMountInWorkdir, kind, b.Source, b.Target, target, workdir)
+		}
+		put(planned{source: src, target: target, readOnly: readOnly})
+		return nil
+	}
+
+	for _, group := range []struct {
+		kind string
+		list []BindSource
+	}{{"extra", p.Extra}, {"spawn", p.Spawn}} {
+		for _, b := range group.list {
+			if b.Target == "" {
+				return nil, fmt.Errorf("%w: %s mount %q has an empty target", ErrBadMount, group.kind, b.Source)
+			}
+			if !path.IsAbs(b.Target) {
+				return nil, fmt.Errorf("%w: %s mount %q -> %q: the target must be an absolute container path", ErrBadMount, group.kind, b.Source, b.Target)
+			}
+			if err := add(group.kind, b, path.Clean(b.Target), b.ReadOnly); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, b := range p.Static {
+		target := path.Join(StaticDir, b.Target)
+		if !within(target, StaticDir) || target == StaticDir {
+			return nil, fmt.Errorf("%w: static asset %q: save_path %q must name a path inside %s", ErrBadMount, b.Source, b.Target, StaticDir)
+		}
+		if err := add("static asset", b, target, true); err != nil {
+			return nil, err
+		}
+	}
+
+	out := make([]specs.Mount, 0, len(order))
+	for _, t := range order {
+		m := byTarget[t]
+		src := m.source
+		if p.EvalSource != nil {
+			resolved, err := p.EvalSource(src)
+			if err != nil {
+				return nil, fmt.Errorf("%w: mount %q -> %q: %w", ErrBadMount, src, t, err)
+			}
+			if !filepath.IsAbs(resolved) {
+				return nil, fmt.Errorf("%w: mount %q -> %q: source resolved to relative path %q", ErrBadMount, src, t, resolved)
+			}
+			src = filepath.Clean(resolved)
+		}
+		if len(roots) > 0 && !slices.ContainsFunc(roots, func(r string) bool { return within(src, r) }) {
+			return nil, fmt.Errorf("%w: %q (mounted at %q) is not inside any of: %s",
+				ErrMountNotAllowed, src, t, strings.Join(roots, ", "))
+		}
+		mode := "rw"
+		if m.readOnly {
+			mode = "ro"
+		}
+		out = append(out, specs.Mount{
+			Destination: t,
+			Type:        "bind",
+			Source:      src,
+			Options:     []string{"rbind", mode, "nosuid", "nodev"},
+		})
+	}
+	slices.SortStableFunc(out, func(a, b specs.Mount) int {
+		if da, db := depth(a.Destination), depth(b.Destination); da != db {
+			return da - db
+		}
+		return strings.Compare(a.Destination, b.Destination)
+	})
+	return out, nil
+}
+
+// resolveSource makes a host source absolute: relative sources resolve
+// against workspace (already cleaned, may be empty).
+func resolveSource(src, workspace string) (string, error) {
+	if src == "" {
+		return "", fmt.Errorf("%w: empty source", ErrBadMount)
+	}
+	if filepath.IsAbs(src) {
+		return filepath.Clean(src), nil
+	}
+	if workspace == "" {
+		return "", fmt.Errorf("%w: relative source %q needs a workspace to resolve against", ErrBadMount, src)
+	}
+	return filepath.Join(workspace, src), nil
+}
+
+// within reports whether p equals dir or lies below it, comparing whole path
+// components. Both must be clean and absolute.
+func within(p, dir string) bool {
+	if dir == "/" {
+		return true
+	}
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+// depth is the number of components of a clean absolute path ("/" is 0).
+func depth(p string) int {
+	if p == "/" {
+		return 0
+	}
+	return strings.Count(p, "/")
+}

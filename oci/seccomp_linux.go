@@ -1,0 +1,22 @@
+//go:build linux
+
+package oci
+
+import (
+	"github.com/moby/profiles/seccomp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// DefaultSeccomp returns Docker's default seccomp profile (from
+// github.com/moby/profiles/seccomp) for the running architecture, resolved
+// against s: syscalls gated on a capability are allowed only when s's
+// bounding set holds that capability, and syscalls gated on a kernel version
+// are resolved against the running kernel. Anything not allowed fails with
+// EPERM.
+func DefaultSeccomp(s *specs.Spec) (*specs.LinuxSeccomp, error) {
+	if s == nil || s.Process == nil || s.Process.Capabilities == nil {
+		// The library reads the bounding set; give it an empty one.
+		s = &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}
+	}
+	return seccomp.GetDefaultProfile(s)
+}

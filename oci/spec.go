@@ -1,0 +1,472 @@
+package oci
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"path"
+	"slices"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Opt changes a spec. Options are applied in order by New.
+type Opt func(*specs.Spec) error
+
+// ErrBadOption is wrapped by every option that rejects its arguments.
+var ErrBadOption = errors.New("invalid spec option")
+
+// Defaults used by New.
+const (
+	DefaultHostname = "slopbox"
+	DefaultPath     = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	// CPUPeriod is the CFS period (µs) used by WithCPUs.
+	CPUPeriod = 100000
+)
+
+// Network modes accepted by WithNetwork.
+const (
+	NetworkNone   = "none"
+	NetworkHost   = "host"
+	NetworkBridge = "bridge"
+)
+
+// DefaultCapabilities is Docker's default capability set. It is given to the
+// bounding, effective and permitted sets; inheritable and ambient stay empty.
+var DefaultCapabilities = []string{
+	"CAP_CHOWN",
+	"CAP_DAC_OVERRIDE",
+	"CAP_FSETID",
+	"CAP_FOWNER",
+	"CAP_MKNOD",
+	"CAP_NET_RAW",
+	"CAP_SETGID",
+	"CAP_SETUID",
+	"CAP_SETFCAP",
+	"CAP_SETPCAP",
+	"CAP_NET_BIND_SERVICE",
+	"CAP_SYS_CHROOT",
+	"CAP_KILL",
+	"CAP_AUDIT_WRITE",
+}
+
+// DefaultMaskedPaths are hidden from the container (runc's defaults plus
+// /sys/devices/virtual/powercap, as Docker does).
+var DefaultMaskedPaths = []string{
+	"/proc/acpi",
+	"/proc/asound",
+	"/proc/kcore",
+	"/proc/keys",
+	"/proc/latency_stats",
+	"/proc/timer_list",
+	"/proc/timer_stats",
+	"/proc/sched_debug",
+	"/proc/scsi",
+	"/sys/firmware",
+	"/sys/devices/virtual/powercap",
+}
+
+// DefaultReadonlyPaths are remounted read-only (runc's defaults).
+var DefaultReadonlyPaths = []string{
+	"/proc/bus",
+	"/proc/fs",
+	"/proc/irq",
+	"/proc/sys",
+	"/proc/sysrq-trigger",
+}
+
+// sysfsMount is the /sys mount used with a private network namespace.
+func sysfsMount() specs.Mount {
+	return specs.Mount{
+		Destination: "/sys",
+		Type:        "sysfs",
+		Source:      "sysfs",
+		Options:     []string{"nosuid", "noexec", "nodev", "ro"},
+	}
+}
+
+// sysBindMount is the /sys mount used with the host's network namespace: a
+// fresh sysfs cannot be mounted without owning the network namespace.
+func sysBindMount() specs.Mount {
+	return specs.Mount{
+		Destination: "/sys",
+		Type:        "bind",
+		Source:      "/sys",
+		Options:     []string{"rbind", "nosuid", "noexec", "nodev", "ro"},
+	}
+}
+
+func defaultMounts() []specs.Mount {
+	return []specs.Mount{
+		{
+			Destination: "/proc",
+			Type:        "proc",
+			Source:      "proc",
+			Options:     []string{"nosuid", "noexec", "nodev"},
+		},
+		{
+			Destination: "/dev",
+			Type:        "tmpfs",
+			Source:      "tmpfs",
+			Options:     []string{"nosuid", "strictatime", "mode=755", "size=65536k"},
+		},
+		{
+			// No gid=5: it fails in a user namespace where gid 5 is unmapped.
+			Destination: "/dev/pts",
+			Type:        "devpts",
+			Source:      "devpts",
+			Options:     []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"},
+		},
+		{
+			Destination: "/dev/shm",
+			Type:        "tmpfs",
+			Source:      "shm",
+			Options:     []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"},
+		},
+		{
+			Destination: "/dev/mqueue",
+			Type:        "mqueue",
+			Source:      "mqueue",
+			Options:     []string{"nosuid", "noexec", "nodev"},
+		},
+		sysfsMount(),
+	}
+}
+
+// Default returns the secure default spec without any option applied and
+// without the seccomp profile (New adds it).
+func Default() *specs.Spec {
+	return &specs.Spec{
+		Version: specs.Version,
+		Root:    &specs.Root{Path: "rootfs"},
+		Process: &specs.Process{
+			Terminal: false,
+			User:     specs.User{UID: 0, GID: 0},
+			Args:     []string{"sh"},
+			Env:      []string{DefaultPath},
+			Cwd:      "/",
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding:  slices.Clone(DefaultCapabilities),
+				Effective: slices.Clone(DefaultCapabilities),
+				Permitted: slices.Clone(DefaultCapabilities),
+			},
+			NoNewPrivileges: true,
+		},
+		Hostname: DefaultHostname,
+		Mounts:   defaultMounts(),
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace},
+				{Type: specs.NetworkNamespace},
+				{Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace},
+				{Type: specs.UserNamespace},
+				{Type: specs.CgroupNamespace},
+			},
+			Resources: &specs.LinuxResources{
+				// Deny all devices; the runtime adds its default allow list.
+				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+			},
+			MaskedPaths:   slices.Clone(DefaultMaskedPaths),
+			ReadonlyPaths: slices.Clone(DefaultReadonlyPaths),
+		},
+	}
+}
+
+// New returns the secure default spec (Default plus Docker's default seccomp
+// profile for the running architecture) with opts applied in order.
+func New(opts ...Opt) (*specs.Spec, error) {
+	s := Default()
+	sc, err := DefaultSeccomp(s)
+	if err != nil {
+		return nil, fmt.Errorf("default seccomp profile: %w", err)
+	}
+	s.Linux.Seccomp = sc
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func badOption(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrBadOption, fmt.Sprintf(format, args...))
+}
+
+// WithRootfs sets the root filesystem path (absolute, or relative to the
+// bundle) and whether it is mounted read-only.
+func WithRootfs(p string, readonly bool) Opt {
+	return func(s *specs.Spec) error {
+		if p == "" {
+			return badOption("empty rootfs path")
+		}
+		s.Root = &specs.Root{Path: p, Readonly: readonly}
+		return nil
+	}
+}
+
+// WithProcess sets the process arguments, environment and working
+// directory. env replaces the default environment; when it has no PATH entry
+// the default PATH is prepended. An empty cwd means "/".
+func WithProcess(args, env []string, cwd string) Opt {
+	return func(s *specs.Spec) error {
+		if len(args) == 0 || args[0] == "" {
+			return badOption("process args must not be empty")
+		}
+		if cwd == "" {
+			cwd = "/"
+		}
+		if !path.IsAbs(cwd) {
+			return badOption("process cwd %q must be absolute", cwd)
+		}
+		var e []string
+		hasPath := false
+		for _, kv := range env {
+			k, _, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return badOption("environment entry %q is not KEY=VALUE", kv)
+			}
+			if k == "PATH" {
+				hasPath = true
+			}
+		}
+		if !hasPath {
+			e = append(e, DefaultPath)
+		}
+		e = append(e, env...)
+		ensureProcess(s)
+		s.Process.Args = slices.Clone(args)
+		s.Process.Env = e
+		s.Process.Cwd = path.Clean(cwd)
+		return nil
+	}
+}
+
+// WithUser sets the uid, gid and supplementary gids of the process (ids as
+// seen inside the container's user namespace).
+func WithUser(uid, gid uint32, additionalGids []uint32) Opt {
+	return func(s *specs.Spec) error {
+		ensureProcess(s)
+		s.Process.User = specs.User{
+			UID:            uid,
+			GID:            gid,
+			AdditionalGids: slices.Clone(additionalGids),
+		}
+		return nil
+	}
+}
+
+// WithHostname sets the container's hostname (in its own UTS namespace).
+func WithHostname(name string) Opt {
+	return func(s *specs.Spec) error {
+		if name == "" || len(name) > 64 || strings.ContainsAny(name, "/ \t\n\x00") {
+			return badOption("invalid hostname %q", name)
+		}
+		s.Hostname = name
+		return nil
+	}
+}
+
+// WithIDMappings sets the user namespace's uid and gid maps. The user
+// namespace itself is always part of New's defaults.
+func WithIDMappings(uids, gids []specs.LinuxIDMapping) Opt {
+	return func(s *specs.Spec) error {
+		if len(uids) == 0 || len(gids) == 0 {
+			return badOption("uid and gid mappings must both be non-empty")
+		}
+		for _, m := range slices.Concat(uids, gids) {
+			if m.Size == 0 {
+				return badOption("id mapping %d:%d:%d has size 0", m.ContainerID, m.HostID, m.Size)
+			}
+		}
+		ensureLinux(s)
+		setNamespace(s, specs.UserNamespace, true)
+		s.Linux.UIDMappings = slices.Clone(uids)
+		s.Linux.GIDMappings = slices.Clone(gids)
+		return nil
+	}
+}
+
+// WithNetwork selects the network mode:
+//   - "none" (or ""): a private network namespace with loopback only;
+//   - "bridge": a private network namespace, wired up elsewhere;
+//   - "host": no network namespace (the host's is shared); /sys is then
+//     bind-mounted read-only from the host instead of a fresh sysfs, which
+//     cannot be mounted without owning the network namespace.
+func WithNetwork(mode string) Opt {
+	return func(s *specs.Spec) error {
+		var own bool
+		switch mode {
+		case "", NetworkNone, NetworkBridge:
+			own = true
+		case NetworkHost:
+			own = false
+		default:
+			return badOption("unknown network mode %q (want none, host or bridge)", mode)
+		}
+		ensureLinux(s)
+		setNamespace(s, specs.NetworkNamespace, own)
+		sys := sysfsMount()
+		if !own {
+			sys = sysBindMount()
+		}
+		replaced := false
+		for i, m := range s.Mounts {
+			if path.Clean(m.Destination) == "/sys" && (m.Type == "sysfs" || (m.Type == "bind" && m.Source == "/sys")) {
+				s.Mounts[i] = sys
+				replaced = true
+				break
+			}
+		}
+		if !replaced {
+			s.Mounts = append(s.Mounts, sys)
+		}
+		return nil
+	}
+}
+
+// WithMounts appends mounts after those already in the spec, in order.
+func WithMounts(ms []specs.Mount) Opt {
+	return func(s *specs.Spec) error {
+		for _, m := range ms {
+			if !path.IsAbs(m.Destination) {
+				return badOption("mount destination %q must be absolute", m.Destination)
+			}
+			m.Options = slices.Clone(m.Options)
+			m.UIDMappings = slices.Clone(m.UIDMappings)
+			m.GIDMappings = slices.Clone(m.GIDMappings)
+			s.Mounts = append(s.Mounts, m)
+		}
+		return nil
+	}
+}
+
+// WithMemory limits memory to bytes (swap included, so the container cannot
+// swap). Zero removes the limit.
+func WithMemory(bytes int64) Opt {
+	return func(s *specs.Spec) error {
+		if bytes < 0 {
+			return badOption("negative memory limit %d", bytes)
+		}
+		r := ensureResources(s)
+		if bytes == 0 {
+			r.Memory = nil
+			return nil
+		}
+		limit, swap := bytes, bytes
+		r.Memory = &specs.LinuxMemory{Limit: &limit, Swap: &swap}
+		return nil
+	}
+}
+
+// WithCPUs limits CPU time to cpus CPUs (CFS quota over a 100000µs period).
+// Zero removes the limit; the smallest accepted value is 0.01.
+func WithCPUs(cpus float64) Opt {
+	return func(s *specs.Spec) error {
+		if math.IsNaN(cpus) || math.IsInf(cpus, 0) || cpus < 0 {
+			return badOption("invalid CPU limit %v", cpus)
+		}
+		r := ensureResources(s)
+		if cpus == 0 {
+			r.CPU = nil
+			return nil
+		}
+		quota := int64(math.Round(cpus * CPUPeriod))
+		if quota < CPUPeriod/100 {
+			return badOption("CPU limit %v is below the minimum of 0.01", cpus)
+		}
+		period := uint64(CPUPeriod)
+		r.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+		return nil
+	}
+}
+
+// WithPidsLimit limits the number of tasks in the container. Zero removes
+// the limit.
+func WithPidsLimit(n int64) Opt {
+	return func(s *specs.Spec) error {
+		if n < 0 {
+			return badOption("negative pids limit %d", n)
+		}
+		r := ensureResources(s)
+		if n == 0 {
+			r.Pids = nil
+			return nil
+		}
+		r.Pids = &specs.LinuxPids{Limit: &n}
+		return nil
+	}
+}
+
+// WithCgroupsPath sets the cgroup path (a path, or "slice:prefix:name" for
+// the systemd driver). Empty lets the runtime choose.
+func WithCgroupsPath(p string) Opt {
+	return func(s *specs.Spec) error {
+		ensureLinux(s)
+		s.Linux.CgroupsPath = p
+		return nil
+	}
+}
+
+// WithAnnotations merges a into the spec's annotations (later values win).
+func WithAnnotations(a map[string]string) Opt {
+	return func(s *specs.Spec) error {
+		if len(a) == 0 {
+			return nil
+		}
+		if s.Annotations == nil {
+			s.Annotations = make(map[string]string, len(a))
+		}
+		maps.Copy(s.Annotations, a)
+		return nil
+	}
+}
+
+// WithoutSeccomp removes the seccomp profile. For tests and doctor only.
+func WithoutSeccomp() Opt {
+	return func(s *specs.Spec) error {
+		if s.Linux != nil {
+			s.Linux.Seccomp = nil
+		}
+		return nil
+	}
+}
+
+func ensureProcess(s *specs.Spec) {
+	if s.Process == nil {
+		s.Process = &specs.Process{Cwd: "/"}
+	}
+}
+
+func ensureLinux(s *specs.Spec) {
+	if s.Linux == nil {
+		s.Linux = &specs.Linux{}
+	}
+}
+
+func ensureResources(s *specs.Spec) *specs.LinuxResources {
+	ensureLinux(s)
+	if s.Linux.Resources == nil {
+		s.Linux.Resources = &specs.LinuxResources{}
+	}
+	return s.Linux.Resources
+}
+
+// setNamespace adds (present) or removes (!present) a namespace of type t,
+// keeping the position of an existing entry.
+func setNamespace(s *specs.Spec, t specs.LinuxNamespaceType, present bool) {
+	i := slices.IndexFunc(s.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == t })
+	switch {
+	case present && i < 0:
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: t})
+	case !present && i >= 0:
+		s.Linux.Namespaces = slices.Delete(s.Linux.Namespaces, i, i+1)
+	}
+}
