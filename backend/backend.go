@@ -1,0 +1,206 @@
+// Package backend defines the one interface that every slopbox execution
+// backend implements (sandbox/ with containers, local/ on the host) and the
+// pieces of behaviour they must share exactly: the entry script, the split
+// marker, environment precedence and output capping.
+//
+// Callers (dockercompat/, harnesses written in Go, the CLI) depend on this
+// package only; they pick an implementation by name through Register/Open.
+package backend
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors, checked with errors.Is.
+var (
+	// ErrClosed is returned by every method of a Sandbox after Cleanup.
+	ErrClosed = errors.New("sandbox has been cleaned up")
+	// ErrStdinInStream is returned by Stream when the request carries stdin.
+	ErrStdinInStream = errors.New("stdin is not supported in streaming mode; use Exec")
+	// ErrUnknownUser is wrapped when a user name is not in the image's passwd file.
+	ErrUnknownUser = errors.New("no matching entries in passwd file")
+	// ErrBusy is returned when a command is started while another one runs.
+	ErrBusy = errors.New("a command is already running in this sandbox")
+)
+
+// Backend creates sandboxes.
+type Backend interface {
+	// Name is the registry name ("sandbox", "local").
+	Name() string
+	// Spawn creates a long-lived sandbox over spec.Workspace.
+	Spawn(ctx context.Context, spec SpawnSpec) (Sandbox, error)
+}
+
+// Sandbox is one long-lived execution environment over a workspace.
+// Methods are safe for concurrent use; at most one command runs at a time.
+type Sandbox interface {
+	// ID identifies the sandbox (container id for sandbox/, a random id for local/).
+	ID() string
+	// Workdir is the path of the workspace as commands see it.
+	Workdir() string
+	// Exec runs one command to completion and returns its buffered result.
+	Exec(ctx context.Context, req ExecRequest) (*Result, error)
+	// Stream runs one command and delivers output chunks as they are
+	// produced, then exactly one EventFinished carrying the result. The
+	// channel is closed after the finished event.
+	Stream(ctx context.Context, req ExecRequest) (<-chan Event, error)
+	// Poll reports whether a command is running, and otherwise the exit code
+	// of the last one (nil before any command).
+	Poll() (running bool, exitCode *int)
+	// Kill stops the running command's whole process tree. It is a no-op
+	// when nothing runs.
+	Kill() error
+	// Cleanup tears everything down. It is idempotent; afterwards every
+	// other method returns ErrClosed.
+	Cleanup() error
+}
+
+// Context says who a sandbox runs code for; it selects the default user and
+// whether evaluation-only setup commands run.
+type Context string
+
+const (
+	ContextAgent      Context = "agent"
+	ContextEvaluation Context = "evaluation"
+)
+
+// Network modes.
+const (
+	NetworkNone   = "none"
+	NetworkHost   = "host"
+	NetworkBridge = "bridge"
+)
+
+// SpawnSpec describes a sandbox. The zero value of every field is a safe
+// default: no network, workspace mounted at /workspace, setup enabled.
+type SpawnSpec struct {
+	Name   string
+	Labels map[string]string
+	// Image is the image reference (sandbox backend only).
+	Image string
+	// Workspace is the host directory the sandbox works in. Required.
+	Workspace string
+	// Workdir is where the workspace appears inside (default /workspace; the
+	// local backend ignores it and uses Workspace).
+	Workdir string
+	// NoWorkspaceMount leaves the workspace unmounted (mount_workspace: false).
+	NoWorkspaceMount bool
+	// Mounts are extra bind mounts, lowest precedence first (spec
+	// extra_mounts, then spawn mounts); merged by container path.
+	Mounts []Mount
+	// StaticAssets are mounted read-only at /static/<SavePath>, above Mounts.
+	StaticAssets []StaticAsset
+	// AllowedMountRoots, when set, restricts bind sources to these roots.
+	AllowedMountRoots []string
+
+	// Env is layered: host env (IncludeOSEnv) < SpecEnv < Env < ExecRequest.Env.
+	SpecEnv      map[string]string
+	Env          map[string]string
+	IncludeOSEnv bool
+
+	// User is "uid[:gid]" or "name[:group]"; empty picks the default for Context.
+	User    string
+	Context Context
+
+	Network string
+	Ports   []PortMapping
+	Limits  Limits
+
+	Setup        Setup
+	DisableSetup bool
+	// Keep leaves the sandbox in place at Cleanup (for inspection).
+	Keep bool
+}
+
+// Setup holds the commands run before each command (reference §1.5).
+type Setup struct {
+	Commands     []string
+	EvalCommands []string // only in ContextEvaluation
+	Command      string   // spawn-time setup command, appended last
+}
+
+// Mount is a bind mount. Source may be relative to the workspace.
+type Mount struct {
+	Source   string
+	Target   string
+	ReadOnly bool
+}
+
+// StaticAsset is a host path published read-only at /static/<SavePath>.
+type StaticAsset struct {
+	Source   string
+	SavePath string
+}
+
+// PortMapping publishes a container port on the host.
+type PortMapping struct {
+	HostIP        string // default 127.0.0.1
+	HostPort      int
+	ContainerPort int
+	Protocol      string // tcp (default) or udp
+}
+
+// Limits are resource limits; zero means unlimited.
+type Limits struct {
+	MemoryBytes int64
+	CPUs        float64
+	Pids        int64
+	// Strict turns an unenforceable limit into a Spawn error.
+	Strict bool
+}
+
+// ExecRequest is one command.
+type ExecRequest struct {
+	// Argv runs directly; Shell (when Argv is empty) runs via /bin/sh -c.
+	Argv  []string
+	Shell string
+	Env   map[string]string
+	Cwd   string
+	User  string
+	// Stdin chunks are written in order with no separator.
+	Stdin [][]byte
+	// Timeout of zero means no timeout.
+	Timeout time.Duration
+	// OutputLimit caps each of stdout and stderr in bytes (0: unlimited).
+	OutputLimit int64
+	// NoSetup skips the entry script for this command even when setup is on.
+	NoSetup bool
+}
+
+// Result is what a finished command produced. Output is UTF-8: invalid
+// bytes are replaced with U+FFFD, never dropped.
+type Result struct {
+	ExitCode    int           `json:"exit_code"`
+	Stdout      string        `json:"stdout"`
+	Stderr      string        `json:"stderr"`
+	SetupStdout string        `json:"setup_stdout"`
+	SetupStderr string        `json:"setup_stderr"`
+	Elapsed     time.Duration `json:"-"`
+	ElapsedSecs float64       `json:"elapsed"`
+	TimedOut    bool          `json:"timed_out"`
+	Truncated   bool          `json:"truncated"`
+	// StdoutBytes and StderrBytes are the sizes produced before any cap.
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+	OOMKilled   bool  `json:"oom_killed"`
+	// Unenforced lists limits that could not be enforced on this host.
+	Unenforced []string `json:"unenforced,omitempty"`
+}
+
+// EventKind names a stream event.
+type EventKind string
+
+const (
+	EventStdout   EventKind = "stdout"
+	EventStderr   EventKind = "stderr"
+	EventFinished EventKind = "finished"
+)
+
+// Event is one streamed chunk, or the final result.
+type Event struct {
+	Kind   EventKind
+	Data   string
+	Result *Result
+}

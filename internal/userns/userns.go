@@ -1,0 +1,256 @@
+// Package userns runs slopbox work inside a user namespace whose root is the
+// invoking user and whose other ids come from the user's subordinate range.
+//
+// Store writes (layer extraction) and, later, sandbox set-up happen there, so
+// that files keep their image ownership on disk (shifted into the
+// subordinate range) and container root is never host root, also when
+// slopbox itself runs as root.
+//
+// A process gains capabilities in a new user namespace only when it execs as
+// a mapped uid 0, and the map of an unprivileged user can only be written by
+// the set-uid newuidmap/newgidmap helpers from outside. So the child starts
+// unmapped, waits on a pipe while the parent writes the maps, and then execs
+// itself once more (stage 2), now as root of the namespace. Programs using
+// this package call Init first thing in main.
+package userns
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// IDMap maps container ids [ContainerID, ContainerID+Size) to host ids from HostID.
+type IDMap struct {
+	ContainerID uint32 `json:"container_id"`
+	HostID      uint32 `json:"host_id"`
+	Size        uint32 `json:"size"`
+}
+
+// Mapping is the id mapping slopbox uses for the current user.
+type Mapping struct {
+	UIDs []IDMap `json:"uids"`
+	GIDs []IDMap `json:"gids"`
+	// Degraded is set when no subordinate range exists: only the user's own
+	// id is mapped and image ownership cannot be preserved.
+	Degraded bool `json:"degraded,omitempty"`
+	// Warning explains Degraded with a remedy.
+	Warning string `json:"-"`
+}
+
+// DefaultRootRange is used for root when /etc/subuid has no "root" entry:
+// container ids 0..65535 become host ids 1_000_000_000..+65535, far above
+// any real account.
+const (
+	DefaultRootBase = 1_000_000_000
+	DefaultSize     = 65536
+)
+
+const stageEnv = "_SLOPBOX_USERNS_STAGE"
+
+var inside bool
+
+// Inside reports whether this process is a stage-2 child: root of a
+// namespace set up by Run.
+func Inside() bool { return inside }
+
+// Init handles the two re-exec stages. It returns normally in every process
+// that is not a stage-1 child.
+func Init() {
+	switch os.Getenv(stageEnv) {
+	case "1":
+		// Wait until the parent has written our maps, then exec again so the
+		// kernel grants us the full capability set of the namespace.
+		sync := os.NewFile(3, "userns-sync")
+		var b [1]byte
+		if n, _ := sync.Read(b[:]); n != 1 {
+			fmt.Fprintln(os.Stderr, "slopbox: user namespace set-up was aborted")
+			os.Exit(125)
+		}
+		sync.Close()
+		os.Setenv(stageEnv, "2")
+		err := unix.Exec("/proc/self/exe", os.Args, os.Environ())
+		fmt.Fprintf(os.Stderr, "slopbox: re-exec in user namespace: %v\n", err)
+		os.Exit(125)
+	case "2":
+		os.Unsetenv(stageEnv)
+		inside = true
+	}
+}
+
+// Current returns the mapping for the effective user: root of the
+// namespace is the user itself (root: the start of root's range), and
+// ids 1..65535 come from /etc/subuid and /etc/subgid.
+func Current() (Mapping, error) {
+	euid, egid := uint32(os.Geteuid()), uint32(os.Getegid())
+	name := strconv.Itoa(int(euid))
+	if u, err := user.LookupId(name); err == nil {
+		name = u.Username
+	}
+	subU, errU := readSubID("/etc/subuid", name, euid)
+	subG, errG := readSubID("/etc/subgid", name, euid)
+	if euid == 0 {
+		// Root maps the whole container range into its subordinate range,
+		// so container root is an unprivileged host id.
+		if errU != nil {
+			subU = IDMap{HostID: DefaultRootBase, Size: DefaultSize}
+		}
+		if errG != nil {
+			subG = IDMap{HostID: DefaultRootBase, Size: DefaultSize}
+		}
+		size := min(subU.Size, subG.Size, DefaultSize)
+		return Mapping{
+			UIDs: []IDMap{{0, subU.HostID, size}},
+			GIDs: []IDMap{{0, subG.HostID, size}},
+		}, nil
+	}
+	m := Mapping{
+		UIDs: []IDMap{{0, euid, 1}},
+		GIDs: []IDMap{{0, egid, 1}},
+	}
+	if errU != nil || errG != nil {
+		m.Degraded = true
+		m.Warning = fmt.Sprintf("no subordinate id range for user %s: image file ownership cannot be preserved and only uid 0 exists in containers; add \"%s:100000:65536\" to /etc/subuid and /etc/subgid", name, name)
+		return m, nil
+	}
+	if _, err := exec.LookPath("newuidmap"); err != nil {
+		m.Degraded = true
+		m.Warning = "newuidmap/newgidmap not found: install the uidmap package to use the subordinate id range"
+		return m, nil
+	}
+	m.UIDs = append(m.UIDs, IDMap{1, subU.HostID, min(subU.Size, DefaultSize-1)})
+	m.GIDs = append(m.GIDs, IDMap{1, subG.HostID, min(subG.Size, DefaultSize-1)})
+	return m, nil
+}
+
+// readSubID returns the first range for user name (or numeric uid) in file.
+func readSubID(file, name string, uid uint32) (IDMap, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return IDMap{}, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Split(strings.TrimSpace(s.Text()), ":")
+		if len(fields) != 3 || (fields[0] != name && fields[0] != strconv.Itoa(int(uid))) {
+			continue
+		}
+		start, err1 := strconv.ParseUint(fields[1], 10, 32)
+		size, err2 := strconv.ParseUint(fields[2], 10, 32)
+		if err1 != nil || err2 != nil || size == 0 {
+			continue
+		}
+		return IDMap{HostID: uint32(start), Size: uint32(size)}, nil
+	}
+	return IDMap{}, fmt.Errorf("no entry for %s in %s", name, file)
+}
+
+// ToHost translates a container id through maps; ok is false when unmapped.
+func ToHost(maps []IDMap, id uint32) (uint32, bool) {
+	for _, m := range maps {
+		if id >= m.ContainerID && id-m.ContainerID < m.Size {
+			return m.HostID + (id - m.ContainerID), true
+		}
+	}
+	return 0, false
+}
+
+// Command returns a command that runs this binary with args inside a new
+// user and mount namespace with mapping m. Start it with Start.
+func Command(args []string) *exec.Cmd {
+	cmd := exec.Command("/proc/self/exe", args...)
+	cmd.Args[0] = os.Args[0]
+	cmd.Env = append(os.Environ(), stageEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS,
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	return cmd
+}
+
+// Start starts cmd (from Command) and writes the maps of m for it.
+func Start(cmd *exec.Cmd, m Mapping) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	cmd.ExtraFiles = append([]*os.File{r}, cmd.ExtraFiles...)
+	if err := cmd.Start(); err != nil {
+		r.Close()
+		return fmt.Errorf("start user namespace helper: %w", err)
+	}
+	r.Close()
+	if err := writeMaps(cmd.Process.Pid, m); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return err
+	}
+	_, err = w.Write([]byte{1})
+	return err
+}
+
+// Run runs this binary with args inside the namespace and waits for it.
+func Run(args []string, m Mapping) error {
+	cmd := Command(args)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := Start(cmd, m); err != nil {
+		return err
+	}
+	return cmd.Wait()
+}
+
+func writeMaps(pid int, m Mapping) error {
+	if os.Geteuid() == 0 {
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/uid_map", pid), []byte(format(m.UIDs, "\n")), 0); err != nil {
+			return fmt.Errorf("write uid_map: %w", err)
+		}
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/gid_map", pid), []byte(format(m.GIDs, "\n")), 0); err != nil {
+			return fmt.Errorf("write gid_map: %w", err)
+		}
+		return nil
+	}
+	if len(m.UIDs) == 1 && m.UIDs[0].Size == 1 {
+		// A single self-mapping needs no helper (setgroups must be denied first).
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/setgroups", pid), []byte("deny"), 0); err != nil {
+			return fmt.Errorf("write setgroups: %w", err)
+		}
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/uid_map", pid), []byte(format(m.UIDs, "\n")), 0); err != nil {
+			return fmt.Errorf("write uid_map: %w", err)
+		}
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/gid_map", pid), []byte(format(m.GIDs, "\n")), 0); err != nil {
+			return fmt.Errorf("write gid_map: %w", err)
+		}
+		return nil
+	}
+	for _, h := range []struct {
+		bin  string
+		maps []IDMap
+	}{{"newuidmap", m.UIDs}, {"newgidmap", m.GIDs}} {
+		args := append([]string{strconv.Itoa(pid)}, strings.Fields(format(h.maps, " "))...)
+		if out, err := exec.Command(h.bin, args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%s %s: %w: %s (check /etc/subuid and /etc/subgid)", h.bin, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+func format(maps []IDMap, sep string) string {
+	var b strings.Builder
+	for _, m := range maps {
+		fmt.Fprintf(&b, "%d %d %d%s", m.ContainerID, m.HostID, m.Size, sep)
+	}
+	return b.String()
+}
+
+// ErrNotInside is returned by operations that must run inside the namespace.
+var ErrNotInside = errors.New("not running inside the slopbox user namespace")
