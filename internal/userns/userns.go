@@ -169,7 +169,7 @@ func ToHost(maps []IDMap, id uint32) (uint32, bool) {
 func Command(args []string) *exec.Cmd {
 	cmd := exec.Command("/proc/self/exe", args...)
 	cmd.Args[0] = os.Args[0]
-	cmd.Env = append(os.Environ(), stageEnv+"=1")
+	cmd.Env = os.Environ()
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS,
 		Pdeathsig:  syscall.SIGKILL,
@@ -185,11 +185,26 @@ func Start(cmd *exec.Cmd, m Mapping) error {
 	}
 	defer w.Close()
 	cmd.ExtraFiles = append([]*os.File{r}, cmd.ExtraFiles...)
+	if os.Geteuid() == 0 {
+		// Root may write any map itself, before the child execs; the child
+		// then switches to the namespace's root, which is an unprivileged
+		// host id, and execs with the namespace's full capability set.
+		cmd.SysProcAttr.UidMappings = toSys(m.UIDs)
+		cmd.SysProcAttr.GidMappings = toSys(m.GIDs)
+		cmd.SysProcAttr.GidMappingsEnableSetgroups = true
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0}
+		cmd.Env = append(cmd.Env, stageEnv+"=2")
+	} else {
+		cmd.Env = append(cmd.Env, stageEnv+"=1")
+	}
 	if err := cmd.Start(); err != nil {
 		r.Close()
 		return fmt.Errorf("start user namespace helper: %w", err)
 	}
 	r.Close()
+	if os.Geteuid() == 0 {
+		return nil
+	}
 	if err := writeMaps(cmd.Process.Pid, m); err != nil {
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -209,16 +224,15 @@ func Run(args []string, m Mapping) error {
 	return cmd.Wait()
 }
 
-func writeMaps(pid int, m Mapping) error {
-	if os.Geteuid() == 0 {
-		if err := os.WriteFile(fmt.Sprintf("/proc/%d/uid_map", pid), []byte(format(m.UIDs, "\n")), 0); err != nil {
-			return fmt.Errorf("write uid_map: %w", err)
-		}
-		if err := os.WriteFile(fmt.Sprintf("/proc/%d/gid_map", pid), []byte(format(m.GIDs, "\n")), 0); err != nil {
-			return fmt.Errorf("write gid_map: %w", err)
-		}
-		return nil
+func toSys(maps []IDMap) []syscall.SysProcIDMap {
+	var out []syscall.SysProcIDMap
+	for _, m := range maps {
+		out = append(out, syscall.SysProcIDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)})
 	}
+	return out
+}
+
+func writeMaps(pid int, m Mapping) error {
 	if len(m.UIDs) == 1 && m.UIDs[0].Size == 1 {
 		// A single self-mapping needs no helper (setgroups must be denied first).
 		if err := os.WriteFile(fmt.Sprintf("/proc/%d/setgroups", pid), []byte("deny"), 0); err != nil {

@@ -1,0 +1,67 @@
+// Command slopbox is a rootless, daemonless container runtime with a
+// docker-style command line. Each verb lives in its own file and only parses
+// flags before calling a library package.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/slopbox/slopbox/image"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "0.1.0-dev"
+
+// globals are the flags every verb shares.
+var globals struct {
+	root     string
+	insecure []string
+	quiet    bool
+}
+
+// exitError carries a process exit status through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func main() {
+	root := &cobra.Command{
+		Use:           "slopbox",
+		Short:         "Rootless, daemonless containers for evaluation harnesses",
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&globals.root, "root", image.DefaultRoot(), "store and state directory")
+	root.PersistentFlags().StringSliceVar(&globals.insecure, "insecure-registry", nil, "allow plain HTTP for this registry (host:port); loopback registries always may")
+	root.AddCommand(pullCmd(), imagesCmd(), rmiCmd(), tagCmd(), inspectCmd(), loadCmd(), saveCmd())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "slopbox:", err)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
+		}
+		os.Exit(125)
+	}
+}
+
+// openStore opens the image store with the global flags.
+func openStore() (*image.Store, error) {
+	progress := image.ProgressPlain
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		progress = image.ProgressBars
+	}
+	return image.Open(globals.root,
+		image.WithInsecureRegistries(globals.insecure...),
+		image.WithProgress(progress),
+		image.WithLogger(func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }))
+}

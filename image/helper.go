@@ -1,0 +1,174 @@
+package image
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/slopbox/slopbox/internal/reexec"
+	"github.com/slopbox/slopbox/internal/userns"
+)
+
+// helperName is the re-exec handler that performs store writes inside the
+// user namespace.
+const helperName = "image-store"
+
+func init() { reexec.Register(helperName, helperMain) }
+
+type helperRequest struct {
+	Op       string   `json:"op"` // pull, load, gc
+	Root     string   `json:"root"`
+	Ref      string   `json:"ref,omitempty"`
+	Path     string   `json:"path,omitempty"`
+	FD       int      `json:"fd,omitempty"` // an open archive passed to the child
+	Insecure []string `json:"insecure,omitempty"`
+	Progress Progress `json:"progress"`
+}
+
+type helperResponse struct {
+	Error    string   `json:"error,omitempty"`
+	Kind     string   `json:"kind,omitempty"` // sentinel name, so errors.Is survives the process boundary
+	Names    []string `json:"names,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+var sentinels = map[string]error{
+	"not-found": ErrNotFound, "bad-ref": ErrBadRef, "unauthorized": ErrUnauthorized, "bad-archive": ErrBadArchive,
+}
+
+// runHelper performs req in a child inside the user namespace.
+func (s *Store) runHelper(ctx context.Context, req helperRequest) error {
+	_, err := s.runHelperNames(ctx, req, nil)
+	return err
+}
+
+func (s *Store) runHelperNames(ctx context.Context, req helperRequest, file *os.File) ([]string, error) {
+	req.Root = s.root
+	req.Progress = s.progress
+	for r := range s.insecure {
+		req.Insecure = append(req.Insecure, r)
+	}
+	in, _ := json.Marshal(req)
+	cmd := userns.Command(nil)
+	cmd.Env = append(cmd.Env, reexec.Env+"="+helperName)
+	var out bytes.Buffer
+	cmd.Stdin, cmd.Stdout = bytes.NewReader(in), &out
+	logR, logW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	cmd.ExtraFiles = []*os.File{logW} // fd 4 in the child (fd 3 is the sync pipe)
+	if file != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, file) // fd 5
+	}
+	if err := userns.Start(cmd, s.mapping); err != nil {
+		logR.Close()
+		logW.Close()
+		return nil, err
+	}
+	logW.Close()
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		b, _ := io.ReadAll(logR)
+		for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+			if line != "" {
+				s.logf("%s", line)
+			}
+		}
+	}()
+	stop := context.AfterFunc(ctx, func() { cmd.Process.Signal(syscall.SIGTERM) })
+	werr := cmd.Wait()
+	stop()
+	<-logDone
+	logR.Close()
+	var resp helperResponse
+	if err := json.Unmarshal(out.Bytes(), &resp); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("image store helper failed: %v", werr)
+	}
+	if resp.Error != "" {
+		if se, ok := sentinels[resp.Kind]; ok {
+			return nil, &helperError{msg: resp.Error, kind: se}
+		}
+		return nil, errors.New(resp.Error)
+	}
+	return resp.Names, nil
+}
+
+type helperError struct {
+	msg  string
+	kind error
+}
+
+func (e *helperError) Error() string { return e.msg }
+func (e *helperError) Unwrap() error { return e.kind }
+
+// helperMain runs in the child: root of the user namespace.
+func helperMain() int {
+	var req helperRequest
+	resp := helperResponse{}
+	defer func() { json.NewEncoder(os.Stdout).Encode(&resp) }()
+	if err := json.NewDecoder(os.Stdin).Decode(&req); err != nil {
+		resp.Error = "image store helper: bad request: " + err.Error()
+		return 1
+	}
+	logs := os.NewFile(4, "logs")
+	if os.Getenv("SLOPBOX_DEBUG") != "" {
+		m, _ := os.ReadFile("/proc/self/uid_map")
+		fmt.Fprintf(logs, "helper uid=%d euid=%d map=%q\n", os.Getuid(), os.Geteuid(), m)
+	}
+	s, err := Open(req.Root, WithInsecureRegistries(req.Insecure...), WithProgress(req.Progress),
+		WithLogger(func(f string, a ...any) { fmt.Fprintf(logs, f+"\n", a...) }))
+	if err == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go cancelOnTerm(cancel)
+		switch req.Op {
+		case "pull":
+			r, perr := s.ParseReference(req.Ref)
+			if err = perr; err == nil {
+				err = s.pullInside(ctx, r)
+			}
+		case "load":
+			if req.FD != 0 {
+				resp.Names, err = s.loadInside(ctx, req.Path, os.NewFile(uintptr(req.FD), req.Path))
+			} else {
+				resp.Names, err = s.loadInside(ctx, req.Path)
+			}
+		case "gc":
+			err = s.gcInside()
+		default:
+			err = fmt.Errorf("unknown operation %q", req.Op)
+		}
+	}
+	if err != nil {
+		resp.Error = err.Error()
+		for k, se := range sentinels {
+			if errors.Is(err, se) {
+				resp.Kind = k
+			}
+		}
+		return 1
+	}
+	return 0
+}
+
+// cancelOnTerm cancels the helper's work when the parent gives up, so that
+// staging files are removed before exit.
+func cancelOnTerm(cancel func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	<-ch
+	cancel()
+}

@@ -1,0 +1,362 @@
+package image
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/slopbox/slopbox/internal/userns"
+)
+
+// Load imports every image in a `docker save` tarball, an OCI archive (a tar
+// of an OCI layout) or an OCI layout directory, and returns their names.
+func (s *Store) Load(ctx context.Context, path string) ([]string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("load: %w", err)
+	}
+	if userns.Inside() {
+		return s.loadInside(ctx, abs)
+	}
+	if fi.IsDir() && os.Geteuid() != 0 {
+		return s.runHelperNames(ctx, helperRequest{Op: "load", Path: abs}, nil)
+	}
+	if fi.IsDir() {
+		// The namespace's root may not read root's files by name: pass the
+		// layout as an archive on an open file.
+		f, err := os.CreateTemp(s.path("tmp"), fmt.Sprintf("%d-load-", os.Getpid()))
+		if err != nil {
+			return nil, err
+		}
+		defer os.Remove(f.Name())
+		defer f.Close()
+		if err := tarTree(abs, f); err != nil {
+			return nil, fmt.Errorf("load %s: %w", abs, err)
+		}
+		return s.runHelperNames(ctx, helperRequest{Op: "load", Path: abs, FD: 5}, f)
+	}
+	// Hand the helper an open file: as root, the namespace's root may not be
+	// allowed to open it by name.
+	f, err := os.Open(abs)
+	if err != nil {
+		return nil, fmt.Errorf("load: %w", err)
+	}
+	defer f.Close()
+	return s.runHelperNames(ctx, helperRequest{Op: "load", Path: abs, FD: 5}, f)
+}
+
+type namedImage struct {
+	names []string
+	img   v1.Image
+}
+
+// loadInside is Load; an archive is read from file when it is non-nil.
+// Preconditions: inside the user namespace.
+func (s *Store) loadInside(ctx context.Context, path string, file ...*os.File) ([]string, error) {
+	var imgs []namedImage
+	var err error
+	if len(file) == 0 {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return nil, fmt.Errorf("load: %w", err)
+		}
+		if fi.IsDir() {
+			imgs, err = s.fromLayout(path)
+			if err != nil {
+				return nil, fmt.Errorf("load %s: %w", path, err)
+			}
+			return s.storeLoaded(ctx, path, imgs)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("load: %w", err)
+		}
+		defer f.Close()
+		file = []*os.File{f}
+	}
+	fi, err := file[0].Stat()
+	if err != nil {
+		return nil, err
+	}
+	archive := io.NewSectionReader(file[0], 0, fi.Size())
+	opener := func() (io.ReadCloser, error) { return io.NopCloser(io.NewSectionReader(archive, 0, fi.Size())), nil }
+	kind, err := sniffArchive(opener)
+	switch {
+	case err != nil:
+	case kind == "docker":
+		imgs, err = s.fromDockerArchive(opener)
+	case kind == "oci":
+		var dir string
+		if dir, err = s.tempDir("load"); err == nil {
+			defer os.RemoveAll(dir)
+			if err = untarPlain(opener, dir); err == nil {
+				imgs, err = s.fromLayout(dir)
+			}
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", path, err)
+	}
+	return s.storeLoaded(ctx, path, imgs)
+}
+
+func (s *Store) storeLoaded(ctx context.Context, path string, imgs []namedImage) ([]string, error) {
+	var loaded []string
+	rep := newReporter(s.progress, s.logf)
+	defer rep.wait()
+	for _, ni := range imgs {
+		if _, err := s.writeImage(ctx, ni.img, ni.names, "", rep); err != nil {
+			return loaded, fmt.Errorf("load %s: %w", path, err)
+		}
+		loaded = append(loaded, ni.names...)
+	}
+	return loaded, nil
+}
+
+// sniffArchive tells a docker-save tarball (manifest.json) from an OCI
+// archive (oci-layout) by reading the tar's table of contents.
+func sniffArchive(opener tarball.Opener) (string, error) {
+	f, err := opener()
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return "", fmt.Errorf("%w: no manifest.json or oci-layout entry", ErrBadArchive)
+		}
+		if err != nil {
+			return "", fmt.Errorf("%w: %v (a compressed archive must be decompressed first)", ErrBadArchive, err)
+		}
+		switch filepath.Clean(h.Name) {
+		case "manifest.json":
+			return "docker", nil
+		case "oci-layout":
+			return "oci", nil
+		}
+	}
+}
+
+func (s *Store) fromDockerArchive(opener tarball.Opener) ([]namedImage, error) {
+	m, err := tarball.LoadManifest(opener)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadArchive, err)
+	}
+	var out []namedImage
+	for _, d := range m {
+		var names []string
+		var tag *name.Tag
+		for _, t := range d.RepoTags {
+			r, err := name.NewTag(t)
+			if err != nil {
+				return nil, fmt.Errorf("%w: bad tag %q: %v", ErrBadArchive, t, err)
+			}
+			names = append(names, r.Name())
+			tag = &r
+		}
+		img, err := tarball.Image(opener, tag)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadArchive, err)
+		}
+		if len(names) == 0 {
+			names = []string{unnamed(img)}
+		}
+		out = append(out, namedImage{names, img})
+	}
+	return out, nil
+}
+
+func (s *Store) fromLayout(dir string) ([]namedImage, error) {
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadArchive, err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadArchive, err)
+	}
+	var out []namedImage
+	for _, d := range im.Manifests {
+		if d.MediaType.IsIndex() {
+			child, err := idx.ImageIndex(d.Digest)
+			if err != nil {
+				return nil, err
+			}
+			cm, err := child.IndexManifest()
+			if err != nil {
+				return nil, err
+			}
+			found := false
+			for _, c := range cm.Manifests {
+				if c.Platform == nil || c.Platform.Satisfies(HostPlatform()) {
+					img, err := child.Image(c.Digest)
+					if err != nil {
+						return nil, err
+					}
+					out = append(out, namedImage{layoutNames(d, img), img})
+					found = true
+					break
+				}
+			}
+			if !found {
+				return nil, fmt.Errorf("no image for %s/%s in %s", HostPlatform().OS, HostPlatform().Architecture, d.Digest)
+			}
+			continue
+		}
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadArchive, err)
+		}
+		out = append(out, namedImage{layoutNames(d, img), img})
+	}
+	return out, nil
+}
+
+// layoutNames reads an image's name from the annotations buildkit, skopeo
+// and containerd write; a bare tag ("latest") is not a usable name.
+func layoutNames(d v1.Descriptor, img v1.Image) []string {
+	for _, k := range []string{"io.containerd.image.name", AnnotationRefName} {
+		if n, ok := d.Annotations[k]; ok {
+			if r, err := name.ParseReference(n); err == nil && n != "" && r.Context().RepositoryStr() != "library/"+n {
+				return []string{r.Name()}
+			}
+		}
+	}
+	return []string{unnamed(img)}
+}
+
+func unnamed(img v1.Image) string {
+	h, _ := img.Digest()
+	return "localhost/unnamed@" + h.String()
+}
+
+// untarPlain unpacks an OCI archive (blobs and json only) into dir,
+// refusing entries that are not plain files and directories.
+func untarPlain(opener tarball.Opener, dir string) error {
+	f, err := opener()
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrBadArchive, err)
+		}
+		p := filepath.Clean(h.Name)
+		if filepath.IsAbs(p) || p == ".." || len(p) > 2 && p[:3] == "../" {
+			return fmt.Errorf("%w: entry %q escapes the archive", ErrBadArchive, h.Name)
+		}
+		dst := filepath.Join(dir, p)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(dst, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				return err
+			}
+			out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(out, tr)
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("%w: unexpected entry %q of type %c in an OCI archive", ErrBadArchive, h.Name, h.Typeflag)
+		}
+	}
+}
+
+// Save writes the named images as a `docker save` tarball to w.
+func (s *Store) Save(refs []string, w io.Writer) error {
+	p, err := layout.FromPath(s.path("oci"))
+	if err != nil {
+		return err
+	}
+	m := map[name.Reference]v1.Image{}
+	for _, ref := range refs {
+		d, err := s.resolveLocal(ref)
+		if err != nil {
+			return err
+		}
+		h, err := v1.NewHash(d.Digest.String())
+		if err != nil {
+			return err
+		}
+		img, err := p.Image(h)
+		if err != nil {
+			return fmt.Errorf("save %s: %w", ref, err)
+		}
+		n, err := name.ParseReference(d.Annotations[AnnotationRefName])
+		if err != nil {
+			return fmt.Errorf("save %s: %w", ref, err)
+		}
+		m[n] = img
+	}
+	return tarball.MultiRefWrite(m, w)
+}
+
+// tarTree writes the regular files and directories under dir as a tar to w.
+func tarTree(dir string, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return tw.WriteHeader(&tar.Header{Name: rel + "/", Typeflag: tar.TypeDir, Mode: 0o755})
+		case d.Type().IsRegular():
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if err := tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeReg, Mode: 0o644, Size: fi.Size()}); err != nil {
+				return err
+			}
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = io.Copy(tw, f)
+			return err
+		}
+		return fmt.Errorf("%w: unexpected %s in an OCI layout", ErrBadArchive, rel)
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
