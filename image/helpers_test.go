@@ -2,10 +2,14 @@ package image
 
 import (
 	"archive/tar"
+	"bytes"
+	"fmt"
+	"github.com/slopbox/slopbox/internal/reexec"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -16,6 +20,53 @@ import (
 )
 
 type ocispecIndex = ocispec.Index
+
+// flattenInNS runs Flatten inside the store's user namespace, where the
+// layers' subordinate owners are visible as themselves (rootless, a 0700
+// directory of uid 1000 is unreadable from the host user).
+func flattenInNS(t *testing.T, s *Store, dst string, layers []string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		os.Chown(filepath.Dir(dst), int(s.mapping.UIDs[0].HostID), int(s.mapping.GIDs[0].HostID))
+	}
+	cmd := userns.Command(nil)
+	cmd.Env = append(cmd.Env, reexec.Env+"=test-flatten", "FLATTEN_DST="+dst, "FLATTEN_LAYERS="+strings.Join(layers, ":"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := userns.Start(cmd, s.mapping); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("flatten in namespace: %v: %s", err, out.String())
+	}
+	t.Cleanup(func() {
+		cmd := userns.Command(nil)
+		cmd.Env = append(cmd.Env, reexec.Env+"=test-rm", "RM_PATH="+dst)
+		if err := userns.Start(cmd, s.mapping); err == nil {
+			cmd.Wait()
+		}
+	})
+}
+
+func init() {
+	reexec.Register("test-flatten", func() int {
+		if err := Flatten(os.Getenv("FLATTEN_DST"), strings.Split(os.Getenv("FLATTEN_LAYERS"), ":")); err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		return 0
+	})
+	reexec.Register("test-rm", func() int {
+		if err := os.RemoveAll(os.Getenv("RM_PATH")); err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		return 0
+	})
+}
 
 func toHostUID(s *Store, id uint32) (uint32, bool) { return userns.ToHost(s.mapping.UIDs, id) }
 

@@ -117,10 +117,8 @@ func TestPullListInspectTagRemove(t *testing.T) {
 	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
 		t.Fatalf("whiteout etc/gone: %v %v", fi, err)
 	}
-	flat := filepath.Join(t.TempDir(), "flat")
-	if err := Flatten(flat, got.Layers); err != nil {
-		t.Fatal(err)
-	}
+	flat := filepath.Join(testDir(t), "flat")
+	flattenInNS(t, s, flat, got.Layers)
 	if b, _ := os.ReadFile(filepath.Join(flat, "etc", "hostname")); string(b) != "top\n" {
 		t.Errorf("etc/hostname = %q, want top", b)
 	}
@@ -547,10 +545,8 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flat := filepath.Join(t.TempDir(), "flat")
-	if err := Flatten(flat, got.Layers); err != nil {
-		t.Fatal(err)
-	}
+	flat := filepath.Join(testDir(t), "flat")
+	flattenInNS(t, s, flat, got.Layers)
 	if b, _ := os.ReadFile(filepath.Join(flat, "etc", "hostname")); string(b) != "top\n" {
 		t.Errorf("loaded etc/hostname = %q", b)
 	}
