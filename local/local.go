@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,17 +30,8 @@ const Name = "local"
 // is not running as root.
 var ErrSwitchUser = errors.New("switching users needs root")
 
-// Timing of the bounded waits.
-const (
-	// drainIdle is how long the pipes may stay silent after the main
-	// process exited before they are closed (a background child holds them).
-	drainIdle = 100 * time.Millisecond
-	// drainMax bounds the whole drain after the main process exited.
-	drainMax = 2 * time.Second
-	// reapMax bounds the wait for the main process after SIGKILL.
-	reapMax  = 10 * time.Second
-	readSize = 32 << 10
-)
+// reapMax bounds the wait for a killed command's main process.
+const reapMax = backend.ReapMax
 
 func init() {
 	backend.Register(Name, func() (backend.Backend, error) { return New(), nil })
@@ -289,8 +279,6 @@ type proc struct {
 	exited    chan struct{} // main process reaped
 	killCh    chan struct{}
 	killOnce  sync.Once
-	draining  atomic.Bool // main process gone: reads get an idle deadline
-	drainOver atomic.Bool // drain time is up: no more deadline extensions
 	failed    *backend.Result
 	unenforce []string
 }
@@ -467,8 +455,7 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 }
 
 func failedResult(code int, err error) *backend.Result {
-	msg := err.Error() + "\n"
-	return &backend.Result{ExitCode: code, Stderr: msg, StderrBytes: int64(len(msg))}
+	return backend.FailedResult(code, err.Error(), nil)
 }
 
 // writeScript writes the entry script into the private directory, which is
@@ -538,8 +525,7 @@ func lookPath(file string, env []string, dir string) (string, int, error) {
 	return "", backend.ExitNotFound, fmt.Errorf("%s: command not found", file)
 }
 
-// wait pumps output until the command is over and returns its result.
-// emit, when set, receives the chunks to stream.
+// wait collects the command's output and result (backend.Collect).
 func (p *proc) wait(ctx context.Context, buffered bool, emit func(backend.EventKind, string)) *backend.Result {
 	if p.failed != nil {
 		if emit != nil && p.failed.Stderr != "" {
@@ -549,124 +535,14 @@ func (p *proc) wait(ctx context.Context, buffered bool, emit func(backend.EventK
 		res.Unenforced = p.unenforce
 		return &res
 	}
-	outCap := backend.NewCapture(p.limit, p.setup)
-	errCap := backend.NewCapture(p.limit, p.setup)
-	var pumps sync.WaitGroup
-	pumps.Add(2)
-	go p.pump(&pumps, p.outR, outCap, backend.EventStdout, emit)
-	go p.pump(&pumps, p.errR, errCap, backend.EventStderr, emit)
-	if p.stdinW != nil {
-		go writeStdin(p.stdinW, p.stdin)
-	}
-
-	var timeout <-chan time.Time
-	if p.timeout > 0 {
-		t := time.NewTimer(p.timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
-	timedOut, reaped := false, true
-	select {
-	case <-p.exited:
-	case <-timeout:
-		timedOut = true
-	case <-p.killCh:
-	case <-ctx.Done():
-	}
-	select {
-	case <-p.exited:
-	default:
-		// The main process still runs: kill its whole group, then wait
-		// (bounded) for it to be reaped.
-		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
-		select {
-		case <-p.exited:
-		case <-time.After(reapMax):
-			reaped = false
-		}
-	}
-	elapsed := time.Since(p.started)
-	if p.stdinW != nil {
-		p.stdinW.Close() // unblocks a writer stuck on a full pipe
-	}
-
-	// Drain what is left in the pipes. A background child may hold them
-	// open: stop after drainIdle without data, or drainMax in all.
-	p.draining.Store(true)
-	idle := time.Now().Add(drainIdle)
-	p.outR.SetReadDeadline(idle)
-	p.errR.SetReadDeadline(idle)
-	pumped := make(chan struct{})
-	go func() { pumps.Wait(); close(pumped) }()
-	select {
-	case <-pumped:
-	case <-time.After(drainMax):
-		p.drainOver.Store(true)
-		p.outR.SetReadDeadline(time.Unix(1, 0))
-		p.errR.SetReadDeadline(time.Unix(1, 0))
-		<-pumped
-	}
-	p.outR.Close()
-	p.errR.Close()
-
-	if emit != nil {
-		if s := outCap.Flush(); s != "" {
-			emit(backend.EventStdout, s)
-		}
-		if s := errCap.Flush(); s != "" {
-			emit(backend.EventStderr, s)
-		}
-	}
-	out, errs := outCap.Result(buffered), errCap.Result(buffered)
-	code := -1
-	if reaped {
-		code = backend.ExitCodeFor(p.waitErr)
-	}
-	return &backend.Result{
-		ExitCode:    code,
-		Stdout:      out.Output,
-		Stderr:      errs.Output,
-		SetupStdout: out.Setup,
-		SetupStderr: errs.Setup,
-		Elapsed:     elapsed,
-		ElapsedSecs: elapsed.Seconds(),
-		TimedOut:    timedOut,
-		Truncated:   out.Truncated || errs.Truncated,
-		StdoutBytes: out.Size,
-		StderrBytes: errs.Size,
-		Unenforced:  p.unenforce,
-	}
-}
-
-func (p *proc) pump(wg *sync.WaitGroup, f *os.File, c *backend.Capture, kind backend.EventKind, emit func(backend.EventKind, string)) {
-	defer wg.Done()
-	buf := make([]byte, readSize)
-	for {
-		n, err := f.Read(buf)
-		if n > 0 {
-			if text := c.Write(buf[:n]); text != "" && emit != nil {
-				emit(kind, text)
-			}
-		}
-		if err != nil {
-			return
-		}
-		if p.draining.Load() && !p.drainOver.Load() {
-			f.SetReadDeadline(time.Now().Add(drainIdle))
-		}
-	}
-}
-
-func writeStdin(w *os.File, chunks [][]byte) {
-	defer w.Close()
-	for _, c := range chunks {
-		if len(c) == 0 {
-			continue
-		}
-		if _, err := w.Write(c); err != nil {
-			return // the command stopped reading; not an error of ours
-		}
-	}
+	return backend.Collect(ctx, &backend.Proc{
+		Stdout: p.outR, Stderr: p.errR, StdinW: p.stdinW, Stdin: p.stdin,
+		Setup: p.setup, Limit: p.limit, Timeout: p.timeout, Started: p.started,
+		Exited: p.exited, KillReq: p.killCh,
+		KillTree:   func() { _ = syscall.Kill(-p.pgid, syscall.SIGKILL) },
+		ExitCode:   func() int { return backend.ExitCodeFor(p.waitErr) },
+		Unenforced: p.unenforce,
+	}, buffered, emit)
 }
 
 // finish records the result and releases the sandbox for the next command.

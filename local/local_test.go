@@ -139,7 +139,7 @@ func TestBackgroundChildDoesNotHoldExec(t *testing.T) {
 	sb := spawn(t, backend.SpawnSpec{DisableSetup: true})
 	start := time.Now()
 	res := run(t, sb, backend.ExecRequest{Shell: fmt.Sprintf("sleep %d & echo started", n)})
-	if d := time.Since(start); d > drainMax || res.Stdout != "started\n" || res.ExitCode != 0 {
+	if d := time.Since(start); d > backend.DrainMax || res.Stdout != "started\n" || res.ExitCode != 0 {
 		t.Fatalf("took %v: %+v", d, res)
 	}
 	if running, _ := sb.Poll(); running {
@@ -165,7 +165,7 @@ func TestEscapedProcessWaitIsBounded(t *testing.T) {
 	sb := spawn(t, backend.SpawnSpec{DisableSetup: true})
 	start := time.Now()
 	res := run(t, sb, backend.ExecRequest{Shell: fmt.Sprintf("setsid sleep %d & sleep %d", n, n), Timeout: 500 * time.Millisecond})
-	if d := time.Since(start); !res.TimedOut || d > 500*time.Millisecond+drainMax+time.Second {
+	if d := time.Since(start); !res.TimedOut || d > 500*time.Millisecond+backend.DrainMax+time.Second {
 		t.Fatalf("took %v: %+v", d, res)
 	}
 }
