@@ -1,0 +1,13 @@
+# slopbox as root (container root is still not host root: a user namespace
+# maps it into root's subordinate range).
+A_USER=root
+SLOPBOX_BIN=${SLOPBOX_BIN:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/bin/slopbox}
+A_DESC="slopbox $("$SLOPBOX_BIN" --version 2>/dev/null | awk '{print $NF}') as root, embedded libcontainer, --network none"
+a_available()        { [[ -x $SLOPBOX_BIN ]]; }
+a_setup()            { install -m 755 "$SLOPBOX_BIN" /usr/local/bin/slopbox-bench; slopbox-bench pull -q "$BUSYBOX_REF" >/dev/null; }
+a_pull_prepare_cmd() { echo "slopbox-bench rmi -f $PYSLIM_REF >/dev/null"; }
+a_pull_cmd()         { echo "slopbox-bench pull -q $PYSLIM_REF"; }
+a_run_cmd()          { echo "slopbox-bench run --rm $BUSYBOX_REF true"; }
+a_start_long()       { slopbox-bench run -d --name "$1" "$BUSYBOX_REF" sleep infinity >/dev/null; }
+a_exec_cmd()         { local n=$1; shift; echo "slopbox-bench exec $n ${*@Q}"; }
+a_stop_long()        { slopbox-bench rm -f "$1" >/dev/null; }
