@@ -93,7 +93,7 @@ func (f *flattener) walk(dir string) error {
 		return err
 	}
 	for _, name := range names {
-		rel := joinRel(dir, name)
+		rel := unpackJoin(dir, name)
 		if err := f.entry(rel); err != nil {
 			return fmt.Errorf("%q: %w", rel, err)
 		}
@@ -150,7 +150,7 @@ func (f *flattener) entry(rel string) error {
 			if err := unix.Mkdir(dp, 0o700); err != nil {
 				return err
 			}
-		case isOpaque(sp):
+		case isOverlayOpaque(sp):
 			if err := f.clearDir(rel); err != nil {
 				return err
 			}
@@ -188,7 +188,7 @@ func (f *flattener) entry(rel string) error {
 			return err
 		}
 	case unix.S_IFLNK:
-		target, err := readlink(sp)
+		target, err := unpackReadlink(sp)
 		if err != nil {
 			return err
 		}
@@ -225,7 +225,7 @@ func (f *flattener) entry(rel string) error {
 	return nil
 }
 
-func isOpaque(p string) bool {
+func isOverlayOpaque(p string) bool {
 	var b [4]byte
 	n, err := unix.Lgetxattr(p, overlayOpaqueXattr, b[:])
 	return err == nil && n == 1 && b[0] == 'y'
@@ -243,7 +243,7 @@ func (f *flattener) clearDir(rel string) error {
 		return err
 	}
 	for _, name := range names {
-		if err := f.removeDst(joinRel(rel, name)); err != nil {
+		if err := f.removeDst(unpackJoin(rel, name)); err != nil {
 			return err
 		}
 	}
@@ -301,7 +301,7 @@ func (f *flattener) copyXattrs(rel string) {
 }
 
 func (f *flattener) finishDirs() error {
-	for _, rel := range deepestFirst(f.dirs) {
+	for _, rel := range unpackDeepestFirst(f.dirs) {
 		st := f.dirs[rel]
 		dp := f.dstPath(rel)
 		var cur unix.Stat_t

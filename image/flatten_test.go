@@ -65,9 +65,9 @@ func TestUnpackFlattenTypeChanges(t *testing.T) {
 		file(".wh.e", "", 0o644).file("e/new", "n", 0o644).                  // same, with an implicit parent
 		bytes()
 	l3 := newLayer(t).dir("x/", 0o755).file("x/z", "z", 0o644).bytes()
-	dst, dirs := flatten(t, l1, l2, l3)
+	dst, dirs := flattenTestLayers(t, l1, l2, l3)
 	for _, n := range []string{"d", "e"} {
-		if !isOpaque(filepath.Join(dirs[1], n)) {
+		if !isOverlayOpaque(filepath.Join(dirs[1], n)) {
 			t.Errorf("layer 2 %s (whiteout then directory) is not opaque", n)
 		}
 	}
@@ -90,10 +90,10 @@ func TestUnpackFlattenOwners(t *testing.T) {
 	b := newLayer(t)
 	b.add(&tar.Header{Typeflag: tar.TypeReg, Name: "f", Uid: 1000, Gid: 1000, Mode: 0o4750}, []byte("f"))
 	b.add(&tar.Header{Typeflag: tar.TypeDir, Name: "d/", Uid: 1001, Gid: 1002, Mode: 0o750}, nil)
-	dir, st, _ := apply(t, b.bytes())
+	dir, st, _ := applyTestLayer(t, b.bytes())
 	dst := flattenDirs(t, dir)
 	for _, n := range []string{"f", "d"} {
-		ls, fs := lstat(t, filepath.Join(dir, n)), lstat(t, filepath.Join(dst, n))
+		ls, fs := lstatT(t, filepath.Join(dir, n)), lstatT(t, filepath.Join(dst, n))
 		if os.Geteuid() == 0 && !st.ChownDegraded && (fs.Uid != ls.Uid || fs.Gid != ls.Gid) {
 			t.Errorf("%s: flattened owner %d:%d, layer %d:%d", n, fs.Uid, fs.Gid, ls.Uid, ls.Gid)
 		}
@@ -102,7 +102,7 @@ func TestUnpackFlattenOwners(t *testing.T) {
 		}
 	}
 	if os.Geteuid() == 0 && !st.ChownDegraded {
-		if s := lstat(t, filepath.Join(dst, "f")); s.Uid != 1000 || s.Gid != 1000 {
+		if s := lstatT(t, filepath.Join(dst, "f")); s.Uid != 1000 || s.Gid != 1000 {
 			t.Errorf("f owner %d:%d", s.Uid, s.Gid)
 		}
 	}

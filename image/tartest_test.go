@@ -102,7 +102,7 @@ func (l *logRecorder) count(substr string) int {
 }
 
 // apply extracts tar bytes into a fresh layer dir and returns it.
-func apply(t testing.TB, data []byte) (string, ApplyStats, *logRecorder) {
+func applyTestLayer(t testing.TB, data []byte) (string, ApplyStats, *logRecorder) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "layer")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -117,11 +117,11 @@ func apply(t testing.TB, data []byte) (string, ApplyStats, *logRecorder) {
 }
 
 // flatten applies the given layers to their own dirs and flattens them.
-func flatten(t testing.TB, layers ...[]byte) (string, []string) {
+func flattenTestLayers(t testing.TB, layers ...[]byte) (string, []string) {
 	t.Helper()
 	var dirs []string
 	for _, l := range layers {
-		d, _, _ := apply(t, l)
+		d, _, _ := applyTestLayer(t, l)
 		dirs = append(dirs, d)
 	}
 	dst := filepath.Join(t.TempDir(), "rootfs")
@@ -183,7 +183,7 @@ func treeNames(m map[string]treeEntry) []string {
 	return names
 }
 
-func lstat(t testing.TB, p string) *unix.Stat_t {
+func lstatT(t testing.TB, p string) *unix.Stat_t {
 	t.Helper()
 	var st unix.Stat_t
 	if err := unix.Lstat(p, &st); err != nil {

@@ -155,7 +155,7 @@ func (a *applier) full(rel string) string {
 	return a.root + "/" + rel
 }
 
-func joinRel(parent, base string) string {
+func unpackJoin(parent, base string) string {
 	if parent == "." || parent == "" {
 		return base
 	}
@@ -208,7 +208,7 @@ func (a *applier) resolveDir(rel string, create bool) (string, error) {
 			cur = path.Dir(cur)
 			continue
 		}
-		next := joinRel(cur, c)
+		next := unpackJoin(cur, c)
 		if _, ok := a.known[next]; ok {
 			cur = next
 			continue
@@ -233,7 +233,7 @@ func (a *applier) resolveDir(rel string, create bool) (string, error) {
 			if hops > maxSymlinkHops {
 				return "", fmt.Errorf("resolving %q: %w", rel, unix.ELOOP)
 			}
-			target, err := readlink(a.full(next))
+			target, err := unpackReadlink(a.full(next))
 			if err != nil {
 				return "", fmt.Errorf("resolving %q: %w", next, err)
 			}
@@ -279,7 +279,7 @@ func symlinkClimbsOut(dir, target string) bool {
 	return false
 }
 
-func readlink(p string) (string, error) {
+func unpackReadlink(p string) (string, error) {
 	for size := 256; ; size *= 2 {
 		b := make([]byte, size)
 		n, err := unix.Readlink(p, b)
@@ -358,7 +358,7 @@ func (a *applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 	if err != nil {
 		return err
 	}
-	target := joinRel(parent, base)
+	target := unpackJoin(parent, base)
 
 	switch hdr.Typeflag {
 	case tar.TypeDir:
@@ -505,7 +505,7 @@ func (a *applier) hardlink(rel string, hdr *tar.Header) error {
 	if err != nil {
 		return fmt.Errorf("hardlink target %q: %w", hdr.Linkname, err)
 	}
-	ltarget := joinRel(lparent, lbase)
+	ltarget := unpackJoin(lparent, lbase)
 	if ltarget == rel {
 		return nil // link to itself: nothing to do
 	}
@@ -538,7 +538,7 @@ func (a *applier) whiteout(parentRel, base string) error {
 		return nil
 	}
 	if strings.HasPrefix(base, whiteoutMetaPrefix) {
-		a.warnOnce("aufs", "unpack: skipping aufs metadata entry %s", joinRel(parentRel, base))
+		a.warnOnce("aufs", "unpack: skipping aufs metadata entry %s", unpackJoin(parentRel, base))
 		return nil
 	}
 	name := strings.TrimPrefix(base, whiteoutPrefix)
@@ -549,7 +549,7 @@ func (a *applier) whiteout(parentRel, base string) error {
 	if err != nil {
 		return err
 	}
-	target := joinRel(d, name)
+	target := unpackJoin(d, name)
 	if _, err := a.remove(target); err != nil {
 		return fmt.Errorf("whiteout %q: %w", target, err)
 	}
@@ -648,7 +648,7 @@ func (a *applier) xattrs(rel string, hdr *tar.Header) error {
 	return nil
 }
 
-func timespec(t time.Time) unix.Timespec {
+func unpackTimespec(t time.Time) unix.Timespec {
 	return unix.Timespec{Sec: t.Unix(), Nsec: int64(t.Nanosecond())}
 }
 
@@ -657,7 +657,7 @@ func (a *applier) times(rel string, hdr *tar.Header) error {
 	if atime.IsZero() {
 		atime = hdr.ModTime
 	}
-	ts := []unix.Timespec{timespec(atime), timespec(hdr.ModTime)}
+	ts := []unix.Timespec{unpackTimespec(atime), unpackTimespec(hdr.ModTime)}
 	if err := unix.UtimesNanoAt(unix.AT_FDCWD, a.full(rel), ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("setting times: %w", err)
 	}
@@ -666,7 +666,7 @@ func (a *applier) times(rel string, hdr *tar.Header) error {
 
 // finishDirs applies the deferred directory modes and times.
 func (a *applier) finishDirs() error {
-	for _, rel := range deepestFirst(a.dirMeta) {
+	for _, rel := range unpackDeepestFirst(a.dirMeta) {
 		hdr := a.dirMeta[rel]
 		var st unix.Stat_t
 		if err := unix.Lstat(a.full(rel), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
@@ -682,10 +682,10 @@ func (a *applier) finishDirs() error {
 	return nil
 }
 
-// deepestFirst returns the keys of m (layer-relative paths), children before
+// unpackDeepestFirst returns the keys of m (layer-relative paths), children before
 // their parents, so that a restrictive parent mode set late cannot block the
 // lookup of a child.
-func deepestFirst[V any](m map[string]V) []string {
+func unpackDeepestFirst[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

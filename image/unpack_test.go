@@ -64,10 +64,10 @@ func (e hostileEnv) check(t *testing.T) {
 	if err != nil || string(b) != "sentinel" {
 		t.Errorf("sentinel/keep = %q, %v", b, err)
 	}
-	if st := lstat(t, filepath.Join(e.sentinel, "keep")); st.Nlink != 1 {
+	if st := lstatT(t, filepath.Join(e.sentinel, "keep")); st.Nlink != 1 {
 		t.Errorf("sentinel/keep has %d links", st.Nlink)
 	}
-	if st := lstat(t, filepath.Join(e.sentinel, "keep")); st.Mode&0o7777 != 0o644 {
+	if st := lstatT(t, filepath.Join(e.sentinel, "keep")); st.Mode&0o7777 != 0o644 {
 		t.Errorf("sentinel/keep mode %o", st.Mode&0o7777)
 	}
 }
@@ -237,7 +237,7 @@ func TestUnpackDevices(t *testing.T) {
 		add(&tar.Header{Typeflag: tar.TypeFifo, Name: "dev/fifo", Mode: 0o620}, nil).
 		file("dev/after", "still here", 0o644).
 		bytes()
-	dir, st, logs := apply(t, data)
+	dir, st, logs := applyTestLayer(t, data)
 	if fi, err := os.Lstat(filepath.Join(dir, "dev/fifo")); err != nil || fi.Mode()&os.ModeNamedPipe == 0 || fi.Mode().Perm() != 0o620 {
 		t.Errorf("fifo: %v %v", fi, err)
 	}
@@ -249,11 +249,11 @@ func TestUnpackDevices(t *testing.T) {
 		if st.SkippedDevices != 0 {
 			t.Errorf("SkippedDevices = %d", st.SkippedDevices)
 		}
-		c := lstat(t, filepath.Join(dir, "dev/null"))
+		c := lstatT(t, filepath.Join(dir, "dev/null"))
 		if c.Mode&unix.S_IFMT != unix.S_IFCHR || c.Rdev != unix.Mkdev(1, 3) || c.Mode&0o7777 != 0o666 {
 			t.Errorf("dev/null: mode %o rdev %x", c.Mode, c.Rdev)
 		}
-		bl := lstat(t, filepath.Join(dir, "dev/loop0"))
+		bl := lstatT(t, filepath.Join(dir, "dev/loop0"))
 		if bl.Mode&unix.S_IFMT != unix.S_IFBLK || bl.Rdev != unix.Mkdev(7, 0) || bl.Mode&0o7777 != 0o660 {
 			t.Errorf("dev/loop0: mode %o rdev %x", bl.Mode, bl.Rdev)
 		}
@@ -300,9 +300,9 @@ func TestUnpackOwnership(t *testing.T) {
 		add(&tar.Header{Typeflag: tar.TypeSymlink, Name: "etc/link", Linkname: "foo", Uid: 1000, Gid: 1001}, nil).
 		add(&tar.Header{Typeflag: tar.TypeReg, Name: "etc/mine", Mode: 0o600, Uid: uid, Gid: gid}, []byte("mine")).
 		bytes()
-	dir, st, logs := apply(t, data)
+	dir, st, logs := applyTestLayer(t, data)
 	owner := func(n string) (uint32, uint32) {
-		s := lstat(t, filepath.Join(dir, n))
+		s := lstatT(t, filepath.Join(dir, n))
 		return s.Uid, s.Gid
 	}
 	if u, g := owner("etc/mine"); u != uint32(uid) || g != uint32(gid) {
@@ -356,7 +356,7 @@ func TestUnpackModes(t *testing.T) {
 		file("ro/f", "read-only dir content", 0o444).
 		dir("private/", 0o700).
 		bytes()
-	dir, st, _ := apply(t, data)
+	dir, st, _ := applyTestLayer(t, data)
 	t.Cleanup(func() { os.Chmod(filepath.Join(dir, "ro"), 0o755) })
 	want := map[string]uint32{
 		"bin": 0o755, "bin/su": 0o4755, "bin/wall": 0o2755, "bin/both": 0o6711, "bin/secret": 0o400,
@@ -364,7 +364,7 @@ func TestUnpackModes(t *testing.T) {
 		"private": 0o700,
 	}
 	for n, m := range want {
-		if got := lstat(t, filepath.Join(dir, n)).Mode & 0o7777; got != m {
+		if got := lstatT(t, filepath.Join(dir, n)).Mode & 0o7777; got != m {
 			t.Errorf("%s: mode %04o, want %04o (euid %d)", n, got, m, os.Geteuid())
 		}
 	}
@@ -378,7 +378,7 @@ func TestUnpackModes(t *testing.T) {
 	}
 	t.Cleanup(func() { os.Chmod(filepath.Join(dst, "ro"), 0o755) })
 	for n, m := range want {
-		if got := lstat(t, filepath.Join(dst, n)).Mode & 0o7777; got != m {
+		if got := lstatT(t, filepath.Join(dst, n)).Mode & 0o7777; got != m {
 			t.Errorf("flattened %s: mode %04o, want %04o", n, got, m)
 		}
 	}
@@ -398,9 +398,9 @@ func TestUnpackTimes(t *testing.T) {
 		file("d/sub/gone", "", 0o644).
 		file("d/sub/.wh.gone", "", 0o644).
 		bytes()
-	dir, _, _ := apply(t, data)
+	dir, _, _ := applyTestLayer(t, data)
 	mt := func(root, n string) (time.Time, time.Time) {
-		s := lstat(t, filepath.Join(root, n))
+		s := lstatT(t, filepath.Join(root, n))
 		return time.Unix(s.Mtim.Sec, s.Mtim.Nsec).UTC(), time.Unix(s.Atim.Sec, s.Atim.Nsec).UTC()
 	}
 	check := func(root string) {
@@ -430,7 +430,7 @@ func TestUnpackTimes(t *testing.T) {
 // without CAP_DAC_OVERRIDE.
 func TestUnpackRestrictiveDirModes(t *testing.T) {
 	dt := time.Date(2005, 5, 5, 5, 5, 5, 0, time.UTC)
-	dir, _, _ := apply(t, newLayer(t).
+	dir, _, _ := applyTestLayer(t, newLayer(t).
 		dir("nox/", 0o600).
 		add(&tar.Header{Typeflag: tar.TypeDir, Name: "nox/sub/", Mode: 0o750, ModTime: dt}, nil).
 		file("nox/sub/f", "f", 0o644).
@@ -441,16 +441,16 @@ func TestUnpackRestrictiveDirModes(t *testing.T) {
 		os.Chmod(filepath.Join(dir, "nox"), 0o700)
 		os.Chmod(filepath.Join(dir, "ro"), 0o700)
 	})
-	if m := lstat(t, filepath.Join(dir, "nox")).Mode & 0o7777; m != 0o600 {
+	if m := lstatT(t, filepath.Join(dir, "nox")).Mode & 0o7777; m != 0o600 {
 		t.Errorf("nox mode %o", m)
 	}
-	if m := lstat(t, filepath.Join(dir, "ro")).Mode & 0o7777; m != 0o500 {
+	if m := lstatT(t, filepath.Join(dir, "ro")).Mode & 0o7777; m != 0o500 {
 		t.Errorf("ro mode %o", m)
 	}
 	if err := os.Chmod(filepath.Join(dir, "nox"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	s := lstat(t, filepath.Join(dir, "nox/sub"))
+	s := lstatT(t, filepath.Join(dir, "nox/sub"))
 	if s.Mode&0o7777 != 0o750 || !time.Unix(s.Mtim.Sec, s.Mtim.Nsec).Equal(dt) {
 		t.Errorf("nox/sub: mode %o mtime %v", s.Mode&0o7777, time.Unix(s.Mtim.Sec, s.Mtim.Nsec).UTC())
 	}
@@ -485,7 +485,7 @@ func TestUnpackWhiteoutsAcrossLayers(t *testing.T) {
 		dir("b/", 0o755).file("b/new", "new", 0o644). // recreate after whiteout
 		file("a/f1", "again", 0o644).
 		bytes()
-	dst, dirs := flatten(t, l1, l2, l3)
+	dst, dirs := flattenTestLayers(t, l1, l2, l3)
 
 	for _, n := range []string{"a/f1", "b", "c", "s"} {
 		if !isWhiteoutDev(t, filepath.Join(dirs[1], n)) {
@@ -507,7 +507,7 @@ func TestUnpackWhiteoutsAcrossLayers(t *testing.T) {
 		}
 	}
 	// Whiting out something the same layer already wrote removes it there.
-	dir, st, _ := apply(t, newLayer(t).dir("d/", 0o755).file("d/x", "x", 0o644).file(".wh.d", "", 0o644).bytes())
+	dir, st, _ := applyTestLayer(t, newLayer(t).dir("d/", 0o755).file("d/x", "x", 0o644).file(".wh.d", "", 0o644).bytes())
 	if !isWhiteoutDev(t, filepath.Join(dir, "d")) || st.Whiteouts != 1 {
 		t.Errorf("d not whited out (stats %+v)", st)
 	}
@@ -523,13 +523,13 @@ func TestUnpackOpaque(t *testing.T) {
 		dir("d/", 0o750).file("d/new", "n", 0o644).file("d/.wh..wh..opq", "", 0o644).file("d/new2", "n2", 0o644).
 		file("e/.wh..wh..opq", "", 0o644). // parent not in this tar: created
 		bytes()
-	dst, dirs := flatten(t, l1, l2)
+	dst, dirs := flattenTestLayers(t, l1, l2)
 	for _, n := range []string{"d", "e"} {
-		if !isOpaque(filepath.Join(dirs[1], n)) {
+		if !isOverlayOpaque(filepath.Join(dirs[1], n)) {
 			t.Errorf("layer 2 %s lacks %s=y", n, overlayOpaqueXattr)
 		}
 	}
-	if isOpaque(filepath.Join(dirs[0], "d")) {
+	if isOverlayOpaque(filepath.Join(dirs[0], "d")) {
 		t.Errorf("layer 1 d is opaque")
 	}
 	if _, err := os.Lstat(filepath.Join(dirs[1], "d/.wh..wh..opq")); err == nil {
@@ -543,7 +543,7 @@ func TestUnpackOpaque(t *testing.T) {
 	if m := got["d"].mode.Perm(); m != 0o750 {
 		t.Errorf("d mode %o", m)
 	}
-	if isOpaque(filepath.Join(dst, "d")) {
+	if isOverlayOpaque(filepath.Join(dst, "d")) {
 		t.Errorf("flattened d carries the overlay xattr")
 	}
 }
@@ -555,7 +555,7 @@ func TestUnpackHardlinkAfterOverwrite(t *testing.T) {
 		file("c", "c-old", 0o644).link("d", "c").
 		bytes()
 	l2 := newLayer(t).file("c", "c-new", 0o644).bytes()
-	dst, dirs := flatten(t, l1, l2)
+	dst, dirs := flattenTestLayers(t, l1, l2)
 
 	got := readTree(t, dirs[0])
 	for n, c := range map[string]string{"a": "new", "b": "old", "x/h1": "target", "h2": "target"} {
@@ -563,7 +563,7 @@ func TestUnpackHardlinkAfterOverwrite(t *testing.T) {
 			t.Errorf("layer %s = %q, want %q", n, got[n].content, c)
 		}
 	}
-	if st := lstat(t, filepath.Join(dirs[0], "x/t")); st.Nlink != 3 {
+	if st := lstatT(t, filepath.Join(dirs[0], "x/t")); st.Nlink != 3 {
 		t.Errorf("x/t has %d links", st.Nlink)
 	}
 	fl := readTree(t, dst)
@@ -574,8 +574,8 @@ func TestUnpackHardlinkAfterOverwrite(t *testing.T) {
 	}
 	// Hardlinks inside one layer stay hardlinks in the flattened tree, but
 	// never share an inode with the layer dirs.
-	ft, lt := lstat(t, filepath.Join(dst, "x/t")), lstat(t, filepath.Join(dirs[0], "x/t"))
-	if fh := lstat(t, filepath.Join(dst, "x/h1")); fh.Ino != ft.Ino || ft.Nlink != 3 {
+	ft, lt := lstatT(t, filepath.Join(dst, "x/t")), lstatT(t, filepath.Join(dirs[0], "x/t"))
+	if fh := lstatT(t, filepath.Join(dst, "x/h1")); fh.Ino != ft.Ino || ft.Nlink != 3 {
 		t.Errorf("flattened x/h1 not linked to x/t (nlink %d)", ft.Nlink)
 	}
 	if ft.Ino == lt.Ino && ft.Dev == lt.Dev {
@@ -592,7 +592,7 @@ func TestUnpackManySmallFiles(t *testing.T) {
 		}
 		b.file(fmt.Sprintf("d%03d/f%05d", i/100, i), fmt.Sprintf("content %d", i), 0o644)
 	}
-	dst, dirs := flatten(t, b.bytes())
+	dst, dirs := flattenTestLayers(t, b.bytes())
 	_ = dirs
 	got := readTree(t, dst)
 	if len(got) != n+n/100 {
@@ -729,7 +729,7 @@ func TestUnpackNames(t *testing.T) {
 		add(&tar.Header{Typeflag: tar.TypeSymlink, Name: "\x80dir/ln\xc3", Linkname: "../" + nonUTF8, Format: tar.FormatGNU}, nil).
 		file("with space & $pecial\tchars", "s", 0o644).
 		file("ünïcødé", "u", 0o644)
-	dst, dirs := flatten(t, b.bytes())
+	dst, dirs := flattenTestLayers(t, b.bytes())
 	for _, root := range []string{dirs[0], dst} {
 		got := readTree(t, root)
 		for n, c := range map[string]string{long: "long", deep: "deep", nonUTF8: "latin1", "\x80dir/ln\xc3": "../" + nonUTF8,
@@ -768,7 +768,7 @@ func TestUnpackSymlinksAsWritten(t *testing.T) {
 	// An in-root relative symlink may be traversed by a later entry.
 	b.dir("real/", 0o755).symlink("alias", "real").file("alias/through", "t", 0o644).
 		symlink("d/up", "../real").file("d/up/through2", "t2", 0o644)
-	dst, dirs := flatten(t, b.bytes())
+	dst, dirs := flattenTestLayers(t, b.bytes())
 	for _, root := range []string{dirs[0], dst} {
 		for n, tg := range targets {
 			got, err := os.Readlink(filepath.Join(root, n))
@@ -794,7 +794,7 @@ func TestUnpackXattrs(t *testing.T) {
 		add(&tar.Header{Typeflag: tar.TypeDir, Name: "d/", Mode: 0o755, PAXRecords: map[string]string{
 			"SCHILY.xattr.user.overlay.redirect": "/etc",
 		}}, nil)
-	dir, _, logs := apply(t, b.bytes())
+	dir, _, logs := applyTestLayer(t, b.bytes())
 	buf := make([]byte, 64)
 	n, err := unix.Lgetxattr(filepath.Join(dir, "f"), "user.test", buf)
 	if err != nil || string(buf[:n]) != "value" {
@@ -836,12 +836,12 @@ func TestUnpackDrainsReader(t *testing.T) {
 }
 
 func TestUnpackRootEntryAndMissingParents(t *testing.T) {
-	dir, st, _ := apply(t, newLayer(t).
+	dir, st, _ := applyTestLayer(t, newLayer(t).
 		add(&tar.Header{Typeflag: tar.TypeDir, Name: "./", Mode: 0o751, ModTime: testMtime}, nil).
 		file("./x/y/z", "z", 0o644). // parents not in the tar
 		file("x//y/./w", "w", 0o644).
 		bytes())
-	if m := lstat(t, dir).Mode & 0o7777; m != 0o751 {
+	if m := lstatT(t, dir).Mode & 0o7777; m != 0o751 {
 		t.Errorf("root mode %o", m)
 	}
 	tree := readTree(t, dir)
