@@ -470,3 +470,16 @@ func setNamespace(s *specs.Spec, t specs.LinuxNamespaceType, present bool) {
 		s.Linux.Namespaces = slices.Delete(s.Linux.Namespaces, i, i+1)
 	}
 }
+
+// WithInheritedUserNamespace leaves the user namespace out of the spec:
+// the runtime already runs as root of the sandbox's user namespace (slopbox
+// sets it up itself, with the subordinate range), and the container shares
+// it. Container root is still not host root.
+func WithInheritedUserNamespace() Opt {
+	return func(s *specs.Spec) error {
+		ensureLinux(s)
+		setNamespace(s, specs.UserNamespace, false)
+		s.Linux.UIDMappings, s.Linux.GIDMappings = nil, nil
+		return nil
+	}
+}

@@ -1,0 +1,405 @@
+// slopbox's container init: PID 1 of every sandbox.
+//
+// It runs as a constructor, before the Go runtime starts, when the process
+// was exec'd by libcontainer with _SLOPBOX_AGENT=1 in its environment, so a
+// sandbox costs one small C process and no Go runtime (no per-sandbox
+// daemon or shim). It
+//   - reaps every orphan (it is the pid namespace's init);
+//   - accepts exec requests on the listening unix socket it inherits as
+//     fd 3. The socket lives in the host's per-user state directory and is
+//     not reachable from inside the container. Each request carries argv,
+//     env, cwd, uid/gid/groups and the three stdio fds (SCM_RIGHTS); the
+//     agent forks, puts the child in a new session, switches user and execs.
+//     Children inherit PID 1's seccomp filter, no_new_privs and bounded
+//     capabilities, which libcontainer set up.
+//   - kills an exec's whole session on request, or when the requesting
+//     connection goes away (the slopbox process died), so no command
+//     outlives its caller's interest.
+//
+// Wire format (host byte order; see protocol.go):
+//   request  := u32 length, then `length` bytes:
+//               struct agent_req, groups[ngroups] (u32), cwd (len_cwd bytes),
+//               argv (argc NUL-terminated), env (envc NUL-terminated)
+//               with 3 fds attached to the first byte: stdin, stdout, stderr
+//   control  := u32 length == 8, u32 op (OP_KILL), i32 signal
+//   reply    := struct agent_reply
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define AGENT_MAGIC 0x534c4f50u /* "SLOP" */
+#define OP_EXEC 1u
+#define OP_KILL 2u
+#define REPLY_STARTED 1u
+#define REPLY_FAILED 2u
+#define REPLY_EXITED 3u
+#define MAX_CONNS 256
+#define MAX_REQ (64u << 20)
+#define LISTEN_FD 3
+
+struct agent_req {
+	uint32_t magic, op, uid, gid, ngroups, argc, envc, len_cwd;
+};
+
+struct agent_reply {
+	uint32_t type;
+	int32_t value;
+};
+
+struct conn {
+	int fd;
+	pid_t pid; /* exec leader (and session id), 0 if none */
+	int done;  /* leader reaped */
+};
+
+static struct conn conns[MAX_CONNS];
+static int nconns;
+
+static int read_full(int fd, void *buf, size_t n) {
+	char *p = buf;
+	while (n > 0) {
+		ssize_t r = read(fd, p, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static void reply(int fd, uint32_t type, int32_t value) {
+	struct agent_reply r = {type, value};
+	ssize_t w;
+	do
+		w = send(fd, &r, sizeof r, MSG_NOSIGNAL);
+	while (w < 0 && errno == EINTR);
+}
+
+/* kill_session sends sig to every process of session sid: the exec's
+ * process group first, then a /proc scan catches members that changed
+ * group but not session. */
+static void kill_session(pid_t sid, int sig) {
+	if (sid <= 1)
+		return;
+	kill(-sid, sig);
+	DIR *d = opendir("/proc");
+	if (!d)
+		return;
+	struct dirent *e;
+	char path[64], buf[512];
+	while ((e = readdir(d)) != NULL) {
+		char *end;
+		long pid = strtol(e->d_name, &end, 10);
+		if (*end || pid <= 1)
+			continue;
+		snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		ssize_t n = read(fd, buf, sizeof buf - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = 0;
+		/* fields after the last ')': state ppid pgrp session */
+		char *p = strrchr(buf, ')');
+		long ppid, pgrp, session;
+		char state;
+		if (!p || sscanf(p + 1, " %c %ld %ld %ld", &state, &ppid, &pgrp, &session) != 4)
+			continue;
+		if (session == sid)
+			kill((pid_t)pid, sig);
+	}
+	closedir(d);
+}
+
+static void drop_conn(int i) {
+	if (conns[i].pid > 0 && !conns[i].done)
+		kill_session(conns[i].pid, SIGKILL);
+	close(conns[i].fd);
+	conns[i] = conns[--nconns];
+}
+
+/* child_exec runs in the forked child and never returns. */
+static void child_exec(int status_fd, int fds[3], struct agent_req *rq, uint32_t *groups,
+		       char *cwd, char **argv, char **envp) {
+	sigset_t all;
+	sigemptyset(&all);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	for (int s = 1; s < NSIG; s++)
+		signal(s, SIG_DFL);
+	setsid();
+	for (int i = 0; i < 3; i++) {
+		if (fds[i] < 0) {
+			int n = open("/dev/null", O_RDWR);
+			if (n >= 0 && n != i) {
+				dup2(n, i);
+				close(n);
+			}
+		} else if (fds[i] != i) {
+			/* fds were moved above 3 before fork, so this never clobbers */
+			dup2(fds[i], i);
+		} else {
+			fcntl(i, F_SETFD, 0);
+		}
+	}
+	/* Every other fd of the agent is close-on-exec, so nothing leaks. */
+	int err = 0;
+	if (setgroups(rq->ngroups, (gid_t *)groups) < 0 && rq->ngroups > 0)
+		err = errno;
+	if (!err && setgid(rq->gid) < 0)
+		err = errno;
+	if (!err && setuid(rq->uid) < 0)
+		err = errno;
+	if (!err && rq->len_cwd > 0 && chdir(cwd) < 0)
+		err = errno | (1 << 16); /* mark: failure was the working directory */
+	if (!err) {
+		environ = envp;
+		execvp(argv[0], argv);
+		err = errno;
+	}
+	int32_t v = err;
+	ssize_t w = write(status_fd, &v, sizeof v);
+	(void)w;
+	_exit(127);
+}
+
+static int dup_high(int fd) {
+	if (fd < 0)
+		return fd;
+	int n = fcntl(fd, F_DUPFD_CLOEXEC, 64);
+	close(fd);
+	return n;
+}
+
+static void handle_exec(int i, char *buf, uint32_t len, int fds[3]) {
+	struct agent_req *rq = (struct agent_req *)buf;
+	size_t off = sizeof *rq;
+	if (len < off || rq->magic != AGENT_MAGIC || rq->argc == 0 || rq->argc > (1u << 20) ||
+	    rq->envc > (1u << 20) || rq->ngroups > 65536 ||
+	    (uint64_t)off + 4ull * rq->ngroups + rq->len_cwd > len) {
+		reply(conns[i].fd, REPLY_FAILED, EINVAL);
+		return;
+	}
+	uint32_t *groups = (uint32_t *)(buf + off);
+	off += 4u * rq->ngroups;
+	char *cwd = buf + off;
+	off += rq->len_cwd;
+	char **argv = calloc(rq->argc + 1, sizeof(char *));
+	char **envp = calloc(rq->envc + 1, sizeof(char *));
+	if (!argv || !envp) {
+		free(argv);
+		free(envp);
+		reply(conns[i].fd, REPLY_FAILED, ENOMEM);
+		return;
+	}
+	char *p = buf + off, *end = buf + len;
+	for (uint32_t k = 0; k < rq->argc + rq->envc; k++) {
+		char *z = memchr(p, 0, (size_t)(end - p));
+		if (!z) {
+			free(argv);
+			free(envp);
+			reply(conns[i].fd, REPLY_FAILED, EINVAL);
+			return;
+		}
+		if (k < rq->argc)
+			argv[k] = p;
+		else
+			envp[k - rq->argc] = p;
+		p = z + 1;
+	}
+	/* cwd is not NUL-terminated on the wire: copy it */
+	char cwdbuf[4096] = {0};
+	if (rq->len_cwd >= sizeof cwdbuf) {
+		free(argv);
+		free(envp);
+		reply(conns[i].fd, REPLY_FAILED, ENAMETOOLONG);
+		return;
+	}
+	memcpy(cwdbuf, cwd, rq->len_cwd);
+
+	int sp[2];
+	if (pipe2(sp, O_CLOEXEC) < 0) {
+		free(argv);
+		free(envp);
+		reply(conns[i].fd, REPLY_FAILED, errno);
+		return;
+	}
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(sp[0]);
+		child_exec(sp[1], fds, rq, groups, cwdbuf, argv, envp);
+	}
+	int fork_errno = errno;
+	close(sp[1]);
+	free(argv);
+	free(envp);
+	if (pid < 0) {
+		close(sp[0]);
+		reply(conns[i].fd, REPLY_FAILED, fork_errno);
+		return;
+	}
+	int32_t child_err = 0;
+	ssize_t n;
+	do
+		n = read(sp[0], &child_err, sizeof child_err);
+	while (n < 0 && errno == EINTR);
+	close(sp[0]);
+	if (n == (ssize_t)sizeof child_err) {
+		/* exec failed: the child exits 127; reap it here */
+		waitpid(pid, NULL, 0);
+		reply(conns[i].fd, REPLY_FAILED, child_err);
+		return;
+	}
+	conns[i].pid = pid;
+	conns[i].done = 0;
+	reply(conns[i].fd, REPLY_STARTED, pid);
+}
+
+/* handle_conn reads one message; returns -1 when the connection must go. */
+static int handle_conn(int i) {
+	int fd = conns[i].fd;
+	uint32_t len;
+	int fds[3] = {-1, -1, -1};
+	char cbuf[CMSG_SPACE(3 * sizeof(int))];
+	struct iovec iov = {&len, sizeof len};
+	struct msghdr msg = {0};
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = cbuf;
+	msg.msg_controllen = sizeof cbuf;
+	ssize_t r;
+	do
+		r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+	while (r < 0 && errno == EINTR);
+	if (r != sizeof len)
+		return -1;
+	int nfds = 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+			int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			int *in = (int *)CMSG_DATA(c);
+			for (int j = 0; j < k; j++) {
+				if (nfds < 3)
+					fds[nfds++] = dup_high(in[j]);
+				else
+					close(in[j]);
+			}
+		}
+	}
+	int ret = 0;
+	if (len < 8 || len > MAX_REQ) {
+		ret = -1;
+		goto out;
+	}
+	char *buf = malloc(len);
+	if (!buf || read_full(fd, buf, len) < 0) {
+		free(buf);
+		ret = -1;
+		goto out;
+	}
+	uint32_t op = ((uint32_t *)buf)[1];
+	if (((uint32_t *)buf)[0] == AGENT_MAGIC && op == OP_KILL && len >= 12) {
+		int sig = ((int32_t *)buf)[2];
+		if (conns[i].pid > 0 && !conns[i].done)
+			kill_session(conns[i].pid, sig);
+	} else if (((uint32_t *)buf)[0] == AGENT_MAGIC && op == OP_EXEC && conns[i].pid == 0 && nfds == 3) {
+		handle_exec(i, buf, len, fds);
+	} else {
+		reply(fd, REPLY_FAILED, EINVAL);
+	}
+	free(buf);
+out:
+	for (int j = 0; j < 3; j++)
+		if (fds[j] >= 0)
+			close(fds[j]);
+	return ret;
+}
+
+static void reap(void) {
+	int status;
+	pid_t pid;
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		for (int i = 0; i < nconns; i++) {
+			if (conns[i].pid == pid && !conns[i].done) {
+				conns[i].done = 1;
+				reply(conns[i].fd, REPLY_EXITED, status);
+			}
+		}
+	}
+}
+
+static void agent_main(void) {
+	unsetenv("_SLOPBOX_AGENT");
+	prctl(PR_SET_NAME, "slopbox-init");
+	/* Not dumpable: container processes cannot ptrace PID 1 or take its
+	 * listening socket through /proc/1/fd. */
+	prctl(PR_SET_DUMPABLE, 0);
+	sigset_t mask;
+	sigfillset(&mask);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sfd < 0)
+		_exit(121);
+	fcntl(LISTEN_FD, F_SETFD, FD_CLOEXEC);
+	for (;;) {
+		struct pollfd pfd[MAX_CONNS + 2];
+		pfd[0] = (struct pollfd){.fd = sfd, .events = POLLIN};
+		pfd[1] = (struct pollfd){.fd = LISTEN_FD, .events = nconns < MAX_CONNS ? POLLIN : 0};
+		for (int i = 0; i < nconns; i++)
+			pfd[2 + i] = (struct pollfd){.fd = conns[i].fd, .events = POLLIN};
+		int n = poll(pfd, (nfds_t)(2 + nconns), -1);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			_exit(122);
+		}
+		if (pfd[0].revents & POLLIN) {
+			struct signalfd_siginfo si;
+			while (read(sfd, &si, sizeof si) == sizeof si)
+				;
+			reap();
+		}
+		/* Walk connections from the end: drop_conn moves the last one. */
+		for (int i = nconns - 1; i >= 0; i--) {
+			short ev = pfd[2 + i].revents;
+			if (!ev)
+				continue;
+			if ((ev & POLLIN) && handle_conn(i) == 0)
+				continue;
+			if (ev & (POLLIN | POLLHUP | POLLERR | POLLNVAL))
+				drop_conn(i);
+		}
+		if (pfd[1].revents & POLLIN) {
+			int c = accept4(LISTEN_FD, NULL, NULL, SOCK_CLOEXEC);
+			if (c >= 0)
+				conns[nconns++] = (struct conn){.fd = c};
+		}
+		reap();
+	}
+}
+
+__attribute__((constructor)) static void slopbox_agent(void) {
+	const char *v = getenv("_SLOPBOX_AGENT");
+	if (v && strcmp(v, "1") == 0)
+		agent_main();
+}

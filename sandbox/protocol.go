@@ -1,0 +1,146 @@
+package sandbox
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+)
+
+// Wire constants shared with agent.c.
+const (
+	agentMagic    = 0x534c4f50
+	opExec        = 1
+	opKill        = 2
+	replyStarted  = 1
+	replyFailed   = 2
+	replyExited   = 3
+	cwdFailedFlag = 1 << 16
+)
+
+// execRequest is one command for PID 1.
+type execRequest struct {
+	argv   []string
+	env    []string
+	cwd    string
+	uid    uint32
+	gid    uint32
+	groups []uint32
+}
+
+func (r *execRequest) encode() []byte {
+	var b bytes.Buffer
+	hdr := []uint32{agentMagic, opExec, r.uid, r.gid, uint32(len(r.groups)), uint32(len(r.argv)), uint32(len(r.env)), uint32(len(r.cwd))}
+	b.Write(make([]byte, 4)) // length, filled in below
+	binary.Write(&b, binary.NativeEndian, hdr)
+	binary.Write(&b, binary.NativeEndian, r.groups)
+	b.WriteString(r.cwd)
+	for _, s := range r.argv {
+		b.WriteString(s)
+		b.WriteByte(0)
+	}
+	for _, s := range r.env {
+		b.WriteString(s)
+		b.WriteByte(0)
+	}
+	out := b.Bytes()
+	binary.NativeEndian.PutUint32(out, uint32(len(out)-4))
+	return out
+}
+
+// agentConn is one exec's connection to a sandbox's PID 1.
+type agentConn struct {
+	c *net.UnixConn
+}
+
+// errAgentGone is wrapped when PID 1 cannot be reached: the sandbox stopped.
+var errAgentGone = errors.New("sandbox is not running")
+
+func dialAgent(sock string) (*agentConn, error) {
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("%w (%v)", errAgentGone, err)
+	}
+	return &agentConn{c: c}, nil
+}
+
+// start sends req with the three stdio files and waits for PID 1's answer:
+// the pid of the started command, or the errno of a failed exec.
+func (a *agentConn) start(req *execRequest, stdin, stdout, stderr *os.File) (pid int, execErr error, err error) {
+	msg := req.encode()
+	rights := syscall.UnixRights(int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()))
+	n, _, err := a.c.WriteMsgUnix(msg, rights, nil)
+	if err != nil {
+		return 0, nil, fmt.Errorf("send exec request: %w", err)
+	}
+	if n < len(msg) {
+		if _, err := a.c.Write(msg[n:]); err != nil {
+			return 0, nil, fmt.Errorf("send exec request: %w", err)
+		}
+	}
+	typ, val, err := a.reply(30 * time.Second)
+	if err != nil {
+		return 0, nil, err
+	}
+	switch typ {
+	case replyStarted:
+		return int(val), nil, nil
+	case replyFailed:
+		return 0, execFailure(req, val), nil
+	}
+	return 0, nil, fmt.Errorf("unexpected reply %d from the sandbox init", typ)
+}
+
+// reply reads one reply; timeout bounds the wait (0: none).
+func (a *agentConn) reply(timeout time.Duration) (uint32, int32, error) {
+	var buf [8]byte
+	if timeout > 0 {
+		a.c.SetReadDeadline(time.Now().Add(timeout))
+		defer a.c.SetReadDeadline(time.Time{})
+	}
+	if _, err := io.ReadFull(a.c, buf[:]); err != nil {
+		return 0, 0, fmt.Errorf("%w: %v", errAgentGone, err)
+	}
+	return binary.NativeEndian.Uint32(buf[:4]), int32(binary.NativeEndian.Uint32(buf[4:])), nil
+}
+
+// kill asks PID 1 to send sig to the command's whole session.
+func (a *agentConn) kill(sig syscall.Signal) error {
+	msg := make([]byte, 16)
+	binary.NativeEndian.PutUint32(msg[0:], 12)
+	binary.NativeEndian.PutUint32(msg[4:], agentMagic)
+	binary.NativeEndian.PutUint32(msg[8:], opKill)
+	binary.NativeEndian.PutUint32(msg[12:], uint32(sig))
+	_, err := a.c.Write(msg)
+	return err
+}
+
+func (a *agentConn) close() { a.c.Close() }
+
+// execError is a command that could not be started inside the sandbox.
+type execError struct {
+	code int // 126 or 127, as docker and shells use
+	msg  string
+	cwd  bool
+}
+
+func (e *execError) Error() string { return e.msg }
+
+func execFailure(req *execRequest, v int32) *execError {
+	errno := syscall.Errno(v &^ cwdFailedFlag)
+	if v&cwdFailedFlag != 0 {
+		return &execError{code: 126, cwd: true, msg: fmt.Sprintf("chdir to %q failed: %v", req.cwd, errno)}
+	}
+	switch errno {
+	case syscall.ENOENT:
+		return &execError{code: 127, msg: fmt.Sprintf("exec: %q: executable file not found in $PATH", req.argv[0])}
+	case syscall.EACCES, syscall.ENOEXEC, syscall.EISDIR, syscall.EPERM:
+		return &execError{code: 126, msg: fmt.Sprintf("exec: %q: %v", req.argv[0], errno)}
+	}
+	return &execError{code: 126, msg: fmt.Sprintf("exec %q: %v", req.argv[0], errno)}
+}

@@ -1,0 +1,586 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/internal/reexec"
+	"github.com/slopbox/slopbox/internal/userns"
+)
+
+// Name is the backend's registry name.
+const Name = "sandbox"
+
+func init() {
+	backend.Register(Name, func() (backend.Backend, error) { return New(image.DefaultRoot()) })
+}
+
+// Backend creates and finds sandboxes. Its state lives beside the image
+// store, under <root>/c/<id>/.
+type Backend struct {
+	root  string
+	store *image.Store
+	state stateRoot
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New opens the backend over the store at root (image.DefaultRoot() for the
+// user's default).
+func New(root string, opts ...image.Option) (*Backend, error) {
+	s, err := image.Open(root, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{root: root, store: s, state: stateRoot{dir: filepath.Join(root, "c")}}, nil
+}
+
+// Name returns "sandbox".
+func (*Backend) Name() string { return Name }
+
+// Store is the image store sandboxes are created from.
+func (b *Backend) Store() *image.Store { return b.store }
+
+// SpawnCommand is Spawn that also records the command a docker-style `run`
+// started, for `ps`.
+func (b *Backend) SpawnCommand(ctx context.Context, spec backend.SpawnSpec, command []string) (*Sandbox, error) {
+	return b.spawn(ctx, spec, command)
+}
+
+// Open returns the sandbox named ref (name, id or id prefix), which may have
+// been created by another process.
+func (b *Backend) Open(ref string) (*Sandbox, error) {
+	rec, err := b.state.find(ref)
+	if err != nil {
+		return nil, err
+	}
+	return b.sandbox(rec), nil
+}
+
+func (b *Backend) sandbox(rec *record) *Sandbox {
+	return &Sandbox{b: b, rec: rec, dir: b.state.sandboxDir(rec.ID)}
+}
+
+// Info describes a sandbox for `ps` and `inspect`.
+type Info struct {
+	ID         string            `json:"Id"`
+	Name       string            `json:"Name"`
+	Image      string            `json:"Image"`
+	ImageID    string            `json:"ImageId"`
+	Command    []string          `json:"Command,omitempty"`
+	Created    time.Time         `json:"Created"`
+	Running    bool              `json:"Running"`
+	Pid        int               `json:"Pid"`
+	LastExec   time.Time         `json:"LastExec"`
+	Workspace  string            `json:"Workspace,omitempty"`
+	Workdir    string            `json:"Workdir"`
+	User       string            `json:"User"`
+	Network    string            `json:"Network"`
+	Limits     backend.Limits    `json:"Limits"`
+	Unenforced []string          `json:"UnenforcedLimits,omitempty"`
+	Labels     map[string]string `json:"Labels,omitempty"`
+	StateDir   string            `json:"StateDir"`
+}
+
+func (b *Backend) info(rec *record) Info {
+	dir := b.state.sandboxDir(rec.ID)
+	last := rec.Created
+	if fi, err := os.Stat(filepath.Join(dir, socketFile)); err == nil && fi.ModTime().After(last) {
+		last = fi.ModTime()
+	}
+	return Info{
+		ID: rec.ID, Name: rec.Name, Image: rec.Image, ImageID: rec.ImageID, Command: rec.Command,
+		Created: rec.Created, Running: rec.Pid > 0 && rec.alive(), Pid: rec.Pid, LastExec: last,
+		Workspace: rec.Workspace, Workdir: rec.Workdir, User: fmt.Sprintf("%d:%d", rec.User.UID, rec.User.GID),
+		Network: rec.Network, Limits: rec.Limits, Unenforced: rec.Unenforced, Labels: rec.Labels, StateDir: dir,
+	}
+}
+
+// List returns every sandbox of this user, oldest first.
+func (b *Backend) List() ([]Info, error) {
+	recs, _, err := b.state.list()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Info, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, b.info(r))
+	}
+	return out, nil
+}
+
+// Prune removes every sandbox whose init is gone (crashed, killed, or left
+// by a slopbox process that was killed) and half-created state; with all,
+// running ones too. It returns the removed ids.
+func (b *Backend) Prune(all bool) ([]string, error) {
+	recs, partial, err := b.state.list()
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, r := range recs {
+		if r.Pid > 0 && r.alive() && !all {
+			continue
+		}
+		if err := b.destroy(r); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, r.ID)
+	}
+	for _, id := range partial {
+		// A create in progress holds the create lock until its state file
+		// exists, so a directory without one is abandoned.
+		if err := b.destroy(&record{ID: id}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, id)
+	}
+	sort.Strings(removed)
+	return removed, errors.Join(errs...)
+}
+
+// destroy kills PID 1, removes the cgroup and the state directory.
+func (b *Backend) destroy(rec *record) error {
+	var errs []error
+	if rec.Pid > 0 {
+		if err := rec.killInit(5 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if m, err := cgroupManager(rec); err != nil {
+		errs = append(errs, err)
+	} else if m != nil {
+		if err := m.Destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
+		}
+	}
+	if err := b.removeDir(b.state.sandboxDir(rec.ID)); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+const removeHelper = "sandbox-rm"
+
+// removeDir deletes a sandbox directory. Its upper layer holds files of the
+// subordinate ids, which only root of the user namespace may delete.
+func (b *Backend) removeDir(dir string) error {
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if os.Geteuid() == 0 || userns.Inside() {
+		return os.RemoveAll(dir)
+	}
+	cmd := userns.Command(nil)
+	cmd.Env = append(cmd.Env, reexec.Env+"="+removeHelper, "_SLOPBOX_RM="+dir)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := userns.Start(cmd, b.store.Mapping()); err != nil {
+		return err
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("remove %s: %v: %s", dir, err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+func removeMain() int {
+	if err := os.RemoveAll(os.Getenv("_SLOPBOX_RM")); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	return 0
+}
+
+// Sandbox is one sandbox. Its methods are safe for concurrent use; one
+// command runs at a time per Sandbox value.
+type Sandbox struct {
+	b   *Backend
+	rec *record
+	dir string
+
+	mu      sync.Mutex
+	closed  bool
+	running *proc
+	last    *int
+}
+
+var _ backend.Sandbox = (*Sandbox)(nil)
+
+// ID returns the sandbox id.
+func (s *Sandbox) ID() string { return s.rec.ID }
+
+// Name returns the sandbox name.
+func (s *Sandbox) Name() string { return s.rec.Name }
+
+// Workdir is where the workspace appears inside.
+func (s *Sandbox) Workdir() string { return s.rec.Workdir }
+
+// Info describes the sandbox.
+func (s *Sandbox) Info() Info { return s.b.info(s.rec) }
+
+// Unenforced lists the limits this host could not enforce.
+func (s *Sandbox) Unenforced() []string { return s.rec.Unenforced }
+
+// MarshalJSON lets `inspect` print a sandbox.
+func (s *Sandbox) MarshalJSON() ([]byte, error) { return json.Marshal(s.Info()) }
+
+// proc is one running command.
+type proc struct {
+	conn     *agentConn
+	exited   chan struct{}
+	killCh   chan struct{}
+	killOnce sync.Once
+	status   syscall.WaitStatus
+	lost     bool // the connection to PID 1 broke before the exit status came
+	failed   *backend.Result
+	p        *backend.Proc
+	oomBase  uint64
+}
+
+func (p *proc) kill() { p.killOnce.Do(func() { close(p.killCh) }) }
+
+func (p *proc) exitCode() int {
+	switch {
+	case p.lost:
+		return backend.ExitSignalBase + int(syscall.SIGKILL)
+	case p.status.Signaled():
+		return backend.ExitSignalBase + int(p.status.Signal())
+	}
+	return p.status.ExitStatus()
+}
+
+// start prepares and starts one command.
+func (s *Sandbox) start(ctx context.Context, req backend.ExecRequest) (*proc, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, backend.ErrClosed
+	}
+	if s.running != nil {
+		return nil, backend.ErrBusy
+	}
+	p, err := s.startLocked(req)
+	if err != nil {
+		return nil, err
+	}
+	s.running = p
+	return p, nil
+}
+
+func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
+	rec := s.rec
+	if len(req.Argv) == 0 && req.Shell == "" {
+		return nil, errors.New("exec: empty command (set Argv or Shell)")
+	}
+	who := rec.User
+	if req.User != "" {
+		var err error
+		if who, err = resolveUser(rec.Layers, req.User); err != nil {
+			return nil, fmt.Errorf("exec: %w", err)
+		}
+	}
+	cwd := rec.Cwd
+	if req.Cwd != "" {
+		cwd = req.Cwd
+		if !path.IsAbs(cwd) {
+			cwd = path.Join(rec.Workdir, cwd)
+		}
+	}
+	env := mergeEnv(rec.Env, req.Env)
+	setup := !rec.NoSetup && !req.NoSetup
+	var argv []string
+	switch {
+	case setup:
+		command := req.Shell
+		if len(req.Argv) > 0 {
+			command = backend.ShellQuote(req.Argv)
+		}
+		// The entry script's exact bytes run as `sh -c`, with $0 named
+		// after it: nothing is written into the workspace or the image.
+		argv = []string{"/bin/sh", "-c", string(backend.EntryScript(rec.Setup, command)), backend.EntryScriptName}
+	case len(req.Argv) > 0:
+		argv = req.Argv
+	default:
+		argv = []string{"/bin/sh", "-c", req.Shell}
+	}
+
+	conn, err := dialAgent(filepath.Join(s.dir, socketFile))
+	if err != nil {
+		if !rec.alive() {
+			return nil, fmt.Errorf("exec: sandbox %s is not running (its init has exited); remove it with `slopbox rm %s`", rec.Name, rec.Name)
+		}
+		return nil, fmt.Errorf("exec: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		conn.close()
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		conn.close()
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	var stdinR, stdinW *os.File
+	if req.Stdin != nil {
+		if stdinR, stdinW, err = os.Pipe(); err != nil {
+			conn.close()
+			outR.Close()
+			outW.Close()
+			errR.Close()
+			errW.Close()
+			return nil, err
+		}
+	} else if stdinR, err = os.Open(os.DevNull); err != nil {
+		conn.close()
+		return nil, err
+	}
+	p := &proc{conn: conn, exited: make(chan struct{}), killCh: make(chan struct{})}
+	if m, _ := cgroupManager(rec); m != nil {
+		p.oomBase, _ = m.OOMKillCount()
+	}
+	started := time.Now()
+	_, execErr, err := conn.start(&execRequest{argv: argv, env: env, cwd: cwd, uid: who.UID, gid: who.GID, groups: who.Groups}, stdinR, outW, errW)
+	stdinR.Close()
+	outW.Close()
+	errW.Close()
+	if err == nil && execErr != nil {
+		var ee *execError
+		if errors.As(execErr, &ee) && ee.cwd {
+			err = fmt.Errorf("exec: %w", execErr)
+		} else {
+			p.failed = backend.FailedResult(ee.code, ee.msg, rec.Unenforced)
+		}
+	}
+	if err != nil || p.failed != nil {
+		conn.close()
+		outR.Close()
+		errR.Close()
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		if err != nil {
+			return nil, err
+		}
+		close(p.exited)
+		return p, nil
+	}
+	touch(filepath.Join(s.dir, socketFile))
+	go func() {
+		// The exit status is the next reply; a broken connection means the
+		// sandbox itself went away.
+		typ, val, err := conn.reply(0)
+		if err != nil || typ != replyExited {
+			p.lost = true
+		} else {
+			p.status = syscall.WaitStatus(val)
+		}
+		close(p.exited)
+	}()
+	p.p = &backend.Proc{
+		Stdout: outR, Stderr: errR, StdinW: stdinW, Stdin: req.Stdin,
+		Setup: setup, Limit: req.OutputLimit, Timeout: req.Timeout, Started: started,
+		Exited: p.exited, KillReq: p.killCh,
+		KillTree:   func() { conn.kill(syscall.SIGKILL) },
+		ExitCode:   p.exitCode,
+		Unenforced: rec.Unenforced,
+	}
+	return p, nil
+}
+
+func touch(p string) {
+	now := time.Now()
+	os.Chtimes(p, now, now)
+}
+
+// mergeEnv layers per-exec env over the sandbox's, as a sorted KEY=VALUE list.
+func mergeEnv(base, over map[string]string) []string {
+	m := make(map[string]string, len(base)+len(over))
+	for k, v := range base {
+		m[k] = v
+	}
+	for k, v := range over {
+		m[k] = v
+	}
+	if _, ok := m["PATH"]; !ok {
+		m["PATH"] = strings.TrimPrefix(backend.DefaultPath, "PATH=")
+	}
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// wait collects the command's result.
+func (s *Sandbox) wait(ctx context.Context, p *proc, buffered bool, emit func(backend.EventKind, string)) *backend.Result {
+	if p.failed != nil {
+		if emit != nil && p.failed.Stderr != "" {
+			emit(backend.EventStderr, p.failed.Stderr)
+		}
+		res := *p.failed
+		return &res
+	}
+	res := backend.Collect(ctx, p.p, buffered, emit)
+	p.conn.close()
+	if m, _ := cgroupManager(s.rec); m != nil {
+		if n, err := m.OOMKillCount(); err == nil && n > p.oomBase {
+			res.OOMKilled = true
+		}
+	}
+	touch(filepath.Join(s.dir, socketFile))
+	return res
+}
+
+func (s *Sandbox) finish(p *proc, res *backend.Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	code := res.ExitCode
+	s.last = &code
+	if s.running == p {
+		s.running = nil
+	}
+}
+
+// Exec runs one command to completion. A command that cannot be found or
+// executed gives exit code 127 or 126 in the Result, not an error. When ctx
+// is cancelled the command is killed and the partial Result is returned
+// with the context's error.
+func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (*backend.Result, error) {
+	p, err := s.start(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	res := s.wait(ctx, p, true, nil)
+	s.finish(p, res)
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("exec: %w", err)
+	}
+	return res, nil
+}
+
+// Stream runs one command and sends output chunks as they are read, then
+// one finished event. The caller must drain the channel or cancel ctx.
+func (s *Sandbox) Stream(ctx context.Context, req backend.ExecRequest) (<-chan backend.Event, error) {
+	if req.Stdin != nil {
+		return nil, backend.ErrStdinInStream
+	}
+	p, err := s.start(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan backend.Event, 16)
+	send := func(ev backend.Event) {
+		select {
+		case ch <- ev:
+		case <-ctx.Done():
+		}
+	}
+	go func() {
+		defer close(ch)
+		res := s.wait(ctx, p, false, func(kind backend.EventKind, text string) {
+			send(backend.Event{Kind: kind, Data: text})
+		})
+		s.finish(p, res)
+		send(backend.Event{Kind: backend.EventFinished, Result: res})
+	}()
+	return ch, nil
+}
+
+// Poll reports whether a command of this Sandbox value runs, else the last
+// exit code (nil before the first command).
+func (s *Sandbox) Poll() (bool, *int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last == nil {
+		return s.running != nil, nil
+	}
+	code := *s.last
+	return s.running != nil, &code
+}
+
+// Kill stops the running command's whole session and waits (bounded) until
+// its main process is gone.
+func (s *Sandbox) Kill() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return backend.ErrClosed
+	}
+	p := s.running
+	s.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	p.kill()
+	select {
+	case <-p.exited:
+	case <-time.After(backend.ReapMax):
+	}
+	return nil
+}
+
+// Cleanup kills everything in the sandbox and removes its state, cgroup and
+// root filesystem, unless the sandbox was spawned with Keep (then it stays
+// for inspection; `slopbox rm` removes it). It is idempotent.
+func (s *Sandbox) Cleanup() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	p := s.running
+	s.mu.Unlock()
+	if p != nil {
+		p.kill()
+		select {
+		case <-p.exited:
+		case <-time.After(backend.ReapMax):
+		}
+	}
+	if s.rec.Keep {
+		return nil
+	}
+	return s.Remove()
+}
+
+// Remove kills and removes the sandbox regardless of Keep.
+func (s *Sandbox) Remove() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	if err := s.b.destroy(s.rec); err != nil {
+		return fmt.Errorf("remove sandbox %s: %w", s.rec.Name, err)
+	}
+	return nil
+}
+
+// Running reports whether the sandbox's init still runs.
+func (s *Sandbox) Running() bool { return s.rec.alive() }
+
+// Stop kills the sandbox's init (and so every process in it) but keeps its
+// state, like `docker stop`.
+func (s *Sandbox) Stop() error { return s.rec.killInit(5 * time.Second) }

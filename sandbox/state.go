@@ -1,0 +1,222 @@
+package sandbox
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/slopbox/slopbox/backend"
+)
+
+// Sentinel errors, checked with errors.Is.
+var (
+	ErrNotFound  = errors.New("no such sandbox")
+	ErrNameInUse = errors.New("sandbox name is already in use")
+)
+
+// record is a sandbox's state on disk (state.json), shared by every slopbox
+// process of the user.
+type record struct {
+	ID         string            `json:"id"`
+	Name       string            `json:"name"`
+	Image      string            `json:"image"`
+	ImageID    string            `json:"image_id"`
+	Created    time.Time         `json:"created"`
+	Pid        int               `json:"pid"`
+	PidStart   uint64            `json:"pid_start"`
+	Workspace  string            `json:"workspace,omitempty"`
+	Workdir    string            `json:"workdir"`
+	Cwd        string            `json:"cwd"`
+	User       identity          `json:"user"`
+	Layers     []string          `json:"layers"`
+	Env        map[string]string `json:"env"` // image < host (include_os_env) < spec < spawn
+	Setup      []string          `json:"setup,omitempty"`
+	NoSetup    bool              `json:"disable_setup,omitempty"`
+	Keep       bool              `json:"keep,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Network    string            `json:"network"`
+	Limits     backend.Limits    `json:"limits"`
+	Unenforced []string          `json:"unenforced,omitempty"`
+	Cgroups    map[string]string `json:"cgroups,omitempty"`
+	Command    []string          `json:"command,omitempty"` // the run command, for `ps`
+}
+
+// stateRoot holds one directory per sandbox: <root>/c/<id>/.
+type stateRoot struct{ dir string }
+
+func (r stateRoot) sandboxDir(id string) string { return filepath.Join(r.dir, id) }
+
+const (
+	stateFile  = "state.json"
+	socketFile = "agent.sock"
+)
+
+func newID() string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// lockNew serialises sandbox creation, so two creates cannot take one name.
+func (r stateRoot) lockNew() (*flock.Flock, error) {
+	if err := os.MkdirAll(r.dir, 0o711); err != nil {
+		return nil, err
+	}
+	l := flock.New(filepath.Join(r.dir, ".create.lock"))
+	if err := l.Lock(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (r stateRoot) write(rec *record) error {
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	dir := r.sandboxDir(rec.ID)
+	tmp, err := os.CreateTemp(dir, ".state-")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, stateFile))
+}
+
+func (r stateRoot) read(id string) (*record, error) {
+	b, err := os.ReadFile(filepath.Join(r.sandboxDir(id), stateFile))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		return nil, err
+	}
+	var rec record
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, fmt.Errorf("sandbox %s: corrupt state: %w", id, err)
+	}
+	return &rec, nil
+}
+
+// list returns every sandbox record, oldest first. Directories without a
+// state file (a create that died half-way) are returned as ids in partial.
+func (r stateRoot) list() (recs []*record, partial []string, err error) {
+	ents, err := os.ReadDir(r.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		rec, err := r.read(e.Name())
+		if err != nil {
+			partial = append(partial, e.Name())
+			continue
+		}
+		recs = append(recs, rec)
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Created.Before(recs[j].Created) })
+	return recs, partial, nil
+}
+
+// find resolves a name, a full id or a unique id prefix.
+func (r stateRoot) find(ref string) (*record, error) {
+	if ref == "" {
+		return nil, fmt.Errorf("%w: empty name", ErrNotFound)
+	}
+	if rec, err := r.read(ref); err == nil {
+		return rec, nil
+	}
+	recs, _, err := r.list()
+	if err != nil {
+		return nil, err
+	}
+	var match []*record
+	for _, rec := range recs {
+		if rec.Name == ref {
+			return rec, nil
+		}
+		if strings.HasPrefix(rec.ID, ref) {
+			match = append(match, rec)
+		}
+	}
+	switch len(match) {
+	case 1:
+		return match[0], nil
+	case 0:
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, ref)
+	}
+	return nil, fmt.Errorf("sandbox id prefix %q is ambiguous", ref)
+}
+
+// procStart returns the start time of pid (field 22 of /proc/pid/stat) and
+// whether it is a zombie; ok is false when the process does not exist.
+func procStart(pid int) (start uint64, zombie, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, false, false
+	}
+	start, _ = strconv.ParseUint(f[19], 10, 64)
+	return start, f[0] == "Z", true
+}
+
+// alive reports whether the sandbox's PID 1 still runs (not a zombie, and
+// the same process that was recorded, not a reused pid).
+func (rec *record) alive() bool {
+	start, zombie, ok := procStart(rec.Pid)
+	return ok && !zombie && start == rec.PidStart
+}
+
+// killInit kills the sandbox's PID 1 (and with it the pid namespace) and
+// waits, bounded, until it is gone.
+func (rec *record) killInit(wait time.Duration) error {
+	if !rec.alive() {
+		return nil
+	}
+	if err := syscall.Kill(rec.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill sandbox init %d: %w", rec.Pid, err)
+	}
+	deadline := time.Now().Add(wait)
+	for rec.alive() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sandbox init %d did not exit within %v", rec.Pid, wait)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
