@@ -183,6 +183,11 @@ func (b *Backend) removeDir(dir string) error {
 	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
+	if os.Geteuid() == 0 {
+		if err := unmountStale(dir); err != nil {
+			return err
+		}
+	}
 	if os.Geteuid() == 0 || userns.Inside() {
 		return os.RemoveAll(dir)
 	}

@@ -281,6 +281,19 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 	}
 	defer lnFile.Close()
 
+	if os.Geteuid() == 0 && rec.Workspace != "" {
+		for i, m := range mounts {
+			if m.Source == rec.Workspace && m.Destination == rec.Workdir {
+				target := filepath.Join(dir, "ws")
+				detach, err := idmapWorkspace(rec.Workspace, target, b.store.Mapping(), rec.User.UID, rec.User.GID)
+				if err != nil {
+					return fmt.Errorf("spawn: %w", err)
+				}
+				defer detach()
+				mounts[i].Source = target
+			}
+		}
+	}
 	initBin, err := b.initBinary()
 	if err != nil {
 		return fmt.Errorf("spawn: %w", err)
