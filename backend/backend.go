@@ -87,6 +87,9 @@ type SpawnSpec struct {
 	Workdir string
 	// NoWorkspaceMount leaves the workspace unmounted (mount_workspace: false).
 	NoWorkspaceMount bool
+	// Cwd is the default working directory of commands (default: Workdir
+	// when the workspace is mounted, else the image's WorkingDir, else /).
+	Cwd string
 	// Mounts are extra bind mounts, lowest precedence first (spec
 	// extra_mounts, then spawn mounts); merged by container path.
 	Mounts []Mount

@@ -45,6 +45,7 @@
 #define AGENT_MAGIC 0x534c4f50u /* "SLOP" */
 #define OP_EXEC 1u
 #define OP_KILL 2u
+#define FLAG_DETACH 1u /* keep running when the caller disconnects */
 #define REPLY_STARTED 1u
 #define REPLY_FAILED 2u
 #define REPLY_EXITED 3u
@@ -53,7 +54,7 @@
 #define LISTEN_FD 3
 
 struct agent_req {
-	uint32_t magic, op, uid, gid, ngroups, argc, envc, len_cwd;
+	uint32_t magic, op, flags, uid, gid, ngroups, argc, envc, len_cwd;
 };
 
 struct agent_reply {
@@ -63,8 +64,9 @@ struct agent_reply {
 
 struct conn {
 	int fd;
-	pid_t pid; /* exec leader (and session id), 0 if none */
-	int done;  /* leader reaped */
+	pid_t pid;    /* exec leader (and session id), 0 if none */
+	int done;     /* leader reaped */
+	int detached; /* leave the command running when the caller goes */
 };
 
 static struct conn conns[MAX_CONNS];
@@ -131,7 +133,7 @@ static void kill_session(pid_t sid, int sig) {
 }
 
 static void drop_conn(int i) {
-	if (conns[i].pid > 0 && !conns[i].done)
+	if (conns[i].pid > 0 && !conns[i].done && !conns[i].detached)
 		kill_session(conns[i].pid, SIGKILL);
 	close(conns[i].fd);
 	conns[i] = conns[--nconns];
@@ -270,6 +272,7 @@ static void handle_exec(int i, char *buf, uint32_t len, int fds[3]) {
 	}
 	conns[i].pid = pid;
 	conns[i].done = 0;
+	conns[i].detached = (rq->flags & FLAG_DETACH) != 0;
 	reply(conns[i].fd, REPLY_STARTED, pid);
 }
 

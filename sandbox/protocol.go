@@ -17,6 +17,7 @@ const (
 	agentMagic    = 0x534c4f50
 	opExec        = 1
 	opKill        = 2
+	flagDetach    = 1
 	replyStarted  = 1
 	replyFailed   = 2
 	replyExited   = 3
@@ -31,11 +32,16 @@ type execRequest struct {
 	uid    uint32
 	gid    uint32
 	groups []uint32
+	detach bool
 }
 
 func (r *execRequest) encode() []byte {
 	var b bytes.Buffer
-	hdr := []uint32{agentMagic, opExec, r.uid, r.gid, uint32(len(r.groups)), uint32(len(r.argv)), uint32(len(r.env)), uint32(len(r.cwd))}
+	var flags uint32
+	if r.detach {
+		flags |= flagDetach
+	}
+	hdr := []uint32{agentMagic, opExec, flags, r.uid, r.gid, uint32(len(r.groups)), uint32(len(r.argv)), uint32(len(r.env)), uint32(len(r.cwd))}
 	b.Write(make([]byte, 4)) // length, filled in below
 	binary.Write(&b, binary.NativeEndian, hdr)
 	binary.Write(&b, binary.NativeEndian, r.groups)

@@ -54,9 +54,15 @@ func (*Backend) Name() string { return Name }
 func (b *Backend) Store() *image.Store { return b.store }
 
 // SpawnCommand is Spawn that also records the command a docker-style `run`
-// started, for `ps`.
+// starts, for `ps`.
 func (b *Backend) SpawnCommand(ctx context.Context, spec backend.SpawnSpec, command []string) (*Sandbox, error) {
-	return b.spawn(ctx, spec, command)
+	return b.spawn(ctx, spec, command, false)
+}
+
+// Create records a sandbox without starting it (`docker create`); Start
+// starts it and runs command detached.
+func (b *Backend) Create(ctx context.Context, spec backend.SpawnSpec, command []string) (*Sandbox, error) {
+	return b.spawn(ctx, spec, command, true)
 }
 
 // Open returns the sandbox named ref (name, id or id prefix), which may have
@@ -291,16 +297,17 @@ func (s *Sandbox) start(ctx context.Context, req backend.ExecRequest) (*proc, er
 	return p, nil
 }
 
-func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
+// command resolves a request into what PID 1 runs; setup reports whether
+// the entry script wraps it.
+func (s *Sandbox) command(req backend.ExecRequest) (cmd *execRequest, setup bool, err error) {
 	rec := s.rec
 	if len(req.Argv) == 0 && req.Shell == "" {
-		return nil, errors.New("exec: empty command (set Argv or Shell)")
+		return nil, false, errors.New("exec: empty command (set Argv or Shell)")
 	}
 	who := rec.User
 	if req.User != "" {
-		var err error
 		if who, err = resolveUser(rec.Layers, req.User); err != nil {
-			return nil, fmt.Errorf("exec: %w", err)
+			return nil, false, fmt.Errorf("exec: %w", err)
 		}
 	}
 	cwd := rec.Cwd
@@ -310,8 +317,7 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 			cwd = path.Join(rec.Workdir, cwd)
 		}
 	}
-	env := mergeEnv(rec.Env, req.Env)
-	setup := !rec.NoSetup && !req.NoSetup
+	setup = !rec.NoSetup && !req.NoSetup
 	var argv []string
 	switch {
 	case setup:
@@ -327,13 +333,30 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 	default:
 		argv = []string{"/bin/sh", "-c", req.Shell}
 	}
+	return &execRequest{argv: argv, env: mergeEnv(rec.Env, req.Env), cwd: cwd, uid: who.UID, gid: who.GID, groups: who.Groups}, setup, nil
+}
 
+// dial connects to the sandbox's PID 1.
+func (s *Sandbox) dial() (*agentConn, error) {
 	conn, err := dialAgent(filepath.Join(s.dir, socketFile))
 	if err != nil {
-		if !rec.alive() {
-			return nil, fmt.Errorf("exec: sandbox %s is not running (its init has exited); remove it with `slopbox rm %s`", rec.Name, rec.Name)
+		if !s.rec.alive() {
+			return nil, fmt.Errorf("exec: sandbox %s is not running (start it with `slopbox start %s`, or remove it with `slopbox rm %s`)", s.rec.Name, s.rec.Name, s.rec.Name)
 		}
 		return nil, fmt.Errorf("exec: %w", err)
+	}
+	return conn, nil
+}
+
+func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
+	rec := s.rec
+	cmd, setup, err := s.command(req)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := s.dial()
+	if err != nil {
+		return nil, err
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -366,7 +389,7 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 		p.oomBase, _ = m.OOMKillCount()
 	}
 	started := time.Now()
-	_, execErr, err := conn.start(&execRequest{argv: argv, env: env, cwd: cwd, uid: who.UID, gid: who.GID, groups: who.Groups}, stdinR, outW, errW)
+	_, execErr, err := conn.start(cmd, stdinR, outW, errW)
 	stdinR.Close()
 	outW.Close()
 	errW.Close()
@@ -589,3 +612,92 @@ func (s *Sandbox) Running() bool { return s.rec.alive() }
 // Stop kills the sandbox's init (and so every process in it) but keeps its
 // state, like `docker stop`.
 func (s *Sandbox) Stop() error { return s.rec.killInit(5 * time.Second) }
+
+// Start starts a created or stopped sandbox (its files are kept) and runs
+// its recorded command, if any, detached.
+func (s *Sandbox) Start(ctx context.Context) error {
+	if s.rec.Pid > 0 && s.rec.alive() {
+		return nil
+	}
+	if err := s.b.start(ctx, s.rec); err != nil {
+		return err
+	}
+	if len(s.rec.Command) == 0 {
+		return nil
+	}
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	_, err = s.Attach(ctx, backend.ExecRequest{Argv: s.rec.Command, NoSetup: true}, devnull, devnull, devnull, true)
+	return err
+}
+
+// Attach runs a command with the caller's own files as its stdio: output
+// goes straight to them, byte for byte, as it is written (the CLI's exec and
+// run). There is no entry script. With detach it returns once the command
+// has started and leaves it running. Otherwise it returns the exit code;
+// ctx and req.Timeout kill the command's whole session.
+func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest, stdin, stdout, stderr *os.File, detach bool) (int, error) {
+	req.NoSetup = true
+	cmd, _, err := s.command(req)
+	if err != nil {
+		return 0, err
+	}
+	cmd.detach = detach
+	conn, err := s.dial()
+	if err != nil {
+		return 0, err
+	}
+	defer conn.close()
+	touch(filepath.Join(s.dir, socketFile))
+	_, execErr, err := conn.start(cmd, stdin, stdout, stderr)
+	if err != nil {
+		return 0, err
+	}
+	if execErr != nil {
+		var ee *execError
+		if errors.As(execErr, &ee) && !ee.cwd {
+			fmt.Fprintln(stderr, ee.msg)
+			return ee.code, nil
+		}
+		return 0, fmt.Errorf("exec: %w", execErr)
+	}
+	if detach {
+		return 0, nil
+	}
+	type reply struct {
+		typ uint32
+		val int32
+		err error
+	}
+	done := make(chan reply, 1)
+	go func() {
+		typ, val, err := conn.reply(0)
+		done <- reply{typ, val, err}
+	}()
+	var timeout <-chan time.Time
+	if req.Timeout > 0 {
+		t := time.NewTimer(req.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var r reply
+	select {
+	case r = <-done:
+	case <-timeout:
+	case <-ctx.Done():
+	}
+	if r.typ == 0 && r.err == nil {
+		conn.kill(syscall.SIGKILL)
+		select {
+		case r = <-done:
+		case <-time.After(backend.ReapMax):
+			return -1, errors.New("exec: the command did not exit after SIGKILL")
+		}
+	}
+	touch(filepath.Join(s.dir, socketFile))
+	p := &proc{lost: r.err != nil || r.typ != replyExited, status: syscall.WaitStatus(r.val)}
+	return p.exitCode(), nil
+}

@@ -61,11 +61,12 @@ type spawnResponse struct {
 // Spawn creates and starts a sandbox from spec. On any error nothing is
 // left behind: no process, no state directory.
 func (b *Backend) Spawn(ctx context.Context, spec backend.SpawnSpec) (backend.Sandbox, error) {
-	return b.spawn(ctx, spec, nil)
+	return b.spawn(ctx, spec, nil, false)
 }
 
-// spawn is Spawn; command, when set, is recorded for `ps`.
-func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []string) (*Sandbox, error) {
+// spawn is Spawn; command, when set, is recorded for `ps` and `start`. With
+// create the sandbox is only recorded, not started.
+func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []string, create bool) (*Sandbox, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -116,6 +117,9 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 			cwd = "/"
 		}
 	}
+	if spec.Cwd != "" {
+		cwd = spec.Cwd
+	}
 	network := spec.Network
 	if network == "" {
 		network = backend.NetworkNone
@@ -151,6 +155,13 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	}
 	if rec.Name == "" {
 		rec.Name = "slopbox-" + rec.ID[:8]
+	}
+	if create {
+		rec.Mounts = mounts
+		if err := b.prepare(rec); err != nil {
+			return nil, fmt.Errorf("create: %w", err)
+		}
+		return b.sandbox(rec), nil
 	}
 	if err := b.create(ctx, rec, mounts); err != nil {
 		return nil, err
@@ -228,66 +239,76 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 	return ms, nil
 }
 
-// create makes the state directory, starts PID 1 through the spawn helper
-// and records the sandbox. On failure it removes everything it made.
-func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount) (err error) {
+// prepare records a new sandbox (not started) under a unique name.
+func (b *Backend) prepare(rec *record) error {
 	lock, err := b.state.lockNew()
 	if err != nil {
-		return fmt.Errorf("spawn: %w", err)
+		return err
 	}
-	locked := true
-	unlock := func() {
-		if locked {
-			lock.Unlock()
-			locked = false
-		}
-	}
-	defer unlock()
+	defer lock.Unlock()
 	recs, _, err := b.state.list()
 	if err != nil {
-		return fmt.Errorf("spawn: %w", err)
+		return err
 	}
 	for _, r := range recs {
 		if r.Name == rec.Name {
-			return fmt.Errorf("spawn: %w: %q is used by sandbox %s (remove it with `slopbox rm -f %s`)", ErrNameInUse, rec.Name, r.ID, rec.Name)
+			return fmt.Errorf("%w: %q is used by sandbox %s (remove it with `slopbox rm -f %s`)", ErrNameInUse, rec.Name, r.ID, rec.Name)
 		}
 	}
 	dir := b.state.sandboxDir(rec.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
-		return fmt.Errorf("spawn: %w", err)
+		return err
 	}
-	defer func() {
-		if err != nil {
-			b.destroy(rec)
-		}
-	}()
 	if err := b.chownToNamespaceRoot(dir); err != nil {
-		return fmt.Errorf("spawn: %w", err)
+		os.Remove(dir)
+		return err
 	}
-	// A placeholder state file marks the name as taken while PID 1 starts.
 	if err := b.state.write(rec); err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
+	return nil
+}
+
+// create records and starts a sandbox; on failure it removes everything it
+// made.
+func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount) error {
+	rec.Mounts = mounts
+	if err := b.prepare(rec); err != nil {
 		return fmt.Errorf("spawn: %w", err)
 	}
-	unlock()
+	if err := b.start(ctx, rec); err != nil {
+		b.destroy(rec)
+		return err
+	}
+	return nil
+}
 
-	ln, err := listenAgent(filepath.Join(dir, socketFile))
+// start starts the sandbox's PID 1 over its root filesystem (kept from an
+// earlier start, if any) and records it.
+func (b *Backend) start(ctx context.Context, rec *record) error {
+	dir := b.state.sandboxDir(rec.ID)
+	sock := filepath.Join(dir, socketFile)
+	os.Remove(sock)
+	ln, err := listenAgent(sock)
 	if err != nil {
-		return fmt.Errorf("spawn: %w", err)
+		return fmt.Errorf("start: %w", err)
 	}
 	lnFile, err := ln.File()
 	ln.Close()
 	if err != nil {
-		return fmt.Errorf("spawn: %w", err)
+		return fmt.Errorf("start: %w", err)
 	}
 	defer lnFile.Close()
 
+	mounts := slices.Clone(rec.Mounts)
 	if os.Geteuid() == 0 && rec.Workspace != "" {
 		for i, m := range mounts {
 			if m.Source == rec.Workspace && m.Destination == rec.Workdir {
 				target := filepath.Join(dir, "ws")
 				detach, err := idmapWorkspace(rec.Workspace, target, b.store.Mapping(), rec.User.UID, rec.User.GID)
 				if err != nil {
-					return fmt.Errorf("spawn: %w", err)
+					return fmt.Errorf("start: %w", err)
 				}
 				defer detach()
 				mounts[i].Source = target
@@ -296,23 +317,22 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 	}
 	initBin, err := b.initBinary()
 	if err != nil {
-		return fmt.Errorf("spawn: %w", err)
+		return fmt.Errorf("start: %w", err)
 	}
-	opts := []oci.Opt{
+	spec, err := oci.New(
 		oci.WithInheritedUserNamespace(),
 		oci.WithRootfs(filepath.Join(dir, "rootfs"), false),
 		oci.WithProcess([]string{agentPath}, []string{"_SLOPBOX_AGENT=1"}, "/"),
 		oci.WithUser(0, 0, nil),
 		oci.WithHostname(hostname(rec.Name)),
 		oci.WithNetwork(rec.Network),
-		oci.WithMounts(append(slices.Clone(mounts), specs.Mount{
+		oci.WithMounts(append(mounts, specs.Mount{
 			Destination: agentPath, Type: "bind", Source: initBin,
 			Options: []string{"bind", "ro", "nosuid", "nodev"},
 		})),
-	}
-	spec, err := oci.New(opts...)
+	)
 	if err != nil {
-		return fmt.Errorf("spawn: %w", err)
+		return fmt.Errorf("start: %w", err)
 	}
 	req := spawnRequest{ID: rec.ID, Dir: dir, LayersRoot: filepath.Dir(filepath.Dir(rec.Layers[0])), Spec: spec}
 	for _, l := range rec.Layers {
@@ -324,19 +344,19 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 	}
 	pid, err := b.runSpawnHelper(ctx, req, lnFile)
 	if err != nil {
-		return fmt.Errorf("spawn: %w", err)
+		return fmt.Errorf("start: %w", err)
 	}
 	rec.Pid = pid
 	start, _, ok := procStart(pid)
 	if !ok {
-		return fmt.Errorf("spawn: sandbox init %d exited at once", pid)
+		return fmt.Errorf("start: sandbox init %d exited at once", pid)
 	}
 	rec.PidStart = start
 	if err := b.applyLimits(rec); err != nil {
-		return fmt.Errorf("spawn: %w", err)
+		return fmt.Errorf("start: %w", err)
 	}
 	if err := b.state.write(rec); err != nil {
-		return fmt.Errorf("spawn: %w", err)
+		return fmt.Errorf("start: %w", err)
 	}
 	return nil
 }
@@ -507,9 +527,14 @@ func startInit(req *spawnRequest, listener *os.File) (int, error) {
 	}
 	upper, work, rootfs := filepath.Join(req.Dir, "upper"), filepath.Join(req.Dir, "work"), filepath.Join(req.Dir, "rootfs")
 	for _, d := range []string{upper, work, rootfs} {
-		if err := os.Mkdir(d, 0o755); err != nil {
+		if err := os.MkdirAll(d, 0o755); err != nil {
 			return 0, err
 		}
+	}
+	// A restarted sandbox keeps its upper layer; libcontainer's state of the
+	// previous init is stale.
+	if err := os.RemoveAll(filepath.Join(req.Dir, "lc")); err != nil {
+		return 0, err
 	}
 	// lowerdir lists the newest layer first; relative paths keep the option
 	// string short enough for images with many layers.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/slopbox/slopbox/backend"
 )
@@ -51,7 +52,8 @@ type record struct {
 	Limits     backend.Limits    `json:"limits"`
 	Unenforced []string          `json:"unenforced,omitempty"`
 	Cgroups    map[string]string `json:"cgroups,omitempty"`
-	Command    []string          `json:"command,omitempty"` // the run command, for `ps`
+	Command    []string          `json:"command,omitempty"` // the run command, for `ps` and `start`
+	Mounts     []specs.Mount     `json:"mounts,omitempty"`
 }
 
 // stateRoot holds one directory per sandbox: <root>/c/<id>/.

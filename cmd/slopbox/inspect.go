@@ -11,17 +11,21 @@ import (
 func inspectCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "inspect IMAGE...",
-		Short: "Show image metadata as JSON",
+		Short: "Show sandbox or image metadata as JSON",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := openStore()
+			b, err := openBackend()
 			if err != nil {
 				return err
 			}
 			var out []any
 			var errs []error
 			for _, ref := range args {
-				m, err := s.Inspect(ref)
+				if sb, err := b.Open(ref); err == nil {
+					out = append(out, sb.Info())
+					continue
+				}
+				m, err := b.Store().Inspect(ref)
 				if err != nil {
 					errs = append(errs, err)
 					continue

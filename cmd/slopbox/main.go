@@ -25,12 +25,19 @@ var globals struct {
 }
 
 // exitError carries a process exit status through cobra.
+// A silent one only passes on a command's own exit status.
 type exitError struct {
-	code int
-	err  error
+	code   int
+	err    error
+	silent bool
 }
 
-func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
 func (e *exitError) Unwrap() error { return e.err }
 
 func main() {
@@ -43,25 +50,33 @@ func main() {
 	}
 	root.PersistentFlags().StringVar(&globals.root, "root", image.DefaultRoot(), "store and state directory")
 	root.PersistentFlags().StringSliceVar(&globals.insecure, "insecure-registry", nil, "allow plain HTTP for this registry (host:port); loopback registries always may")
-	root.AddCommand(pullCmd(), imagesCmd(), rmiCmd(), tagCmd(), inspectCmd(), loadCmd(), saveCmd())
+	root.AddCommand(pullCmd(), imagesCmd(), rmiCmd(), tagCmd(), inspectCmd(), loadCmd(), saveCmd(),
+		runCmd(), createCmd(), startCmd(), execCmd(), psCmd(), killCmd(), stopCmd(), rmCmd(), pruneCmd(),
+		versionCmd(), infoCmd())
 	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "slopbox:", err)
 		var ee *exitError
 		if errors.As(err, &ee) {
+			if !ee.silent {
+				fmt.Fprintln(os.Stderr, "slopbox:", err)
+			}
 			os.Exit(ee.code)
 		}
-		os.Exit(125)
+		fmt.Fprintln(os.Stderr, "slopbox:", err)
+		os.Exit(exitRuntime)
 	}
+}
+
+func progressMode() image.Progress {
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		return image.ProgressBars
+	}
+	return image.ProgressPlain
 }
 
 // openStore opens the image store with the global flags.
 func openStore() (*image.Store, error) {
-	progress := image.ProgressPlain
-	if term.IsTerminal(int(os.Stderr.Fd())) {
-		progress = image.ProgressBars
-	}
 	return image.Open(globals.root,
 		image.WithInsecureRegistries(globals.insecure...),
-		image.WithProgress(progress),
+		image.WithProgress(progressMode()),
 		image.WithLogger(func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }))
 }

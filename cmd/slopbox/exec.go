@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+
+	"github.com/spf13/cobra"
+
+	"github.com/slopbox/slopbox/backend"
+)
+
+type contextT = context.Context
+
+func execCmd() *cobra.Command {
+	var ef execFlags
+	var env []string
+	var workdir, user string
+	c := &cobra.Command{
+		Use:   "exec [flags] SANDBOX COMMAND [ARG...]",
+		Short: "Run a command in a running sandbox",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := openBackend()
+			if err != nil {
+				return err
+			}
+			sb, err := b.Open(args[0])
+			if err != nil {
+				return err
+			}
+			envMap, err := parseEnv(env)
+			if err != nil {
+				return err
+			}
+			req := backend.ExecRequest{Argv: args[1:], Env: envMap, Cwd: workdir, User: user, Timeout: seconds(ef.timeout), NoSetup: true}
+			code, err := runIn(cmd, sb, req, ef)
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return &exitError{code: code, silent: true}
+			}
+			return nil
+		},
+	}
+	c.Flags().SetInterspersed(false)
+	ef.register(c)
+	c.Flags().StringArrayVarP(&env, "env", "e", nil, "set KEY=VALUE")
+	c.Flags().StringVarP(&workdir, "workdir", "w", "", "working directory")
+	c.Flags().StringVarP(&user, "user", "u", "", "user: name|uid[:group|gid]")
+	c.Flags().BoolP("tty", "t", false, "accepted for compatibility; slopbox never allocates a TTY")
+	return c
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/local"
+)
+
+// execFlags are shared by run and exec.
+type execFlags struct {
+	interactive, asJSON bool
+	timeout             float64
+}
+
+func (f *execFlags) register(c *cobra.Command) {
+	c.Flags().BoolVarP(&f.interactive, "interactive", "i", false, "pass stdin to the command")
+	c.Flags().Float64Var(&f.timeout, "timeout", 0, "kill the command (and everything it started) after SECONDS")
+	c.Flags().BoolVar(&f.asJSON, "json", false, "print one JSON result (exit_code, stdout, stderr, setup_*, elapsed, timed_out, truncated, …) instead of streaming output")
+}
+
+func runCmd() *cobra.Command {
+	var sf spawnFlags
+	var ef execFlags
+	var rm, detach bool
+	var backendName string
+	c := &cobra.Command{
+		Use:   "run [flags] IMAGE [COMMAND [ARG...]]\n  slopbox run --backend local [--workspace DIR] [flags] -- COMMAND [ARG...]",
+		Short: "Run a command in a new sandbox (or on the host with --backend local)",
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := signalContext()
+			defer cancel()
+			if backendName == local.Name {
+				return runLocal(cmd, sf, ef, args)
+			}
+			if backendName != "sandbox" {
+				_, err := backend.Open(backendName)
+				return err
+			}
+			if len(args) == 0 {
+				return fmt.Errorf("run: no image given")
+			}
+			if detach && (rm || ef.asJSON || ef.interactive) {
+				return fmt.Errorf("run: -d cannot be combined with --rm, --json or -i")
+			}
+			b, err := openBackend()
+			if err != nil {
+				return err
+			}
+			img, err := ensureImage(ctx, b, args[0])
+			if err != nil {
+				return err
+			}
+			command := imageCommand(img, args[1:])
+			if len(command) == 0 {
+				return fmt.Errorf("run: image %s has no default command; give one", args[0])
+			}
+			spec, err := sf.spec(args[0])
+			if err != nil {
+				return err
+			}
+			sb, err := b.SpawnCommand(ctx, spec, command)
+			if err != nil {
+				return err
+			}
+			for _, l := range sb.Unenforced() {
+				fmt.Fprintf(os.Stderr, "warning: the %s limit cannot be enforced on this host (see `slopbox doctor`)\n", l)
+			}
+			if detach {
+				devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+				if err != nil {
+					return err
+				}
+				defer devnull.Close()
+				if _, err := sb.Attach(ctx, backend.ExecRequest{Argv: command}, devnull, devnull, devnull, true); err != nil {
+					sb.Remove()
+					return err
+				}
+				fmt.Println(sb.ID())
+				return nil
+			}
+			code, err := runIn(cmd, sb, backend.ExecRequest{Argv: command, Timeout: seconds(ef.timeout)}, ef)
+			switch {
+			case sf.keep:
+				fmt.Fprintf(os.Stderr, "kept sandbox %s: `slopbox exec -it %s sh` to look inside, `slopbox rm -f %s` to remove it\n", sb.Name(), sb.Name(), sb.Name())
+			case rm:
+				if rerr := sb.Remove(); rerr != nil && err == nil {
+					err = rerr
+				}
+			default:
+				if serr := sb.Stop(); serr != nil && err == nil {
+					err = serr
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return &exitError{code: code, silent: true}
+			}
+			return nil
+		},
+	}
+	c.Flags().SetInterspersed(false)
+	sf.register(c.Flags())
+	ef.register(c)
+	c.Flags().BoolVar(&rm, "rm", false, "remove the sandbox when the command exits")
+	c.Flags().BoolVarP(&detach, "detach", "d", false, "start the command in the background and print the sandbox id")
+	c.Flags().StringVar(&backendName, "backend", "sandbox", "sandbox (containers) or local (on the host, trusted code only)")
+	return c
+}
+
+// attacher is what run and exec need from a sandbox.
+type attacher interface {
+	Attach(ctx contextT, req backend.ExecRequest, stdin, stdout, stderr *os.File, detach bool) (int, error)
+	Exec(ctx contextT, req backend.ExecRequest) (*backend.Result, error)
+}
+
+// runIn runs req in sb: attached to this process's stdio, or buffered into
+// one JSON result with --json.
+func runIn(cmd *cobra.Command, sb attacher, req backend.ExecRequest, ef execFlags) (int, error) {
+	ctx, cancel := signalContext()
+	defer cancel()
+	if ef.asJSON {
+		if ef.interactive {
+			in, err := io.ReadAll(os.Stdin)
+			if err != nil {
+				return 0, err
+			}
+			req.Stdin = [][]byte{in}
+		}
+		res, err := sb.Exec(ctx, req)
+		if res != nil {
+			printJSON(res)
+			return res.ExitCode, nil
+		}
+		return 0, err
+	}
+	stdin := os.Stdin
+	if !ef.interactive {
+		devnull, err := os.Open(os.DevNull)
+		if err != nil {
+			return 0, err
+		}
+		defer devnull.Close()
+		stdin = devnull
+	}
+	return sb.Attach(ctx, req, stdin, os.Stdout, os.Stderr, false)
+}
+
+func printJSON(v any) {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/docker/go-units"
+	"github.com/spf13/pflag"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/sandbox"
+)
+
+// Docker's exit codes for failures of the runtime itself.
+const (
+	exitRuntime = 125
+)
+
+// spawnFlags are the docker-style flags of run and create.
+type spawnFlags struct {
+	name, workdir, user, network, workspace, memory string
+	volumes, env                                    []string
+	cpus                                            float64
+	pids                                            int64
+	keep, strict                                    bool
+}
+
+func (f *spawnFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.name, "name", "", "name of the sandbox")
+	fs.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind mount HOST:CONTAINER[:ro|rw] (relative HOST paths are under --workspace)")
+	fs.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE (KEY alone takes the value from the host)")
+	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory of commands (and the workspace's mount point with --workspace)")
+	fs.StringVarP(&f.user, "user", "u", "", "user: name|uid[:group|gid] from the image's /etc/passwd")
+	fs.StringVar(&f.network, "network", "none", "network: none (loopback only) or host")
+	fs.StringVar(&f.network, "net", "none", "alias of --network")
+	fs.StringVar(&f.workspace, "workspace", "", "host directory mounted read-write at --workdir (default /workspace)")
+	fs.StringVarP(&f.memory, "memory", "m", "", "memory limit (e.g. 512m, 2g)")
+	fs.Float64Var(&f.cpus, "cpus", 0, "number of CPUs")
+	fs.Int64Var(&f.pids, "pids-limit", 0, "maximum number of processes")
+	fs.BoolVar(&f.keep, "keep", false, "keep the sandbox after the command (for inspection)")
+	fs.BoolVar(&f.strict, "strict-limits", false, "fail when a limit cannot be enforced on this host")
+	fs.Lookup("net").Hidden = true
+}
+
+// spec turns the flags into a SpawnSpec for image.
+func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
+	s := backend.SpawnSpec{Image: img, Name: f.name, User: f.user, Network: f.network, DisableSetup: true, Keep: f.keep}
+	if f.workspace != "" {
+		ws, err := filepath.Abs(f.workspace)
+		if err != nil {
+			return s, err
+		}
+		s.Workspace, s.Workdir = ws, f.workdir
+	} else {
+		s.NoWorkspaceMount = true
+		s.Cwd = f.workdir
+	}
+	env, err := parseEnv(f.env)
+	if err != nil {
+		return s, err
+	}
+	s.Env = env
+	for _, v := range f.volumes {
+		m, err := parseVolume(v)
+		if err != nil {
+			return s, err
+		}
+		s.Mounts = append(s.Mounts, m)
+	}
+	if f.memory != "" {
+		n, err := units.RAMInBytes(f.memory)
+		if err != nil {
+			return s, fmt.Errorf("--memory %q: %w", f.memory, err)
+		}
+		s.Limits.MemoryBytes = n
+	}
+	s.Limits.CPUs, s.Limits.Pids, s.Limits.Strict = f.cpus, f.pids, f.strict
+	return s, nil
+}
+
+// parseEnv reads KEY=VALUE pairs; a bare KEY takes the host's value, as
+// docker does.
+func parseEnv(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	env := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if k == "" {
+			return nil, fmt.Errorf("-e %q: want KEY=VALUE", kv)
+		}
+		if !ok {
+			v, ok = os.LookupEnv(k)
+			if !ok {
+				continue
+			}
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+// parseVolume reads docker's -v HOST:CONTAINER[:ro|rw] (read-write by default).
+func parseVolume(v string) (backend.Mount, error) {
+	parts := strings.Split(v, ":")
+	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
+		return backend.Mount{}, fmt.Errorf("-v %q: want HOST:CONTAINER[:ro|rw] (named volumes are not supported)", v)
+	}
+	m := backend.Mount{Source: parts[0], Target: parts[1]}
+	if len(parts) == 3 {
+		switch parts[2] {
+		case "ro":
+			m.ReadOnly = true
+		case "rw":
+		default:
+			return backend.Mount{}, fmt.Errorf("-v %q: mode must be ro or rw", v)
+		}
+	}
+	return m, nil
+}
+
+// openBackend opens the sandbox backend with the global flags.
+func openBackend() (*sandbox.Backend, error) {
+	return sandbox.New(globals.root,
+		image.WithInsecureRegistries(globals.insecure...),
+		image.WithProgress(progressMode()),
+		image.WithLogger(func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }))
+}
+
+// ensureImage pulls ref when it is not in the store, as docker run does.
+func ensureImage(ctx context.Context, b *sandbox.Backend, ref string) (*image.Image, error) {
+	img, err := b.Store().Get(ref)
+	if err == nil {
+		return img, nil
+	}
+	if !errors.Is(err, image.ErrNotFound) {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "Unable to find image '%s' locally\n", ref)
+	return b.Store().Pull(ctx, ref)
+}
+
+// imageCommand is ENTRYPOINT + (args, or the image's CMD).
+func imageCommand(img *image.Image, args []string) []string {
+	cfg := img.Config.Config
+	if len(args) == 0 {
+		args = cfg.Cmd
+	}
+	return append(append([]string{}, cfg.Entrypoint...), args...)
+}
+
+// signalContext is cancelled on SIGINT and SIGTERM, so the running command
+// is killed and the sandbox cleaned up.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+
+	"github.com/spf13/cobra"
+
+	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/internal/userns"
+)
+
+func versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Show the slopbox version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, args []string) {
+			fmt.Printf("slopbox version %s\n go: %s\n os/arch: %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		},
+	}
+}
+
+func infoCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "info",
+		Short: "Show how slopbox runs on this host",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := userns.Current()
+			if err != nil {
+				return err
+			}
+			cg := "v1 (hybrid)"
+			if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+				cg = "v2"
+			}
+			printJSON(map[string]any{
+				"Root":           globals.root,
+				"Rootless":       os.Geteuid() != 0,
+				"IDMapping":      m,
+				"CgroupVersion":  cg,
+				"Platform":       image.HostPlatform(),
+				"ServerVersion":  version,
+				"DefaultNetwork": "none",
+			})
+			if m.Degraded {
+				fmt.Fprintln(os.Stderr, "warning:", m.Warning)
+			}
+			return nil
+		},
+	}
+}
