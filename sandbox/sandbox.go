@@ -33,6 +33,10 @@ type Backend struct {
 	root  string
 	store *image.Store
 	state stateRoot
+
+	initOnce sync.Once
+	initPath string
+	initErr  error
 }
 
 var _ backend.Backend = (*Backend)(nil)

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/opencontainers/cgroups"
@@ -401,17 +400,11 @@ func (b *Backend) chownToNamespaceRoot(dir string) error {
 	return os.Chown(dir, int(m.UIDs[0].HostID), int(m.GIDs[0].HostID))
 }
 
-var (
-	initOnce sync.Once
-	initPath string
-	initErr  error
-)
-
 // initBinary returns a copy of this (static) binary in the store that root
 // of the user namespace can read, to bind-mount as every sandbox's PID 1.
 func (b *Backend) initBinary() (string, error) {
-	initOnce.Do(func() { initPath, initErr = b.installInit() })
-	return initPath, initErr
+	b.initOnce.Do(func() { b.initPath, b.initErr = b.installInit() })
+	return b.initPath, b.initErr
 }
 
 func (b *Backend) installInit() (string, error) {
