@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -17,7 +19,10 @@ const (
 	DrainMax = 2 * time.Second
 	// ReapMax bounds the wait for the main process after SIGKILL.
 	ReapMax  = 10 * time.Second
-	readSize = 32 << 10
+	readSize = 256 << 10
+	// pipeSize is what Pipe asks the kernel for: fewer wake-ups for
+	// commands that write in small pieces.
+	pipeSize = 1 << 20
 )
 
 // Proc is a started command as Collect sees it. Both backends fill one in;
@@ -52,6 +57,7 @@ type Proc struct {
 func Collect(ctx context.Context, p *Proc, buffered bool, emit func(EventKind, string)) *Result {
 	outCap := NewCapture(p.Limit, p.Setup)
 	errCap := NewCapture(p.Limit, p.Setup)
+	outCap.Quiet, errCap.Quiet = emit == nil, emit == nil
 	var pumps sync.WaitGroup
 	pumps.Add(2)
 	go p.pump(&pumps, p.Stdout, outCap, EventStdout, emit)
@@ -171,4 +177,15 @@ func writeStdin(w *os.File, chunks [][]byte) {
 // not executable): the message goes to stderr, as a shell would print it.
 func FailedResult(code int, msg string, unenforced []string) *Result {
 	return &Result{ExitCode: code, Stderr: msg + "\n", StderrBytes: int64(len(msg) + 1), Unenforced: unenforced}
+}
+
+// Pipe returns a pipe whose buffer is enlarged (best effort) so a command
+// writing a lot rarely waits for the reader.
+func Pipe() (r, w *os.File, err error) {
+	r, w, err = os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, pipeSize)
+	return r, w, nil
 }

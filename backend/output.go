@@ -171,6 +171,9 @@ func (o *Output) String() string {
 // feed it raw chunks and send what Write returns as stream events.
 // It is not safe for concurrent use; use one per stream.
 type Capture struct {
+	// Quiet skips decoding chunks for streaming: a buffered result is
+	// decoded once, at the end.
+	Quiet bool
 	split *StreamSplitter // nil: setup disabled, every byte is command output
 	setup Output
 	cmd   Output
@@ -204,6 +207,9 @@ func (c *Capture) Write(p []byte) string {
 		}
 	}
 	c.cmd.Write(p)
+	if c.Quiet {
+		return ""
+	}
 	return c.dec.Decode(p)
 }
 

@@ -380,7 +380,7 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 		}
 	}
 	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
+		r, w, err = backend.Pipe()
 		if err == nil {
 			pipes = append(pipes, r, w)
 		}

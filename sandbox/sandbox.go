@@ -362,12 +362,12 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	outR, outW, err := os.Pipe()
+	outR, outW, err := backend.Pipe()
 	if err != nil {
 		conn.close()
 		return nil, err
 	}
-	errR, errW, err := os.Pipe()
+	errR, errW, err := backend.Pipe()
 	if err != nil {
 		conn.close()
 		outR.Close()

@@ -33,10 +33,10 @@ if [[ ! -x $WORK/busybox/bin/busybox ]]; then
 	printf 'root:x:0:\nnogroup:x:65534:\n' >"$WORK/busybox/etc/group"
 fi
 echo "busybox rootfs: $(find "$WORK/busybox" | wc -l) entries"
-if [[ ! -x $WORK/python/usr/bin/python3 ]]; then
-	echo "debootstrap --variant=minbase --include=python3-minimal bookworm (a few minutes, once)"
-	rm -rf "$WORK/python.tmp"
-	debootstrap --variant=minbase --include=python3-minimal bookworm "$WORK/python.tmp" "$(mirror)" >"$WORK/debootstrap.log" 2>&1 ||
+if [[ ! -f $WORK/python/usr/lib/python3.11/json/__init__.py ]]; then
+	echo "debootstrap --variant=minbase --include=python3 bookworm (a few minutes, once)"
+	rm -rf "$WORK/python.tmp" "$WORK/python"
+	debootstrap --variant=minbase --include=python3 bookworm "$WORK/python.tmp" "$(mirror)" >"$WORK/debootstrap.log" 2>&1 ||
 		{ tail -20 "$WORK/debootstrap.log"; exit 1; }
 	rm -rf "$WORK/python.tmp"/var/lib/apt/lists/* "$WORK/python.tmp"/var/cache/apt/*.bin "$WORK/python.tmp"/dev/*
 	mv "$WORK/python.tmp" "$WORK/python"

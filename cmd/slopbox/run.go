@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -85,7 +86,13 @@ func runCmd() *cobra.Command {
 				fmt.Println(sb.ID())
 				return nil
 			}
-			code, err := runIn(cmd, sb, backend.ExecRequest{Argv: command, Timeout: seconds(ef.timeout)}, ef)
+			req := backend.ExecRequest{Argv: command, Timeout: seconds(ef.timeout)}
+			var code int
+			if len(sf.setup) > 0 && !ef.asJSON {
+				code, err = runWithSetup(ctx, sb, req, ef)
+			} else {
+				code, err = runIn(cmd, sb, req, ef)
+			}
 			switch {
 			case sf.keep:
 				fmt.Fprintf(os.Stderr, "kept sandbox %s: `slopbox exec -it %s sh` to look inside, `slopbox rm -f %s` to remove it\n", sb.Name(), sb.Name(), sb.Name())
@@ -158,4 +165,28 @@ func printJSON(v any) {
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
+}
+
+// runWithSetup runs req through the entry script and prints the setup
+// output (to stderr, marked) apart from the command's.
+func runWithSetup(ctx contextT, sb attacher, req backend.ExecRequest, ef execFlags) (int, error) {
+	if ef.interactive {
+		in, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return 0, err
+		}
+		req.Stdin = [][]byte{in}
+	}
+	res, err := sb.Exec(ctx, req)
+	if res == nil {
+		return 0, err
+	}
+	for _, s := range []string{res.SetupStdout, res.SetupStderr} {
+		if strings.TrimSpace(s) != "" {
+			fmt.Fprintf(os.Stderr, "--- setup ---\n%s\n--- end of setup ---\n", strings.TrimRight(s, "\n"))
+		}
+	}
+	os.Stdout.WriteString(strings.TrimLeft(res.Stdout, "\n"))
+	os.Stderr.WriteString(strings.TrimLeft(res.Stderr, "\n"))
+	return res.ExitCode, err
 }

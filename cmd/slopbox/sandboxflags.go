@@ -27,7 +27,7 @@ const (
 // spawnFlags are the docker-style flags of run and create.
 type spawnFlags struct {
 	name, workdir, user, network, workspace, memory string
-	volumes, env                                    []string
+	volumes, env, setup                             []string
 	cpus                                            float64
 	pids                                            int64
 	keep, strict                                    bool
@@ -45,6 +45,7 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.memory, "memory", "m", "", "memory limit (e.g. 512m, 2g)")
 	fs.Float64Var(&f.cpus, "cpus", 0, "number of CPUs")
 	fs.Int64Var(&f.pids, "pids-limit", 0, "maximum number of processes")
+	fs.StringArrayVar(&f.setup, "setup", nil, "run this setup command first, through the HANDLE_ENTRY.sh entry script (repeatable); its output is reported apart")
 	fs.BoolVar(&f.keep, "keep", false, "keep the sandbox after the command (for inspection)")
 	fs.BoolVar(&f.strict, "strict-limits", false, "fail when a limit cannot be enforced on this host")
 	fs.Lookup("net").Hidden = true
@@ -52,7 +53,8 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 
 // spec turns the flags into a SpawnSpec for image.
 func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
-	s := backend.SpawnSpec{Image: img, Name: f.name, User: f.user, Network: f.network, DisableSetup: true, Keep: f.keep}
+	s := backend.SpawnSpec{Image: img, Name: f.name, User: f.user, Network: f.network, Keep: f.keep,
+		DisableSetup: len(f.setup) == 0, Setup: backend.Setup{Commands: f.setup}}
 	if f.workspace != "" {
 		ws, err := filepath.Abs(f.workspace)
 		if err != nil {

@@ -1,0 +1,212 @@
+// Command apibench times slopbox through its Go API (no CLI process in the
+// loop): spawning a sandbox ready for exec, exec of `true`, exec of 10 MB of
+// stdout, 100 idle sandboxes (start time and PSS of their processes), and
+// the local backend against a bare fork+exec. It prints one JSON object per
+// measurement; scripts/bench.sh puts them beside the peers' figures.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/internal/reexec"
+	"github.com/slopbox/slopbox/local"
+	"github.com/slopbox/slopbox/sandbox"
+)
+
+func init() { reexec.Init() }
+
+type figure struct {
+	Name     string  `json:"name"`
+	Runs     int     `json:"runs"`
+	MedianMs float64 `json:"median_ms"`
+	MinMs    float64 `json:"min_ms"`
+	P90Ms    float64 `json:"p90_ms"`
+	Extra    any     `json:"extra,omitempty"`
+}
+
+func stats(name string, d []time.Duration, extra any) figure {
+	slices.Sort(d)
+	ms := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
+	return figure{Name: name, Runs: len(d), MedianMs: ms(d[len(d)/2]), MinMs: ms(d[0]), P90Ms: ms(d[len(d)*9/10]), Extra: extra}
+}
+
+func emit(f figure) { json.NewEncoder(os.Stdout).Encode(f) }
+
+func main() {
+	root := flag.String("root", image.DefaultRoot(), "store root")
+	ref := flag.String("image", "", "image (pulled if missing)")
+	runs := flag.Int("n", 50, "repetitions")
+	scale := flag.Int("scale", 100, "idle sandboxes for the density figure")
+	only := flag.String("only", "spawn,exec,exec10mb,scale,local", "measurements")
+	flag.Parse()
+	has := func(m string) bool { return slices.Contains(strings.Split(*only, ","), m) }
+	ctx := context.Background()
+
+	if has("local") {
+		ws, _ := os.MkdirTemp("", "apibench-local-")
+		defer os.RemoveAll(ws)
+		sb, err := local.New().Spawn(ctx, backend.SpawnSpec{Workspace: ws, DisableSetup: true})
+		if err != nil {
+			log.Fatal(err)
+		}
+		var api, floor []time.Duration
+		for i := 0; i < *runs*4; i++ {
+			t := time.Now()
+			if err := exec.Command("/bin/true").Run(); err != nil {
+				log.Fatal(err)
+			}
+			floor = append(floor, time.Since(t))
+			t = time.Now()
+			if res, err := sb.Exec(ctx, backend.ExecRequest{Argv: []string{"/bin/true"}}); err != nil || res.ExitCode != 0 {
+				log.Fatal(err, res)
+			}
+			api = append(api, time.Since(t))
+		}
+		sb.Cleanup()
+		emit(stats("local_exec_true_api", api, nil))
+		emit(stats("fork_exec_floor", floor, nil))
+	}
+	if *ref == "" {
+		return
+	}
+	b, err := sandbox.New(*root)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := b.Store().Pull(ctx, *ref); err != nil {
+		log.Fatal(err)
+	}
+	spec := backend.SpawnSpec{Image: *ref, NoWorkspaceMount: true, DisableSetup: true}
+	if has("spawn") {
+		var d []time.Duration
+		for i := 0; i < *runs+3; i++ {
+			t := time.Now()
+			sb, err := b.Spawn(ctx, spec)
+			if err != nil {
+				log.Fatal(err)
+			}
+			el := time.Since(t)
+			if res, err := sb.Exec(ctx, backend.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+				log.Fatalf("fresh sandbox not ready: %v %+v", err, res)
+			}
+			if i >= 3 {
+				d = append(d, el)
+			}
+			sb.Cleanup()
+		}
+		emit(stats("spawn_ready_api", d, nil))
+	}
+	if has("exec") || has("exec10mb") {
+		sb, err := b.Spawn(ctx, spec)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if has("exec") {
+			var d []time.Duration
+			for i := 0; i < *runs*4+5; i++ {
+				t := time.Now()
+				res, err := sb.Exec(ctx, backend.ExecRequest{Argv: []string{"true"}})
+				if err != nil || res.ExitCode != 0 {
+					log.Fatal(err, res)
+				}
+				if i >= 5 {
+					d = append(d, time.Since(t))
+				}
+			}
+			emit(stats("exec_true_api", d, nil))
+		}
+		if has("exec10mb") {
+			var d []time.Duration
+			for i := 0; i < *runs+2; i++ {
+				t := time.Now()
+				res, err := sb.Exec(ctx, backend.ExecRequest{Argv: []string{"head", "-c", "10000000", "/dev/zero"}})
+				if err != nil || res.StdoutBytes != 10_000_000 {
+					log.Fatal(err, res.StdoutBytes)
+				}
+				if i >= 2 {
+					d = append(d, time.Since(t))
+				}
+			}
+			emit(stats("exec_10mb_stdout_api", d, nil))
+		}
+		sb.Cleanup()
+	}
+	if has("scale") {
+		var sbs []backend.Sandbox
+		t := time.Now()
+		for i := 0; i < *scale; i++ {
+			sb, err := b.Spawn(ctx, spec)
+			if err != nil {
+				log.Fatal(err)
+			}
+			sbs = append(sbs, sb)
+		}
+		total := time.Since(t)
+		time.Sleep(time.Second)
+		var pss, rss int64
+		var procs int
+		for _, sb := range sbs {
+			pid := sb.(*sandbox.Sandbox).Info().Pid
+			for _, p := range descendants(pid) {
+				ps, rs := smaps(p)
+				pss += ps
+				rss += rs
+				procs++
+			}
+		}
+		t = time.Now()
+		for _, sb := range sbs {
+			sb.Cleanup()
+		}
+		emit(figure{Name: "scale_idle_sandboxes", Runs: *scale, MedianMs: float64(total.Microseconds()) / 1000 / float64(*scale), Extra: map[string]any{
+			"n": *scale, "start_total_ms": total.Milliseconds(), "remove_total_ms": time.Since(t).Milliseconds(),
+			"processes": procs, "pss_kib_total": pss, "pss_kib_per_sandbox": pss / int64(*scale), "rss_kib_total": rss,
+		}})
+	}
+}
+
+// descendants returns pid and every process below it.
+func descendants(pid int) []int {
+	out := []int{pid}
+	children, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	for _, c := range strings.Fields(string(children)) {
+		n, _ := strconv.Atoi(c)
+		out = append(out, descendants(n)...)
+	}
+	return out
+}
+
+// smaps returns the Pss and Rss of pid in KiB.
+func smaps(pid int) (pss, rss int64) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "smaps_rollup"))
+	if err != nil {
+		return 0, 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		n, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "Pss:":
+			pss = n
+		case "Rss:":
+			rss = n
+		}
+	}
+	return pss, rss
+}
