@@ -21,6 +21,7 @@ work=$(mktemp -d /tmp/slopbox-rootless.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 # The user must be able to read the sources (testdata) wherever CI cloned them.
 git ls-files -z | xargs -0 -I{} cp --parents {} "$work/"
+mkdir -p "$work/bin" && cp bin/slopbox "$work/bin/slopbox" # for test/integration
 chmod -R a+rX "$work"
 chmod 755 "$work"
 status=0

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# make bench: times slopbox beside docker, podman, runc, crun, skopeo+umoci
+# and the host floors in one run, with ../shared/bench (BENCH_HARNESS to
+# override), and writes BENCHMARKS.md (ratios against the peers measured in
+# the same run). As root. Benchmarks change host settings the peers need
+# (see the harness's README); run them after the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+HARNESS=${BENCH_HARNESS:-$(cd "$REPO/../shared/bench" 2>/dev/null && pwd)}
+[[ -x $HARNESS/40-bench.sh ]] || { echo "bench harness not found (set BENCH_HARNESS=…/shared/bench)" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || { echo "make bench must run as root (it drives docker, podman and a bench user)" >&2; exit 1; }
+export BENCH_WORK=${BENCH_WORK:-$REPO/.work/bench}
+export BENCH_RESULTS=${BENCH_RESULTS:-$REPO/.work/bench-results}
+export BENCH_ADAPTERS_DIR=$REPO/bench
+export SLOPBOX_BIN=$REPO/bin/slopbox
+source "$HARNESS/lib/common.sh"
+
+"$HARNESS/00-install.sh"
+"$HARNESS/10-build-images.sh"
+"$HARNESS/20-services.sh" start
+"$HARNESS/30-push-images.sh"
+
+OUT=$BENCH_RESULTS/$(date +%Y%m%d-%H%M%S)
+mkdir -p "$OUT"
+PEERS=(${BENCH_PEERS:-slopbox slopbox-root tar-floor crun crun-rootless runc runc-rootless docker docker-nonet podman podman-rootless skopeo-umoci skopeo-umoci-rootless host host-unshare-Urnm-user})
+"$HARNESS/40-bench.sh" -o "$OUT" "${PEERS[@]}"
+
+# The Go API, rootless and as root, on the same machine right after.
+CGO_ENABLED=1 go build -tags "seccomp netgo osusergo" -ldflags "-extldflags -static" -o "$OUT/apibench" ./bench/cmd/apibench
+chmod 755 "$OUT" "$OUT/apibench"
+as_user "$OUT/apibench" -image "$BUSYBOX_REF" -scale "${SCALE_API:-100}" >"$OUT/api-rootless.jsonl"
+"$OUT/apibench" -image "$BUSYBOX_REF" -scale "${SCALE_API:-100}" -only spawn,exec,exec10mb,scale >"$OUT/api-root.jsonl"
+
+# A pull of an image that is already present (one manifest check).
+as_user slopbox-bench pull -q "$PYSLIM_REF" >/dev/null
+as_user hyperfine -N --warmup 3 --runs 30 --export-json "$OUT/repull.json" "slopbox-bench pull -q $PYSLIM_REF" >/dev/null
+
+go run ./bench/cmd/report "$OUT" >BENCHMARKS.md
+echo "wrote BENCHMARKS.md from $OUT" >&2

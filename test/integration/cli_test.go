@@ -1,0 +1,331 @@
+// Package integration drives the slopbox binary (bin/slopbox, built by
+// `make build`) the way harnesses and users do: one process per command,
+// sandboxes created by one process and used by the next.
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/test/fixtures"
+)
+
+// env is one isolated slopbox installation: its own --root and a registry
+// serving the busybox fixture.
+type env struct {
+	t    *testing.T
+	bin  string
+	root string
+	ref  string
+}
+
+func slopboxBin(t *testing.T) string {
+	bin := os.Getenv("SLOPBOX_BIN")
+	if bin == "" {
+		bin, _ = filepath.Abs("../../bin/slopbox")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("the CLI tests need the slopbox binary (run `make build`, or set SLOPBOX_BIN): %v", err)
+	}
+	return bin
+}
+
+func newEnv(t *testing.T) *env {
+	reg := fixtures.Registry(t, nil)
+	e := &env{t: t, bin: slopboxBin(t), root: filepath.Join(searchable(t, t.TempDir()), "root"), ref: reg + "/it/busybox:latest"}
+	fixtures.Push(t, e.ref, fixtures.Busybox(t, image.HostPlatform()))
+	t.Cleanup(func() {
+		out, code := e.run("", "ps", "-a", "-q")
+		for _, id := range strings.Fields(out) {
+			e.run("", "rm", "-f", id)
+		}
+		e.run("", "rmi", "-f", e.ref)
+		if code != 0 {
+			t.Errorf("ps at cleanup failed")
+		}
+		if left, _ := e.run("", "ps", "-a", "-q"); strings.TrimSpace(left) != "" {
+			t.Errorf("sandboxes left behind: %s", left)
+		}
+	})
+	return e
+}
+
+// run runs slopbox with args (stdin from in) and returns stdout+stderr and
+// the exit code.
+func (e *env) run(in string, args ...string) (string, int) {
+	e.t.Helper()
+	cmd := exec.Command(e.bin, append([]string{"--root", e.root}, args...)...)
+	cmd.Stdin = strings.NewReader(in)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		e.t.Fatalf("slopbox %v: %v", args, err)
+	}
+	return out.String(), code
+}
+
+// must runs slopbox and fails the test on a non-zero exit.
+func (e *env) must(args ...string) string {
+	e.t.Helper()
+	out, code := e.run("", args...)
+	if code != 0 {
+		e.t.Fatalf("slopbox %v: exit %d: %s", args, code, out)
+	}
+	return out
+}
+
+func searchable(t *testing.T, dir string) string {
+	for p := dir; p != "/" && p != os.TempDir(); p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestRunExitCodes(t *testing.T) {
+	e := newEnv(t)
+	cases := []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"sh", "-c", "echo hello; exit 3"}, 3, "hello"},
+		{[]string{"true"}, 0, ""},
+		{[]string{"no-such-command"}, 127, `exec: "no-such-command": executable file not found in $PATH`},
+		{[]string{"/etc/passwd"}, 126, "permission denied"},
+		{[]string{"sh", "-c", "kill -9 $$"}, 137, ""},
+		{[]string{"sh", "-c", "kill -TERM $$"}, 143, ""},
+	}
+	for _, c := range cases {
+		out, code := e.run("", append([]string{"run", "--rm", e.ref}, c.args...)...)
+		if code != c.code || !strings.Contains(out, c.msg) {
+			t.Errorf("run %v: exit %d (%q), want %d with %q", c.args, code, out, c.code, c.msg)
+		}
+	}
+	// Failures of slopbox itself are 125, with a clear message.
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"run", "--rm", "--bogus-flag", e.ref, "true"}, "unknown flag"},
+		{[]string{"run", "--rm", e.ref[:strings.Index(e.ref, "/")] + "/missing/image:v1", "true"}, "image not found"},
+		{[]string{"run", "--rm", "-u", "nosuchuser", e.ref, "true"}, "unable to find user nosuchuser: no matching entries in passwd file"},
+		{[]string{"run", "--rm", "--network", "carrier-pigeon", e.ref, "true"}, "unknown network mode"},
+		{[]string{"run", "--rm", "NOT A REFERENCE", "true"}, "invalid image reference"},
+		{[]string{"exec", "no-such-sandbox", "true"}, "no such sandbox"},
+	} {
+		out, code := e.run("", c.args...)
+		if code != 125 || !strings.Contains(out, c.msg) {
+			t.Errorf("%v: exit %d (%q), want 125 with %q", c.args, code, out, c.msg)
+		}
+	}
+	if out, _ := e.run("", "ps", "-a", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("run --rm and failed runs left sandboxes: %s", out)
+	}
+}
+
+func TestSandboxAcrossProcesses(t *testing.T) {
+	e := newEnv(t)
+	id := strings.TrimSpace(lastLine(e.must("run", "-d", "--name", "box", e.ref, "sleep", "infinity")))
+	if len(id) != 16 {
+		t.Fatalf("run -d printed %q, want an id", id)
+	}
+	e.must("exec", "box", "sh", "-c", "echo persisted > /tmp/f")
+	if out := e.must("exec", "box", "cat", "/tmp/f"); out != "persisted\n" {
+		t.Errorf("state across execs from different processes: %q", out)
+	}
+	if out, _ := e.run("piped input", "exec", "-i", "box", "cat"); out != "piped input" {
+		t.Errorf("exec -i: %q", out)
+	}
+	if out := e.must("exec", "-e", "A=1", "-w", "/tmp", "-u", "65534", "box", "sh", "-c", "echo $A; pwd; id -u"); out != "1\n/tmp\n65534\n" {
+		t.Errorf("exec -e -w -u: %q", out)
+	}
+	start := time.Now()
+	out, code := e.run("", "exec", "--timeout", "0.5", "box", "sh", "-c", "sleep 1000 & sleep 1000")
+	if code != 137 || time.Since(start) > 5*time.Second {
+		t.Errorf("exec --timeout: exit %d after %v: %s", code, time.Since(start), out)
+	}
+	if ps := e.must("exec", "box", "ps", "-o", "args"); strings.Contains(ps, "sleep 1000") {
+		t.Errorf("a timed-out command's background child survived:\n%s", ps)
+	}
+	var res map[string]any
+	out, code = e.run("", "exec", "--json", "box", "sh", "-c", "echo out; echo err >&2; exit 4")
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 4 || res["exit_code"].(float64) != 4 || res["stdout"] != "out\n" || res["stderr"] != "err\n" {
+		t.Errorf("exec --json: exit %d %q %v", code, out, err)
+	}
+	for _, k := range []string{"setup_stdout", "setup_stderr", "elapsed", "timed_out", "truncated", "stdout_bytes", "oom_killed"} {
+		if _, ok := res[k]; !ok {
+			t.Errorf("exec --json lacks %q", k)
+		}
+	}
+	if ps := e.must("ps"); !strings.Contains(ps, "box") || !strings.Contains(ps, "Up") || !strings.Contains(ps, "IDLE") {
+		t.Errorf("ps:\n%s", ps)
+	}
+	var info []map[string]any
+	if err := json.Unmarshal([]byte(e.must("inspect", "box")), &info); err != nil || len(info) != 1 || info[0]["Name"] != "box" || info[0]["Running"] != true {
+		t.Errorf("inspect: %v %v", info, err)
+	}
+	// Names are unique.
+	if out, code := e.run("", "run", "-d", "--name", "box", e.ref, "sleep", "1"); code != 125 || !strings.Contains(out, "already in use") {
+		t.Errorf("duplicate name: %d %q", code, out)
+	}
+	// stop keeps the files; start brings the sandbox back.
+	e.must("stop", "box")
+	if ps := e.must("ps", "-a"); !strings.Contains(ps, "Exited") {
+		t.Errorf("ps -a after stop:\n%s", ps)
+	}
+	if out, code := e.run("", "exec", "box", "true"); code == 0 || !strings.Contains(out, "not running") {
+		t.Errorf("exec into a stopped sandbox: %d %q", code, out)
+	}
+	e.must("start", "box")
+	if out := e.must("exec", "box", "cat", "/tmp/f"); out != "persisted\n" {
+		t.Errorf("files after stop/start: %q", out)
+	}
+	if out, code := e.run("", "rm", "box"); code == 0 || !strings.Contains(out, "stop it first") {
+		t.Errorf("rm of a running sandbox: %d %q", code, out)
+	}
+	e.must("rm", "-f", "box")
+	if out := e.must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("rm -f left %q", out)
+	}
+}
+
+func TestCreateStart(t *testing.T) {
+	e := newEnv(t)
+	e.must("create", "--name", "later", e.ref, "sleep", "infinity")
+	if ps := e.must("ps", "-a"); !strings.Contains(ps, "Created") {
+		t.Errorf("ps -a after create:\n%s", ps)
+	}
+	e.must("start", "later")
+	if ps := e.must("exec", "later", "ps", "-o", "args"); !strings.Contains(ps, "sleep infinity") {
+		t.Errorf("start did not run the command:\n%s", ps)
+	}
+	e.must("kill", "later")
+	e.must("rm", "later")
+}
+
+func TestKeepAndPrune(t *testing.T) {
+	e := newEnv(t)
+	out := e.must("run", "--keep", "--name", "kept", e.ref, "sh", "-c", "echo evidence > /tmp/e")
+	if !strings.Contains(out, "slopbox exec") || !strings.Contains(out, "slopbox rm -f kept") {
+		t.Errorf("--keep does not say how to inspect and remove: %q", out)
+	}
+	if got := e.must("exec", "kept", "cat", "/tmp/e"); got != "evidence\n" {
+		t.Errorf("kept sandbox: %q", got)
+	}
+	// A sandbox whose init was killed from outside (or whose slopbox was
+	// killed) is cleaned up by prune.
+	var info []map[string]any
+	json.Unmarshal([]byte(e.must("inspect", "kept")), &info)
+	pid := int(info[0]["Pid"].(float64))
+	syscall.Kill(pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if !strings.Contains(e.must("ps"), "kept") {
+			break
+		}
+	}
+	if out := e.must("prune"); !strings.Contains(out, "Deleted") {
+		t.Errorf("prune: %q", out)
+	}
+	if out := e.must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("prune left %q", out)
+	}
+}
+
+func TestWorkspaceAndVolumes(t *testing.T) {
+	e := newEnv(t)
+	ws := filepath.Join(searchable(t, t.TempDir()), "ws")
+	os.MkdirAll(filepath.Join(ws, "data"), 0o755)
+	os.WriteFile(filepath.Join(ws, "data", "in.txt"), []byte("input"), 0o644)
+	e.must("pull", "-q", e.ref)
+	out := e.must("run", "--rm", "--workspace", ws, "-v", "data:/data:ro", e.ref, "sh", "-c", "cat /data/in.txt; pwd; echo result > out.txt; (echo x > /data/no) 2>/dev/null || echo refused")
+	if out != "input/workspace\nrefused\n" {
+		t.Errorf("workspace and -v: %q", out)
+	}
+	b, err := os.ReadFile(filepath.Join(ws, "out.txt"))
+	if err != nil || string(b) != "result\n" {
+		t.Errorf("workspace file on the host: %q %v", b, err)
+	}
+	var st syscall.Stat_t
+	syscall.Stat(filepath.Join(ws, "out.txt"), &st)
+	if st.Uid != uint32(os.Geteuid()) {
+		t.Errorf("out.txt owned by %d, want the workspace owner %d", st.Uid, os.Geteuid())
+	}
+	if out, code := e.run("", "run", "--rm", "--workspace", ws, "-v", ws+":/workspace/inner", e.ref, "true"); code != 125 || !strings.Contains(out, "inside") {
+		t.Errorf("a mount inside the workdir: %d %q", code, out)
+	}
+}
+
+func TestLocalBackend(t *testing.T) {
+	e := newEnv(t)
+	ws := t.TempDir()
+	out := e.must("run", "--backend", "local", "--workspace", ws, "-e", "K=V", "--", "sh", "-c", "echo $K; pwd; echo err >&2")
+	if lines := strings.Fields(out); len(lines) != 3 || !strings.HasPrefix(out, "V\n") && !strings.HasPrefix(out, "err\nV\n") || !strings.Contains(out, ws+"\n") {
+		t.Errorf("run --backend local: %q", out)
+	}
+	out, code := e.run("", "run", "--backend", "local", "--workspace", ws, "--json", "--", "sh", "-c", "echo out; exit 5")
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 5 || res["stdout"] != "out\n" || res["exit_code"].(float64) != 5 {
+		t.Errorf("run --backend local --json: %d %q %v", code, out, err)
+	}
+	start := time.Now()
+	out, code = e.run("", "run", "--backend", "local", "--timeout", "0.5", "--json", "--", "sh", "-c", "sleep 1000 & sleep 1000")
+	json.Unmarshal([]byte(out), &res)
+	if res["timed_out"] != true || time.Since(start) > 5*time.Second {
+		t.Errorf("local --timeout: %d %q after %v", code, out, time.Since(start))
+	}
+	if out, code := e.run("in", "run", "--backend", "local", "-i", "--", "cat"); code != 0 || out != "in" {
+		t.Errorf("local -i: %d %q", code, out)
+	}
+	if out, code := e.run("", "run", "--backend", "nope", "true"); code != 125 || !strings.Contains(out, "known: local, sandbox") {
+		t.Errorf("unknown backend: %d %q", code, out)
+	}
+}
+
+func TestImageCommands(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", e.ref)
+	if out := e.must("images"); !strings.Contains(out, "it/busybox") {
+		t.Errorf("images: %q", out)
+	}
+	e.must("tag", e.ref, "example.com/copy:v1")
+	tarball := filepath.Join(t.TempDir(), "img.tar")
+	e.must("save", "-o", tarball, "example.com/copy:v1")
+	e.must("rmi", "example.com/copy:v1")
+	if out := e.must("load", "-i", tarball); !strings.Contains(out, "Loaded image: example.com/copy:v1") {
+		t.Errorf("load: %q", out)
+	}
+	if out := e.must("run", "--rm", "example.com/copy:v1", "echo", "loaded"); out != "loaded\n" {
+		t.Errorf("run a loaded image: %q", out)
+	}
+	var info []map[string]any
+	if err := json.Unmarshal([]byte(e.must("inspect", "example.com/copy:v1")), &info); err != nil || info[0]["Os"] != "linux" {
+		t.Errorf("inspect image: %v %v", info, err)
+	}
+	e.must("rmi", "example.com/copy:v1")
+	if out, code := e.run("", "rmi", "example.com/copy:v1"); code == 0 || !strings.Contains(out, "image not found") {
+		t.Errorf("rmi of a missing image: %d %q", code, out)
+	}
+	if out, code := e.run("", "load", "-i", "/nonexistent.tar"); code != 125 || !strings.Contains(out, "no such file") {
+		t.Errorf("load of a missing file: %d %q", code, out)
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
