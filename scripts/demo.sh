@@ -48,7 +48,7 @@ rm -rf "$WORK/registry"
 mkdir -p "$WORK/registry"
 cat >"$WORK/registry/config.yml" <<CFG
 version: 0.1
-log: {level: error}
+log: {level: error, accesslog: {disabled: true}}
 storage: {filesystem: {rootdirectory: $WORK/registry/data}}
 http: {addr: $REG}
 CFG
