@@ -11,6 +11,8 @@ LDFLAGS="-extldflags -static"
 TEST_USER=${SLOPBOX_TEST_USER:-slopbox-test}
 # Packages whose behaviour depends on the caller's privileges run twice.
 ROOTLESS_PKGS=(./image/ ./local/ ./backend/ ./test/conformance/ ./sandbox/ ./test/integration/)
+# Tests that need root by nature; they ran in the root pass above.
+ROOT_ONLY='^TestDiskFullLeavesStoreConsistent$' 
 
 echo "== tests as root" >&2
 go test -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 30m ./...
@@ -31,8 +33,8 @@ for pkg in "${ROOTLESS_PKGS[@]}"; do
 	bin="$work/$(echo "$pkg" | tr -c 'a-z0-9\n' '_').test"
 	go test -c -tags "$TAGS" -ldflags "$LDFLAGS" -o "$bin" "$pkg"
 	chmod 755 "$bin"
-	echo "-- $pkg as $TEST_USER" >&2
-	if ! su "$TEST_USER" -s /bin/sh -c "cd '$work/$pkg' && HOME=\$(getent passwd $TEST_USER | cut -d: -f6) '$bin' -test.count=1 -test.timeout=20m"; then
+	echo "-- $pkg as $TEST_USER (left out, root only: $ROOT_ONLY)" >&2
+	if ! su "$TEST_USER" -s /bin/sh -c "cd '$work/$pkg' && HOME=\$(getent passwd $TEST_USER | cut -d: -f6) '$bin' -test.count=1 -test.timeout=20m -test.skip '$ROOT_ONLY'"; then
 		status=1
 	fi
 done
