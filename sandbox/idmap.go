@@ -25,13 +25,13 @@ func init() {
 	})
 }
 
-// idmapWorkspace (root only) attaches at target an idmapped clone of the
+// idmapWorkspace (root only) returns a detached, idmapped clone of the
 // workspace in which its owner is the sandbox's user: files the sandbox
 // writes there are owned on the host by the workspace's owner, never by host
 // root and never by a stray subordinate id. Other container ids keep their
-// usual host ids. The host mount is needed only until the sandbox has its
-// own copy; detach it with the returned function.
-func idmapWorkspace(ws, target string, m userns.Mapping, uid, gid uint32) (detach func(), err error) {
+// usual host ids. The mount is never attached on the host: the spawn helper
+// attaches it in its own mount namespace, from where the sandbox binds it.
+func idmapWorkspace(ws string, m userns.Mapping, uid, gid uint32) (*os.File, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(ws, &st); err != nil {
 		return nil, err
@@ -45,18 +45,23 @@ func idmapWorkspace(ws, target string, m userns.Mapping, uid, gid uint32) (detac
 	if err != nil {
 		return nil, fmt.Errorf("idmapped workspace: open_tree %s: %w", ws, err)
 	}
-	defer unix.Close(fd)
 	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(nsfd), Propagation: unix.MS_PRIVATE}
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		unix.Close(fd)
 		return nil, fmt.Errorf("idmapped workspace: the filesystem of %s does not support idmapped mounts (%w)", ws, err)
 	}
-	if err := os.Mkdir(target, 0o700); err != nil {
-		return nil, err
+	return os.NewFile(uintptr(fd), "idmapped-workspace"), nil
+}
+
+// attachMount attaches a detached mount at target (created if missing).
+func attachMount(mnt *os.File, target string) error {
+	if err := os.MkdirAll(target, 0o700); err != nil {
+		return err
 	}
-	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return nil, fmt.Errorf("idmapped workspace: move_mount: %w", err)
+	if err := unix.MoveMount(int(mnt.Fd()), "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach the idmapped workspace: %w", err)
 	}
-	return func() { unix.Unmount(target, unix.MNT_DETACH) }, nil
+	return nil
 }
 
 // mountMap maps the on-disk owner to the sandbox user's host id and keeps

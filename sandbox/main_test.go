@@ -46,6 +46,7 @@ func testBackend(t testing.TB) (*Backend, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		defer b.Close()
 		if ids, err := b.Prune(true); err != nil {
 			t.Errorf("prune: %v (%v)", err, ids)
 		}

@@ -37,7 +37,12 @@ type Backend struct {
 	initOnce sync.Once
 	initPath string
 	initErr  error
+	spawner  spawner
 }
+
+// Close releases the Backend's spawn helper. Sandboxes keep running; the
+// Backend starts a new helper if it is used again.
+func (b *Backend) Close() { b.spawner.close() }
 
 var _ backend.Backend = (*Backend)(nil)
 

@@ -1,10 +1,8 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"debug/elf"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,7 +23,6 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/reexec"
-	"github.com/slopbox/slopbox/internal/userns"
 	"github.com/slopbox/slopbox/oci"
 )
 
@@ -33,10 +30,10 @@ import (
 // a fresh tmpfs, so nothing lands in the image's tree.
 const agentPath = "/dev/.slopbox-init"
 
-const spawnHelper = "sandbox-spawn"
+const spawnHelper = "sandbox-spawn-server"
 
 func init() {
-	reexec.Register(spawnHelper, spawnMain)
+	reexec.Register(spawnHelper, spawnServerMain)
 	reexec.Register(removeHelper, removeMain)
 	// libcontainer logs a harmless warning per rootless start.
 	logrus.SetLevel(logrus.ErrorLevel)
@@ -56,6 +53,10 @@ type spawnResponse struct {
 	Pid   int    `json:"pid"`
 	Error string `json:"error,omitempty"`
 }
+
+// maxSpawnFDs: a request carries PID 1's listener and, as root, the
+// idmapped workspace mount.
+const maxSpawnFDs = 2
 
 // Spawn creates and starts a sandbox from spec. On any error nothing is
 // left behind: no process, no state directory.
@@ -301,16 +302,15 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 	defer lnFile.Close()
 
 	mounts := slices.Clone(rec.Mounts)
+	var wsMount *os.File
 	if os.Geteuid() == 0 && rec.Workspace != "" {
 		for i, m := range mounts {
 			if m.Source == rec.Workspace && m.Destination == rec.Workdir {
-				target := filepath.Join(dir, "ws")
-				detach, err := idmapWorkspace(rec.Workspace, target, b.store.Mapping(), rec.User.UID, rec.User.GID)
-				if err != nil {
+				if wsMount, err = idmapWorkspace(rec.Workspace, b.store.Mapping(), rec.User.UID, rec.User.GID); err != nil {
 					return fmt.Errorf("start: %w", err)
 				}
-				defer detach()
-				mounts[i].Source = target
+				defer wsMount.Close()
+				mounts[i].Source = filepath.Join(dir, "ws")
 			}
 		}
 	}
@@ -341,7 +341,7 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 		}
 		req.Layers = append(req.Layers, rel)
 	}
-	pid, err := b.runSpawnHelper(ctx, req, lnFile)
+	pid, err := b.spawner.spawn(ctx, b.store.Mapping(), &req, lnFile, wsMount)
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
@@ -463,61 +463,10 @@ func (b *Backend) installInit() (string, error) {
 	return dst, os.Rename(tmp.Name(), dst)
 }
 
-// runSpawnHelper starts PID 1 from inside the user namespace.
-func (b *Backend) runSpawnHelper(ctx context.Context, req spawnRequest, listener *os.File) (int, error) {
-	in, err := json.Marshal(req)
-	if err != nil {
-		return 0, err
-	}
-	cmd := userns.Command(nil)
-	cmd.Env = append(cmd.Env, reexec.Env+"="+spawnHelper)
-	var out, errOut bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &out, &errOut
-	cmd.ExtraFiles = []*os.File{listener} // fd 4 in the helper (fd 3: user namespace sync)
-	if err := userns.Start(cmd, b.store.Mapping()); err != nil {
-		return 0, err
-	}
-	stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })
-	werr := cmd.Wait()
-	stop()
-	var resp spawnResponse
-	if err := json.Unmarshal(out.Bytes(), &resp); err != nil {
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		return 0, fmt.Errorf("sandbox helper failed (%v): %s", werr, strings.TrimSpace(errOut.String()))
-	}
-	if resp.Error != "" {
-		return 0, errors.New(resp.Error)
-	}
-	return resp.Pid, nil
-}
-
-// spawnMain runs in the helper, as root of the user namespace, in a mount
-// namespace of its own: it mounts the overlay root filesystem and has
-// libcontainer start PID 1. The overlay exists only in mount namespaces
-// (this one, then the container's), so nothing is ever mounted on the host.
-func spawnMain() int {
-	var req spawnRequest
-	var resp spawnResponse
-	defer func() { json.NewEncoder(os.Stdout).Encode(&resp) }()
-	if err := json.NewDecoder(os.Stdin).Decode(&req); err != nil {
-		resp.Error = "bad request: " + err.Error()
-		return 1
-	}
-	pid, err := startInit(&req, os.NewFile(4, "agent-listener"))
-	if err != nil {
-		resp.Error = err.Error()
-		return 1
-	}
-	resp.Pid = pid
-	return 0
-}
-
-func startInit(req *spawnRequest, listener *os.File) (int, error) {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return 0, fmt.Errorf("make mounts private: %w", err)
-	}
+// startInit mounts the sandbox's root filesystem and has libcontainer start
+// its PID 1. Preconditions: in the spawn server, as root of the user
+// namespace, in its private mount namespace.
+func startInit(req *spawnRequest, listener, wsMount *os.File) (int, error) {
 	upper, work, rootfs := filepath.Join(req.Dir, "upper"), filepath.Join(req.Dir, "work"), filepath.Join(req.Dir, "rootfs")
 	for _, d := range []string{upper, work, rootfs} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -539,6 +488,16 @@ func startInit(req *spawnRequest, listener *os.File) (int, error) {
 	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", strings.Join(lower, ":"), upper, work)
 	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NODEV, data); err != nil {
 		return 0, fmt.Errorf("mount overlay root filesystem (kernel 5.11 or later is needed for overlayfs in a user namespace): %w", err)
+	}
+	// The container gets its own copies of these mounts; this namespace
+	// lets go of them as soon as it has started.
+	defer unix.Unmount(rootfs, unix.MNT_DETACH)
+	if wsMount != nil {
+		ws := filepath.Join(req.Dir, "ws")
+		if err := attachMount(wsMount, ws); err != nil {
+			return 0, err
+		}
+		defer unix.Unmount(ws, unix.MNT_DETACH)
 	}
 	if err := os.Chdir(req.Dir); err != nil {
 		return 0, err
