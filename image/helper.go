@@ -40,7 +40,7 @@ type helperResponse struct {
 }
 
 var sentinels = map[string]error{
-	"not-found": ErrNotFound, "bad-ref": ErrBadRef, "unauthorized": ErrUnauthorized, "bad-archive": ErrBadArchive,
+	"not-found": ErrNotFound, "bad-ref": ErrBadRef, "unauthorized": ErrUnauthorized, "bad-archive": ErrBadArchive, "insecure": ErrInsecure,
 }
 
 // runHelper performs req in a child inside the user namespace.

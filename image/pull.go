@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -30,7 +32,7 @@ func (s *Store) remoteOptions(ctx context.Context) []remote.Option {
 		remote.WithContext(ctx),
 		remote.WithAuthFromKeychain(authn.DefaultKeychain),
 		remote.WithPlatform(HostPlatform()),
-		remote.WithTransport(tr),
+		remote.WithTransport(&httpPolicy{base: tr, insecure: s.insecure}),
 		remote.WithRetryBackoff(remote.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 4}),
 		remote.WithUserAgent("slopbox"),
 	}
@@ -110,6 +112,13 @@ func (s *Store) pullInside(ctx context.Context, r name.Reference) error {
 
 // explainRemote adds a hint to registry errors that have a usual cause.
 func explainRemote(r name.Reference, err error) error {
+	if errors.Is(err, ErrInsecure) {
+		return fmt.Errorf("pull %s: %w", r, err)
+	}
+	if strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
+		reg := r.Context().RegistryStr()
+		return fmt.Errorf("pull %s: %w: %s answers plain HTTP only; if that is expected, allow it with --insecure-registry %s (%v)", r, ErrInsecure, reg, reg, err)
+	}
 	var te *transport.Error
 	if errors.As(err, &te) {
 		switch te.StatusCode {
@@ -124,3 +133,30 @@ func explainRemote(r name.Reference, err error) error {
 
 // ErrUnauthorized is wrapped when a registry refuses our credentials.
 var ErrUnauthorized = errors.New("unauthorized")
+
+// httpPolicy lets plain HTTP reach only loopback registries and those named
+// with WithInsecureRegistries. (go-containerregistry would also fall back to
+// HTTP for private-network addresses; slopbox does not.)
+type httpPolicy struct {
+	base     http.RoundTripper
+	insecure map[string]bool
+}
+
+func (p *httpPolicy) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Scheme == "http" && !p.insecure[r.URL.Host] && !loopback(r.URL.Hostname()) {
+		return nil, fmt.Errorf("%w: refusing plain HTTP to %s; if this registry has no TLS, allow it with --insecure-registry %s", ErrInsecure, r.URL.Host, r.URL.Host)
+	}
+	return p.base.RoundTrip(r)
+}
+
+func loopback(host string) bool {
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// ErrInsecure is wrapped when a registry would need plain HTTP without
+// being allowed to.
+var ErrInsecure = errors.New("insecure registry")

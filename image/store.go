@@ -110,6 +110,8 @@ func (s *Store) init() error {
 			return err
 		}
 	}
+	// Layers are extracted under tmp/ and renamed into layers/.
+	markTopDir(s.path("tmp"))
 	if _, err := os.Stat(s.path("oci", "oci-layout")); errors.Is(err, fs.ErrNotExist) {
 		if err := writeFileAtomic(s, s.path("oci", "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -626,3 +627,60 @@ func (c *captureWriter) Write(b []byte) (int, error) {
 	return c.buf.Write(b)
 }
 func (c *captureWriter) WriteHeader(code int) { c.code = code }
+
+func TestPlainHTTPOnlyForLoopbackOrAllowed(t *testing.T) {
+	// Serve the registry on a non-loopback address of this host.
+	var ip net.IP
+	ifaces, _ := net.InterfaceAddrs()
+	for _, a := range ifaces {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			ip = n.IP
+			break
+		}
+	}
+	if ip == nil {
+		t.Fatal("this test needs a non-loopback IPv4 address on the host")
+	}
+	reg := fixtures.Registry(t, nil)
+	_, port, _ := net.SplitHostPort(reg)
+	fixtures.Push(t, reg+"/plain/img:v1", testImage(t))
+	// The test registry listens on 127.0.0.1 only; forward the host's
+	// address to it.
+	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", "127.0.0.1:"+port)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go io.Copy(up, c)
+				io.Copy(c, up)
+			}()
+		}
+	}()
+	remoteAddr := l.Addr().String()
+	s := openTestStore(t)
+	_, err = s.Pull(context.Background(), remoteAddr+"/plain/img:v1")
+	if !errors.Is(err, ErrInsecure) || !strings.Contains(err.Error(), "--insecure-registry "+remoteAddr) {
+		t.Fatalf("plain HTTP to %s without --insecure-registry: %v", remoteAddr, err)
+	}
+	assertConsistent(t, s)
+	s2, err := Open(s.Root(), WithInsecureRegistries(remoteAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Pull(context.Background(), remoteAddr+"/plain/img:v1"); err != nil {
+		t.Fatalf("pull with --insecure-registry %s: %v", remoteAddr, err)
+	}
+}

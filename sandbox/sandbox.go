@@ -16,7 +16,6 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/image"
-	"github.com/slopbox/slopbox/internal/reexec"
 	"github.com/slopbox/slopbox/internal/userns"
 )
 
@@ -190,10 +189,9 @@ func (b *Backend) destroy(rec *record) error {
 	return errors.Join(errs...)
 }
 
-const removeHelper = "sandbox-rm"
-
 // removeDir deletes a sandbox directory. Its upper layer holds files of the
-// subordinate ids, which only root of the user namespace may delete.
+// subordinate ids, which only root of the user namespace may delete: the
+// spawn server does it.
 func (b *Backend) removeDir(dir string) error {
 	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -202,29 +200,15 @@ func (b *Backend) removeDir(dir string) error {
 		if err := unmountStale(dir); err != nil {
 			return err
 		}
-	}
-	if os.Geteuid() == 0 || userns.Inside() {
 		return os.RemoveAll(dir)
 	}
-	cmd := userns.Command(nil)
-	cmd.Env = append(cmd.Env, reexec.Env+"="+removeHelper, "_SLOPBOX_RM="+dir)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := userns.Start(cmd, b.store.Mapping()); err != nil {
-		return err
+	if userns.Inside() {
+		return os.RemoveAll(dir)
 	}
-	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("remove %s: %v: %s", dir, err, strings.TrimSpace(out.String()))
+	if err := b.spawner.remove(context.Background(), b.store.Mapping(), dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
 	}
 	return nil
-}
-
-func removeMain() int {
-	if err := os.RemoveAll(os.Getenv("_SLOPBOX_RM")); err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	return 0
 }
 
 // Sandbox is one sandbox. Its methods are safe for concurrent use; one

@@ -34,7 +34,6 @@ const spawnHelper = "sandbox-spawn-server"
 
 func init() {
 	reexec.Register(spawnHelper, spawnServerMain)
-	reexec.Register(removeHelper, removeMain)
 	// libcontainer logs a harmless warning per rootless start.
 	logrus.SetLevel(logrus.ErrorLevel)
 }
@@ -42,6 +41,9 @@ func init() {
 // spawnRequest is what the host hands the spawn helper, which runs as root
 // of the sandbox's user namespace.
 type spawnRequest struct {
+	// Remove, when set, asks the server to delete this sandbox directory
+	// instead of starting anything.
+	Remove     string      `json:"remove,omitempty"`
 	ID         string      `json:"id"`
 	Dir        string      `json:"dir"`
 	LayersRoot string      `json:"layers_root"`

@@ -36,13 +36,23 @@ type spawner struct {
 // idmapped workspace mount, when set) travel as fds. A server that died is
 // restarted once.
 func (s *spawner) spawn(ctx context.Context, m userns.Mapping, req *spawnRequest, listener, wsMount *os.File) (int, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return 0, err
-	}
 	fds := []int{int(listener.Fd())}
 	if wsMount != nil {
 		fds = append(fds, int(wsMount.Fd()))
+	}
+	return s.call(ctx, m, req, fds)
+}
+
+// remove asks the server to delete a sandbox directory.
+func (s *spawner) remove(ctx context.Context, m userns.Mapping, dir string) error {
+	_, err := s.call(ctx, m, &spawnRequest{Remove: dir}, nil)
+	return err
+}
+
+func (s *spawner) call(ctx context.Context, m userns.Mapping, req *spawnRequest, fds []int) (int, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return 0, err
 	}
 	msg := binary.NativeEndian.AppendUint32(nil, uint32(len(body)))
 	msg = append(msg, body...)
@@ -76,7 +86,11 @@ var errServerGone = errors.New("spawn server exited")
 func (s *spawner) roundTrip(ctx context.Context, msg []byte, fds []int) (*spawnResponse, error) {
 	stop := context.AfterFunc(ctx, func() { s.conn.Close() })
 	defer stop()
-	n, _, err := s.conn.WriteMsgUnix(msg, unix.UnixRights(fds...), nil)
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	n, _, err := s.conn.WriteMsgUnix(msg, oob, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errServerGone, err)
 	}
@@ -174,7 +188,11 @@ func spawnServerMain() int {
 		if len(files) > 1 {
 			ws = files[1]
 		}
-		if len(files) == 0 {
+		if req.Remove != "" {
+			if err := os.RemoveAll(req.Remove); err != nil {
+				resp.Error = err.Error()
+			}
+		} else if len(files) == 0 {
 			resp.Error = "spawn request without a listener"
 		} else if pid, err := startInit(req, files[0], ws); err != nil {
 			resp.Error = err.Error()

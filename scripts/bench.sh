@@ -34,7 +34,9 @@ as_user "$OUT/apibench" -image "$BUSYBOX_REF" -scale "${SCALE_API:-100}" >"$OUT/
 
 # A pull of an image that is already present (one manifest check).
 as_user slopbox-bench pull -q "$PYSLIM_REF" >/dev/null
-as_user hyperfine -N --warmup 3 --runs 30 --export-json "$OUT/repull.json" "slopbox-bench pull -q $PYSLIM_REF" >/dev/null
+tmp=$(as_user mktemp)
+as_user hyperfine -N --warmup 3 --runs 30 --export-json "$tmp" "slopbox-bench pull -q $PYSLIM_REF" >/dev/null
+cp "$tmp" "$OUT/repull.json" && rm -f "$tmp"
 
 go run ./bench/cmd/report "$OUT" >BENCHMARKS.md
 echo "wrote BENCHMARKS.md from $OUT" >&2

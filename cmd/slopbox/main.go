@@ -66,8 +66,10 @@ func main() {
 	}
 }
 
+// progressMode draws bars on a terminal (one with a width: a pty nobody
+// sized cannot show them) and prints plain lines otherwise.
 func progressMode() image.Progress {
-	if term.IsTerminal(int(os.Stderr.Fd())) {
+	if w, _, err := term.GetSize(int(os.Stderr.Fd())); err == nil && w > 0 {
 		return image.ProgressBars
 	}
 	return image.ProgressPlain

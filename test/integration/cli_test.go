@@ -6,6 +6,7 @@ package integration
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 
 	"os"
 	"os/exec"
@@ -328,4 +329,42 @@ func TestImageCommands(t *testing.T) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+func TestPullProgress(t *testing.T) {
+	e := newEnv(t)
+	// Not a terminal: one line per layer.
+	out := e.must("pull", e.ref)
+	if !strings.Contains(out, "downloading") || !strings.Contains(out, "downloaded and extracted") {
+		t.Errorf("plain progress: %q", out)
+	}
+	e.must("rmi", e.ref)
+	// A terminal (script(1) allocates one): per-layer progress bars.
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Fatalf("this test needs script(1) from bsdutils: %v", err)
+	}
+	cmd := exec.Command(script, "-qec", fmt.Sprintf("stty cols 100 rows 30; %s --root %s pull %s", e.bin, e.root, e.ref), "/dev/null")
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pull on a terminal: %v: %s", err, b)
+	}
+	if !strings.Contains(string(b), "MiB") || strings.Contains(string(b), "downloading") {
+		t.Errorf("terminal progress has no bars: %q", b)
+	}
+}
+
+func TestRunTimeoutAndJSON(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	start := time.Now()
+	out, code := e.run("", "run", "--rm", "--timeout", "0.5", e.ref, "sh", "-c", "sleep 1000 & sleep 1000")
+	if code != 137 || time.Since(start) > 5*time.Second {
+		t.Errorf("run --timeout: exit %d after %v: %q", code, time.Since(start), out)
+	}
+	out, code = e.run("", "run", "--rm", "--json", e.ref, "sh", "-c", "printf 'a\\377b'; exit 2")
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 2 || res["stdout"] != "a\uFFFDb" || res["exit_code"].(float64) != 2 {
+		t.Errorf("run --json: %d %q %v", code, out, err)
+	}
 }
