@@ -189,3 +189,23 @@ func Pipe() (r, w *os.File, err error) {
 	unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, pipeSize)
 	return r, w, nil
 }
+
+// StreamEvents runs collect in a goroutine and turns the chunks it emits and
+// the result it returns into a Stream's events: chunks as they come, then
+// exactly one EventFinished, then the channel closes. A cancelled ctx stops
+// delivery (collect sees the same ctx and kills the command).
+func StreamEvents(ctx context.Context, collect func(emit func(EventKind, string)) *Result) <-chan Event {
+	ch := make(chan Event, 16)
+	send := func(ev Event) {
+		select {
+		case ch <- ev:
+		case <-ctx.Done():
+		}
+	}
+	go func() {
+		defer close(ch)
+		res := collect(func(kind EventKind, text string) { send(Event{Kind: kind, Data: text}) })
+		send(Event{Kind: EventFinished, Result: res})
+	}()
+	return ch
+}

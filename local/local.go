@@ -175,22 +175,11 @@ func (s *Sandbox) Stream(ctx context.Context, req backend.ExecRequest) (<-chan b
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan backend.Event, 16)
-	send := func(ev backend.Event) {
-		select {
-		case ch <- ev:
-		case <-ctx.Done():
-		}
-	}
-	go func() {
-		defer close(ch)
-		res := p.wait(ctx, false, func(kind backend.EventKind, text string) {
-			send(backend.Event{Kind: kind, Data: text})
-		})
+	return backend.StreamEvents(ctx, func(emit func(backend.EventKind, string)) *backend.Result {
+		res := p.wait(ctx, false, emit)
 		s.finish(p, res)
-		send(backend.Event{Kind: backend.EventFinished, Result: res})
-	}()
-	return ch, nil
+		return res
+	}), nil
 }
 
 // Poll reports whether a command runs, else the last exit code (nil before

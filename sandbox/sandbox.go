@@ -9,7 +9,6 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -326,7 +325,7 @@ func (s *Sandbox) command(req backend.ExecRequest) (cmd *execRequest, setup bool
 	default:
 		argv = []string{"/bin/sh", "-c", req.Shell}
 	}
-	return &execRequest{argv: argv, env: mergeEnv(rec.Env, req.Env), cwd: cwd, uid: who.UID, gid: who.GID, groups: who.Groups}, setup, nil
+	return &execRequest{argv: argv, env: backend.MergeEnv(false, rec.Env, req.Env), cwd: cwd, uid: who.UID, gid: who.GID, groups: who.Groups}, setup, nil
 }
 
 // dial connects to the sandbox's PID 1.
@@ -435,26 +434,6 @@ func touch(p string) {
 	os.Chtimes(p, now, now)
 }
 
-// mergeEnv layers per-exec env over the sandbox's, as a sorted KEY=VALUE list.
-func mergeEnv(base, over map[string]string) []string {
-	m := make(map[string]string, len(base)+len(over))
-	for k, v := range base {
-		m[k] = v
-	}
-	for k, v := range over {
-		m[k] = v
-	}
-	if _, ok := m["PATH"]; !ok {
-		m["PATH"] = strings.TrimPrefix(backend.DefaultPath, "PATH=")
-	}
-	out := make([]string, 0, len(m))
-	for k, v := range m {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // wait collects the command's result.
 func (s *Sandbox) wait(ctx context.Context, p *proc, buffered bool, emit func(backend.EventKind, string)) *backend.Result {
 	if p.failed != nil {
@@ -512,22 +491,11 @@ func (s *Sandbox) Stream(ctx context.Context, req backend.ExecRequest) (<-chan b
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan backend.Event, 16)
-	send := func(ev backend.Event) {
-		select {
-		case ch <- ev:
-		case <-ctx.Done():
-		}
-	}
-	go func() {
-		defer close(ch)
-		res := s.wait(ctx, p, false, func(kind backend.EventKind, text string) {
-			send(backend.Event{Kind: kind, Data: text})
-		})
+	return backend.StreamEvents(ctx, func(emit func(backend.EventKind, string)) *backend.Result {
+		res := s.wait(ctx, p, false, emit)
 		s.finish(p, res)
-		send(backend.Event{Kind: backend.EventFinished, Result: res})
-	}()
-	return ch, nil
+		return res
+	}), nil
 }
 
 // Poll reports whether a command of this Sandbox value runs, else the last
