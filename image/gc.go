@@ -77,6 +77,9 @@ func (s *Store) gcInside() error {
 	}
 	sweep(s.path("oci", "blobs", "sha256"), blobs)
 	sweep(s.path("layers", "sha256"), diffs)
+	for _, key := range s.mappedKeys() {
+		sweep(s.path("layers", key, "sha256"), diffs)
+	}
 	if err := s.cleanStaleTmp(); err != nil {
 		errs = append(errs, err.Error())
 	}

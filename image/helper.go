@@ -27,7 +27,8 @@ type helperRequest struct {
 	Root     string   `json:"root"`
 	Ref      string   `json:"ref,omitempty"`
 	Path     string   `json:"path,omitempty"`
-	FD       int      `json:"fd,omitempty"` // an open archive passed to the child
+	FD       int      `json:"fd,omitempty"`  // an open archive passed to the child
+	Key      string   `json:"key,omitempty"` // id mapping variant, for extract
 	Insecure []string `json:"insecure,omitempty"`
 	Progress Progress `json:"progress"`
 }
@@ -148,6 +149,8 @@ func helperMain() int {
 			}
 		case "gc":
 			err = s.gcInside()
+		case "extract":
+			err = s.extractInside(ctx, req.Ref, req.Key)
 		default:
 			err = fmt.Errorf("unknown operation %q", req.Op)
 		}

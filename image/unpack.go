@@ -27,6 +27,9 @@ type ApplyOptions struct {
 	// Logf receives warnings about degradations (each kind reported once per
 	// layer, naming the first path). nil: discard.
 	Logf func(format string, args ...any)
+	// IDs, when set, turns a tar entry's uid/gid into the on-disk owner
+	// (layers extracted for a nested id mapping); nil keeps them.
+	IDs func(uid, gid int) (int, int)
 }
 
 // ApplyStats summarises one applied layer.
@@ -89,6 +92,7 @@ func ApplyLayer(dir string, r io.Reader, opts ApplyOptions) (ApplyStats, error) 
 	a := &applier{
 		root:      root,
 		logf:      opts.Logf,
+		ids:       opts.IDs,
 		buf:       *bp,
 		known:     map[string]struct{}{".": {}},
 		dirMeta:   map[string]*tar.Header{},
@@ -120,6 +124,7 @@ func ApplyLayer(dir string, r io.Reader, opts ApplyOptions) (ApplyStats, error) 
 }
 
 type applier struct {
+	ids   func(uid, gid int) (int, int)
 	root  string
 	logf  func(string, ...any)
 	buf   []byte
@@ -606,7 +611,11 @@ func (a *applier) chown(rel string, hdr *tar.Header) error {
 	if a.chownFail[key] {
 		return nil
 	}
-	err := unix.Lchown(a.full(rel), hdr.Uid, hdr.Gid)
+	uid, gid := hdr.Uid, hdr.Gid
+	if a.ids != nil {
+		uid, gid = a.ids(uid, gid)
+	}
+	err := unix.Lchown(a.full(rel), uid, gid)
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) {
 		a.chownFail[key] = true
 		a.stats.ChownDegraded = true

@@ -181,32 +181,8 @@ func (s *Store) storeLayer(ctx context.Context, layer v1.Layer, diffID v1.Hash, 
 	compressed := io.TeeReader(src, bw)
 
 	if !haveDir {
-		tar, closeTar, err := decompress(bufio.NewReaderSize(compressed, 1<<20))
-		if err != nil {
+		if err := s.unpack(compressed, diffID, tmp, dir, nil); err != nil {
 			return fmt.Errorf("layer %s: %w", dgst, err)
-		}
-		h := sha256.New()
-		root := filepath.Join(tmp, "root")
-		if err := os.Mkdir(root, 0o755); err != nil {
-			closeTar()
-			return err
-		}
-		stats, err := ApplyLayer(root, io.TeeReader(tar, h), ApplyOptions{Logf: func(f string, a ...any) {
-			s.logf("layer %s: "+f, append([]any{short}, a...)...)
-		}})
-		closeTar()
-		if err != nil {
-			return fmt.Errorf("unpack layer %s: %w", dgst, err)
-		}
-		_ = stats
-		if _, err := io.Copy(io.Discard, compressed); err != nil {
-			return fmt.Errorf("fetch layer %s: %w", dgst, err)
-		}
-		if got := hex.EncodeToString(h.Sum(nil)); got != diffID.Hex {
-			return fmt.Errorf("layer %s: uncompressed content has digest sha256:%s, but the image config says %s", dgst, got, diffID)
-		}
-		if err := os.Rename(root, dir); err != nil && !errors.Is(err, fs.ErrExist) && !errors.Is(err, syscall.ENOTEMPTY) {
-			return fmt.Errorf("commit layer %s: %w", diffID, err)
 		}
 	} else if _, err := io.Copy(io.Discard, compressed); err != nil {
 		return fmt.Errorf("fetch layer %s: %w", dgst, err)
@@ -274,4 +250,39 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// unpack extracts the compressed layer read from r into a staging directory
+// under tmp, checks its diffID, and commits it to dir. r is read to EOF.
+// ids, when set, shifts file owners (see ApplyOptions.IDs).
+func (s *Store) unpack(r io.Reader, diffID v1.Hash, tmp, dir string, ids func(uid, gid int) (int, int)) error {
+	tar, closeTar, err := decompress(bufio.NewReaderSize(r, 1<<20))
+	if err != nil {
+		return err
+	}
+	defer closeTar()
+	h := sha256.New()
+	root := filepath.Join(tmp, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return err
+	}
+	short := diffID.Hex[:12]
+	if _, err := ApplyLayer(root, io.TeeReader(tar, h), ApplyOptions{IDs: ids, Logf: func(f string, a ...any) {
+		s.logf("layer %s: "+f, append([]any{short}, a...)...)
+	}}); err != nil {
+		return fmt.Errorf("unpack: %w", err)
+	}
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != diffID.Hex {
+		return fmt.Errorf("uncompressed content has digest sha256:%s, but the image config says %s", got, diffID)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return err
+	}
+	if err := os.Rename(root, dir); err != nil && !errors.Is(err, fs.ErrExist) && !errors.Is(err, syscall.ENOTEMPTY) {
+		return fmt.Errorf("commit layer %s: %w", diffID, err)
+	}
+	return nil
 }

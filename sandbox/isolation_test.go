@@ -172,27 +172,36 @@ func TestMountRules(t *testing.T) {
 
 func TestWorkspaceFilesBelongToWorkspaceOwner(t *testing.T) {
 	b, ref := testBackend(t)
-	ws := workspaceDir(t)
-	owner := uint32(os.Geteuid())
-	if os.Geteuid() == 0 {
-		owner = 4242
-		if err := os.Chown(ws, 4242, 4242); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true})
-	res := run(t, sb, "mkdir -p out/deep && echo result > out/deep/r.txt && ls -ln /workspace")
-	if res.ExitCode != 0 {
-		t.Fatalf("%+v", res)
-	}
-	for _, p := range []string{"out", "out/deep", "out/deep/r.txt"} {
-		var st syscall.Stat_t
-		if err := syscall.Stat(filepath.Join(ws, p), &st); err != nil {
-			t.Fatal(err)
-		}
-		if st.Uid != owner {
-			t.Errorf("%s is owned by host uid %d, want the workspace owner %d", p, st.Uid, owner)
-		}
+	// Container root, the evaluation default (1000:1000) and an arbitrary user.
+	for _, user := range []string{"", "1000:1000", "app", "4000:4000"} {
+		t.Run("user="+user, func(t *testing.T) {
+			ws := workspaceDir(t)
+			owner := uint32(os.Geteuid())
+			if os.Geteuid() == 0 {
+				owner = 4242
+				if err := os.Chown(ws, 4242, 4242); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sb := spawnT(t, b, backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true, User: user})
+			res := run(t, sb, "mkdir -p out/deep && echo result > out/deep/r.txt && id -u && stat -c %u:%g /etc/passwd /home/app")
+			if res.ExitCode != 0 {
+				t.Fatalf("%+v", res)
+			}
+			// The image keeps its ownership whatever the sandbox user is.
+			if want := "0:0\n1000:1000\n"; !strings.HasSuffix(res.Stdout, want) {
+				t.Errorf("image ownership seen inside: %q, want suffix %q", res.Stdout, want)
+			}
+			for _, p := range []string{"out", "out/deep", "out/deep/r.txt"} {
+				var st syscall.Stat_t
+				if err := syscall.Stat(filepath.Join(ws, p), &st); err != nil {
+					t.Fatal(err)
+				}
+				if st.Uid != owner {
+					t.Errorf("%s is owned by host uid %d, want the workspace owner %d", p, st.Uid, owner)
+				}
+			}
+		})
 	}
 }
 

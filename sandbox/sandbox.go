@@ -35,12 +35,33 @@ type Backend struct {
 	initOnce sync.Once
 	initPath string
 	initErr  error
-	spawner  spawner
+
+	mu       sync.Mutex
+	spawners map[string]*spawner // by id mapping variant
 }
 
-// Close releases the Backend's spawn helper. Sandboxes keep running; the
-// Backend starts a new helper if it is used again.
-func (b *Backend) Close() { b.spawner.close() }
+// spawnerFor returns the spawn server for the id mapping named key.
+func (b *Backend) spawnerFor(key string) *spawner {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.spawners == nil {
+		b.spawners = map[string]*spawner{}
+	}
+	if b.spawners[key] == nil {
+		b.spawners[key] = &spawner{}
+	}
+	return b.spawners[key]
+}
+
+// Close releases the Backend's spawn helpers. Sandboxes keep running; the
+// Backend starts new helpers if it is used again.
+func (b *Backend) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, s := range b.spawners {
+		s.close()
+	}
+}
 
 var _ backend.Backend = (*Backend)(nil)
 
@@ -204,7 +225,7 @@ func (b *Backend) removeDir(dir string) error {
 	if userns.Inside() {
 		return os.RemoveAll(dir)
 	}
-	if err := b.spawner.remove(context.Background(), b.store.Mapping(), dir); err != nil {
+	if err := b.spawnerFor("").remove(context.Background(), b.store.Mapping(), dir); err != nil {
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
 	return nil

@@ -23,6 +23,7 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/reexec"
+	"github.com/slopbox/slopbox/internal/userns"
 	"github.com/slopbox/slopbox/oci"
 )
 
@@ -112,6 +113,13 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	if err != nil {
 		return nil, fmt.Errorf("spawn: %w", err)
 	}
+	// Rootless, a sandbox user other than root gets a nested user namespace
+	// in which it is the invoking user, and layers extracted for it.
+	mapKey := b.store.Mapping().NestedFor(who.UID, who.GID).Key
+	layers, err := b.store.LayersFor(ctx, img, mapKey)
+	if err != nil {
+		return nil, fmt.Errorf("spawn: %w", err)
+	}
 	cwd := workdir
 	if spec.NoWorkspaceMount {
 		cwd = img.Config.Config.WorkingDir
@@ -143,7 +151,8 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 		Workdir:   workdir,
 		Cwd:       cwd,
 		User:      who,
-		Layers:    img.Layers,
+		Layers:    layers,
+		MapKey:    mapKey,
 		Env:       spawnEnv(img.Config.Config.Env, spec),
 		NoSetup:   spec.DisableSetup,
 		Keep:      spec.Keep,
@@ -320,8 +329,16 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
+	userNS := oci.WithInheritedUserNamespace()
+	if rec.MapKey != "" {
+		nested, err := userns.ParseNested(rec.MapKey)
+		if err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+		userNS = oci.WithIDMappings(specMaps(nested.UIDs), specMaps(nested.GIDs))
+	}
 	spec, err := oci.New(
-		oci.WithInheritedUserNamespace(),
+		userNS,
 		oci.WithRootfs(filepath.Join(dir, "rootfs"), false),
 		oci.WithProcess([]string{agentPath}, []string{"_SLOPBOX_AGENT=1"}, "/"),
 		oci.WithUser(0, 0, nil),
@@ -343,7 +360,7 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 		}
 		req.Layers = append(req.Layers, rel)
 	}
-	pid, err := b.spawner.spawn(ctx, b.store.Mapping(), &req, lnFile, wsMount)
+	pid, err := b.spawnerFor("").spawn(ctx, b.store.Mapping(), &req, lnFile, wsMount)
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
@@ -360,6 +377,14 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 		return fmt.Errorf("start: %w", err)
 	}
 	return nil
+}
+
+func specMaps(maps []userns.IDMap) []specs.LinuxIDMapping {
+	var out []specs.LinuxIDMapping
+	for _, m := range maps {
+		out = append(out, specs.LinuxIDMapping{ContainerID: m.ContainerID, HostID: m.HostID, Size: m.Size})
+	}
+	return out
 }
 
 func hostname(name string) string {

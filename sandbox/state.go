@@ -43,7 +43,8 @@ type record struct {
 	Cwd        string            `json:"cwd"`
 	User       identity          `json:"user"`
 	Layers     []string          `json:"layers"`
-	Env        map[string]string `json:"env"` // image < host (include_os_env) < spec < spawn
+	MapKey     string            `json:"map_key,omitempty"` // id mapping variant (rootless, non-root user)
+	Env        map[string]string `json:"env"`               // image < host (include_os_env) < spec < spawn
 	Setup      []string          `json:"setup,omitempty"`
 	NoSetup    bool              `json:"disable_setup,omitempty"`
 	Keep       bool              `json:"keep,omitempty"`

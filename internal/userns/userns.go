@@ -268,3 +268,61 @@ func format(maps []IDMap, sep string) string {
 
 // ErrNotInside is returned by operations that must run inside the namespace.
 var ErrNotInside = errors.New("not running inside the slopbox user namespace")
+
+// Nested describes, rootless, a user namespace nested inside the one of
+// Mapping (whose root is the invoking user) in which container uid:gid is
+// that outer root, so files this user writes into a bind-mounted workspace
+// belong to the workspace's owner. Container ids below it move up by one,
+// ids above it stay. Layers for such a sandbox are extracted with Shift
+// applied to their owners, so the image looks the same from inside.
+type Nested struct {
+	Key        string // "" when no nesting is needed
+	UIDs, GIDs []IDMap
+	uid, gid   uint32
+}
+
+// NestedFor returns the nesting for a sandbox user. None is needed for root,
+// for container root, or without a subordinate range.
+func (m Mapping) NestedFor(uid, gid uint32) Nested {
+	if os.Geteuid() == 0 || m.Degraded || (uid == 0 && gid == 0) || uid >= DefaultSize || gid >= DefaultSize {
+		return Nested{}
+	}
+	return Nested{Key: fmt.Sprintf("u%d-g%d", uid, gid), UIDs: nest(uid), GIDs: nest(gid), uid: uid, gid: gid}
+}
+
+// ParseNested rebuilds a Nested from its Key.
+func ParseNested(key string) (Nested, error) {
+	var uid, gid uint32
+	if _, err := fmt.Sscanf(key, "u%d-g%d", &uid, &gid); err != nil || uid >= DefaultSize || gid >= DefaultSize {
+		return Nested{}, fmt.Errorf("bad id mapping key %q", key)
+	}
+	return Nested{Key: key, UIDs: nest(uid), GIDs: nest(gid), uid: uid, gid: gid}, nil
+}
+
+// nest maps container id u to outer 0, 0..u-1 to 1..u and u+1.. to itself.
+func nest(u uint32) []IDMap {
+	if u == 0 {
+		return []IDMap{{0, 0, DefaultSize}}
+	}
+	out := []IDMap{{ContainerID: 0, HostID: 1, Size: u}, {ContainerID: u, HostID: 0, Size: 1}}
+	if u+1 < DefaultSize {
+		out = append(out, IDMap{ContainerID: u + 1, HostID: u + 1, Size: DefaultSize - u - 1})
+	}
+	return out
+}
+
+// Shift returns the outer owner of a file the nested sandbox must see as
+// uid:gid.
+func (n Nested) Shift(uid, gid int) (int, int) {
+	return shiftID(uid, n.uid), shiftID(gid, n.gid)
+}
+
+func shiftID(id int, u uint32) int {
+	switch {
+	case id == int(u):
+		return 0
+	case id < int(u):
+		return id + 1
+	}
+	return id
+}
