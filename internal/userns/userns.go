@@ -246,16 +246,22 @@ func writeMaps(pid int, m Mapping) error {
 		}
 		return nil
 	}
+	// The two helpers are independent set-uid programs: run them together.
+	errs := make(chan error, 2)
 	for _, h := range []struct {
 		bin  string
 		maps []IDMap
 	}{{"newuidmap", m.UIDs}, {"newgidmap", m.GIDs}} {
-		args := append([]string{strconv.Itoa(pid)}, strings.Fields(format(h.maps, " "))...)
-		if out, err := exec.Command(h.bin, args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("%s %s: %w: %s (check /etc/subuid and /etc/subgid)", h.bin, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-		}
+		go func() {
+			args := append([]string{strconv.Itoa(pid)}, strings.Fields(format(h.maps, " "))...)
+			if out, err := exec.Command(h.bin, args...).CombinedOutput(); err != nil {
+				errs <- fmt.Errorf("%s %s: %w: %s (check /etc/subuid and /etc/subgid)", h.bin, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+				return
+			}
+			errs <- nil
+		}()
 	}
-	return nil
+	return errors.Join(<-errs, <-errs)
 }
 
 func format(maps []IDMap, sep string) string {
