@@ -30,9 +30,6 @@ const Name = "local"
 // is not running as root.
 var ErrSwitchUser = errors.New("switching users needs root")
 
-// reapMax bounds the wait for a killed command's main process.
-const reapMax = backend.ReapMax
-
 func init() {
 	backend.Register(Name, func() (backend.Backend, error) { return New(), nil })
 }
@@ -127,10 +124,8 @@ type Sandbox struct {
 	privDir    string              // holds the entry script; never the workspace
 	unenforced []string
 
-	mu      sync.Mutex
-	closed  bool
-	running *proc
-	last    *int
+	slot backend.Slot[*proc]
+	mu   sync.Mutex
 	// groups are process groups of finished commands that still had members
 	// (background children); Cleanup kills them.
 	groups map[int]struct{}
@@ -184,57 +179,20 @@ func (s *Sandbox) Stream(ctx context.Context, req backend.ExecRequest) (<-chan b
 
 // Poll reports whether a command runs, else the last exit code (nil before
 // the first command).
-func (s *Sandbox) Poll() (bool, *int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.last == nil {
-		return s.running != nil, nil
-	}
-	code := *s.last
-	return s.running != nil, &code
-}
+func (s *Sandbox) Poll() (bool, *int) { return s.slot.Poll() }
 
 // Kill sends SIGKILL to the running command's process group and waits
 // (bounded) until its main process is gone.
-func (s *Sandbox) Kill() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return backend.ErrClosed
-	}
-	p := s.running
-	s.mu.Unlock()
-	if p == nil {
-		return nil
-	}
-	p.kill()
-	select {
-	case <-p.exited:
-	case <-time.After(reapMax):
-	}
-	return nil
-}
+func (s *Sandbox) Kill() error { return s.slot.Kill() }
 
 // Cleanup kills the running command and every process group a command left
 // behind, and removes the private directory (kept with SpawnSpec.Keep). It
 // never touches the workspace. It is idempotent.
 func (s *Sandbox) Cleanup() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	// Close waits for the process, not for the result: a Stream consumer
+	// that stopped reading must not hold Cleanup.
+	if !s.slot.Close() {
 		return nil
-	}
-	s.closed = true
-	p := s.running
-	s.mu.Unlock()
-	if p != nil {
-		// Wait for the process, not for the result: a Stream consumer
-		// that stopped reading must not hold Cleanup.
-		p.kill()
-		select {
-		case <-p.exited:
-		case <-time.After(reapMax):
-		}
 	}
 	s.mu.Lock()
 	groups := slices.Collect(maps.Keys(s.groups))
@@ -272,6 +230,10 @@ type proc struct {
 	unenforce []string
 }
 
+// Kill and Done make proc a backend.Command.
+func (p *proc) Kill()                 { p.kill() }
+func (p *proc) Done() <-chan struct{} { return p.exited }
+
 func (p *proc) kill() {
 	p.killOnce.Do(func() { close(p.killCh) })
 }
@@ -282,20 +244,7 @@ func (s *Sandbox) start(ctx context.Context, req backend.ExecRequest) (*proc, er
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, backend.ErrClosed
-	}
-	if s.running != nil {
-		return nil, backend.ErrBusy
-	}
-	p, err := s.startLocked(req)
-	if err != nil {
-		return nil, err
-	}
-	s.running = p
-	return p, nil
+	return s.slot.Start(func() (*proc, error) { return s.startLocked(req) })
 }
 
 func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
@@ -536,20 +485,18 @@ func (p *proc) wait(ctx context.Context, buffered bool, emit func(backend.EventK
 
 // finish records the result and releases the sandbox for the next command.
 func (s *Sandbox) finish(p *proc, res *backend.Result) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	code := res.ExitCode
-	s.last = &code
-	if s.running == p {
-		s.running = nil
-	}
-	if p.pgid > 0 && groupAlive(p.pgid) {
-		if s.closed {
-			_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
-		} else {
-			s.groups[p.pgid] = struct{}{}
+	s.slot.Finish(p, res.ExitCode, func(closed bool) {
+		if p.pgid <= 0 || !groupAlive(p.pgid) {
+			return
 		}
-	}
+		if closed {
+			_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+			return
+		}
+		s.mu.Lock()
+		s.groups[p.pgid] = struct{}{}
+		s.mu.Unlock()
+	})
 }
 
 // groupAlive reports whether a process group still has members (zombies

@@ -238,10 +238,7 @@ type Sandbox struct {
 	rec *record
 	dir string
 
-	mu      sync.Mutex
-	closed  bool
-	running *proc
-	last    *int
+	slot backend.Slot[*proc]
 }
 
 var _ backend.Sandbox = (*Sandbox)(nil)
@@ -277,6 +274,10 @@ type proc struct {
 	oomBase  uint64
 }
 
+// Kill and Done make proc a backend.Command.
+func (p *proc) Kill()                 { p.kill() }
+func (p *proc) Done() <-chan struct{} { return p.exited }
+
 func (p *proc) kill() { p.killOnce.Do(func() { close(p.killCh) }) }
 
 func (p *proc) exitCode() int {
@@ -294,20 +295,7 @@ func (s *Sandbox) start(ctx context.Context, req backend.ExecRequest) (*proc, er
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, backend.ErrClosed
-	}
-	if s.running != nil {
-		return nil, backend.ErrBusy
-	}
-	p, err := s.startLocked(req)
-	if err != nil {
-		return nil, err
-	}
-	s.running = p
-	return p, nil
+	return s.slot.Start(func() (*proc, error) { return s.startLocked(req) })
 }
 
 // command resolves a request into what PID 1 runs; setup reports whether
@@ -475,15 +463,7 @@ func (s *Sandbox) wait(ctx context.Context, p *proc, buffered bool, emit func(ba
 	return res
 }
 
-func (s *Sandbox) finish(p *proc, res *backend.Result) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	code := res.ExitCode
-	s.last = &code
-	if s.running == p {
-		s.running = nil
-	}
-}
+func (s *Sandbox) finish(p *proc, res *backend.Result) { s.slot.Finish(p, res.ExitCode, nil) }
 
 // Exec runs one command to completion. A command that cannot be found or
 // executed gives exit code 127 or 126 in the Result, not an error. When ctx
@@ -521,55 +501,18 @@ func (s *Sandbox) Stream(ctx context.Context, req backend.ExecRequest) (<-chan b
 
 // Poll reports whether a command of this Sandbox value runs, else the last
 // exit code (nil before the first command).
-func (s *Sandbox) Poll() (bool, *int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.last == nil {
-		return s.running != nil, nil
-	}
-	code := *s.last
-	return s.running != nil, &code
-}
+func (s *Sandbox) Poll() (bool, *int) { return s.slot.Poll() }
 
 // Kill stops the running command's whole session and waits (bounded) until
 // its main process is gone.
-func (s *Sandbox) Kill() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return backend.ErrClosed
-	}
-	p := s.running
-	s.mu.Unlock()
-	if p == nil {
-		return nil
-	}
-	p.kill()
-	select {
-	case <-p.exited:
-	case <-time.After(backend.ReapMax):
-	}
-	return nil
-}
+func (s *Sandbox) Kill() error { return s.slot.Kill() }
 
 // Cleanup kills everything in the sandbox and removes its state, cgroup and
 // root filesystem, unless the sandbox was spawned with Keep (then it stays
 // for inspection; `slopbox rm` removes it). It is idempotent.
 func (s *Sandbox) Cleanup() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.slot.Close() {
 		return nil
-	}
-	s.closed = true
-	p := s.running
-	s.mu.Unlock()
-	if p != nil {
-		p.kill()
-		select {
-		case <-p.exited:
-		case <-time.After(backend.ReapMax):
-		}
 	}
 	if s.rec.Keep {
 		return nil
@@ -579,9 +522,7 @@ func (s *Sandbox) Cleanup() error {
 
 // Remove kills and removes the sandbox regardless of Keep.
 func (s *Sandbox) Remove() error {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
+	s.slot.Close()
 	if err := s.b.destroy(s.rec); err != nil {
 		return fmt.Errorf("remove sandbox %s: %w", s.rec.Name, err)
 	}
