@@ -332,6 +332,9 @@ func TestCleanupLeavesNothing(t *testing.T) {
 		if _, err := os.Stat(p); err == nil {
 			t.Errorf("cgroup %s left behind", p)
 		}
+		if _, err := os.Stat(filepath.Dir(p)); err == nil {
+			t.Errorf("cgroup parent %s left behind", filepath.Dir(p))
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -196,11 +197,20 @@ func (b *Backend) destroy(rec *record) error {
 			errs = append(errs, err)
 		}
 	}
+	// Destroy empties the map it was given: keep the paths.
+	paths := maps.Clone(rec.Cgroups)
 	if m, err := cgroupManager(rec); err != nil {
 		errs = append(errs, err)
 	} else if m != nil {
 		if err := m.Destroy(); err != nil {
 			errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
+		}
+		// The shared parent goes with the last sandbox (rmdir fails while
+		// another sandbox still has a cgroup in it).
+		for _, p := range paths {
+			if parent := filepath.Dir(p); filepath.Base(parent) == cgroupParent {
+				os.Remove(parent)
+			}
 		}
 	}
 	if err := b.removeDir(b.state.sandboxDir(rec.ID)); err != nil {

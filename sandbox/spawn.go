@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -591,7 +592,7 @@ func (b *Backend) applyLimits(rec *record) error {
 	if l.Pids > 0 {
 		res.PidsLimit = &l.Pids
 	}
-	cg := &cgroups.Cgroup{Name: rec.ID, Parent: "slopbox", Resources: res, Rootless: os.Geteuid() != 0}
+	cg := &cgroups.Cgroup{Name: rec.ID, Parent: cgroupParent, Resources: res, Rootless: os.Geteuid() != 0}
 	m, err := cgmanager.New(cg)
 	if err == nil {
 		err = m.Apply(rec.Pid)
@@ -613,11 +614,14 @@ func (b *Backend) applyLimits(rec *record) error {
 	return nil
 }
 
+// cgroupParent groups the sandboxes' cgroups in every hierarchy.
+const cgroupParent = "slopbox"
+
 // cgroupManager reattaches to a sandbox's cgroup.
 func cgroupManager(rec *record) (cgroups.Manager, error) {
 	if len(rec.Cgroups) == 0 {
 		return nil, nil
 	}
-	cg := &cgroups.Cgroup{Name: rec.ID, Parent: "slopbox", Resources: &cgroups.Resources{SkipDevices: true}, Rootless: os.Geteuid() != 0}
-	return cgmanager.NewWithPaths(cg, rec.Cgroups)
+	cg := &cgroups.Cgroup{Name: rec.ID, Parent: cgroupParent, Resources: &cgroups.Resources{SkipDevices: true}, Rootless: os.Geteuid() != 0}
+	return cgmanager.NewWithPaths(cg, maps.Clone(rec.Cgroups))
 }
