@@ -26,7 +26,6 @@ import (
 var (
 	ErrNotFound   = errors.New("image not found")
 	ErrBadRef     = errors.New("invalid image reference")
-	ErrInUse      = errors.New("image is in use")
 	ErrBadArchive = errors.New("not a docker-save tarball or OCI archive/layout")
 )
 
@@ -118,7 +117,7 @@ func (s *Store) init() error {
 		}
 	}
 	if _, err := os.Stat(s.path("oci", "index.json")); errors.Is(err, fs.ErrNotExist) {
-		if err := s.writeIndex(&ocispec.Index{Versioned: specsVersioned(), MediaType: ocispec.MediaTypeImageIndex}); err != nil {
+		if err := s.writeIndex(&ocispec.Index{Versioned: imgspecs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageIndex}); err != nil {
 			return err
 		}
 	}
@@ -499,5 +498,3 @@ func pidAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
-
-func specsVersioned() imgspecs.Versioned { return imgspecs.Versioned{SchemaVersion: 2} }

@@ -18,10 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// IDMap is one contiguous id range: container ids [ContainerID, ContainerID+Size)
-// map to host ids starting at HostID.
-type IDMap struct{ ContainerID, HostID, Size uint32 }
-
 // ApplyOptions tunes ApplyLayer.
 type ApplyOptions struct {
 	// Logf receives warnings about degradations (each kind reported once per

@@ -272,9 +272,6 @@ func format(maps []IDMap, sep string) string {
 	return b.String()
 }
 
-// ErrNotInside is returned by operations that must run inside the namespace.
-var ErrNotInside = errors.New("not running inside the slopbox user namespace")
-
 // Nested describes, rootless, a user namespace nested inside the one of
 // Mapping (whose root is the invoking user) in which container uid:gid is
 // that outer root, so files this user writes into a bind-mounted workspace
