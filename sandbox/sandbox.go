@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/opencontainers/cgroups"
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/image"
@@ -215,6 +216,8 @@ func (b *Backend) destroy(rec *record) error {
 	}
 	if err := b.removeDir(b.state.sandboxDir(rec.ID)); err != nil {
 		errs = append(errs, err)
+	} else if rec.Name != "" {
+		b.state.releaseName(rec.Name, rec.ID)
 	}
 	return errors.Join(errs...)
 }
@@ -249,6 +252,16 @@ type Sandbox struct {
 	dir string
 
 	slot backend.Slot[*proc]
+
+	cgOnce sync.Once
+	cg     cgroups.Manager // nil without limits
+}
+
+// cgroup is the sandbox's cgroup manager (nil when it has no cgroup),
+// attached once per Sandbox value rather than at every exec.
+func (s *Sandbox) cgroup() cgroups.Manager {
+	s.cgOnce.Do(func() { s.cg, _ = cgroupManager(s.rec) })
+	return s.cg
 }
 
 var _ backend.Sandbox = (*Sandbox)(nil)
@@ -267,9 +280,6 @@ func (s *Sandbox) Info() Info { return s.b.info(s.rec) }
 
 // Unenforced lists the limits this host could not enforce.
 func (s *Sandbox) Unenforced() []string { return s.rec.Unenforced }
-
-// MarshalJSON lets `inspect` print a sandbox.
-func (s *Sandbox) MarshalJSON() ([]byte, error) { return json.Marshal(s.Info()) }
 
 // proc is one running command.
 type proc struct {
@@ -396,7 +406,7 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 		return nil, err
 	}
 	p := &proc{conn: conn, exited: make(chan struct{}), killCh: make(chan struct{})}
-	if m, _ := cgroupManager(rec); m != nil {
+	if m := s.cgroup(); m != nil {
 		p.oomBase, _ = m.OOMKillCount()
 	}
 	started := time.Now()
@@ -464,7 +474,7 @@ func (s *Sandbox) wait(ctx context.Context, p *proc, buffered bool, emit func(ba
 	}
 	res := backend.Collect(ctx, p.p, buffered, emit)
 	p.conn.close()
-	if m, _ := cgroupManager(s.rec); m != nil {
+	if m := s.cgroup(); m != nil {
 		if n, err := m.OOMKillCount(); err == nil && n > p.oomBase {
 			res.OOMKilled = true
 		}

@@ -258,28 +258,23 @@ func (b *Backend) prepare(rec *record) error {
 		return err
 	}
 	defer lock.Unlock()
-	recs, _, err := b.state.list()
-	if err != nil {
+	if err := b.state.claimNameLocked(rec.Name, rec.ID); err != nil {
 		return err
-	}
-	for _, r := range recs {
-		if r.Name == rec.Name {
-			return fmt.Errorf("%w: %q is used by sandbox %s (remove it with `slopbox rm -f %s`)", ErrNameInUse, rec.Name, r.ID, rec.Name)
-		}
 	}
 	dir := b.state.sandboxDir(rec.ID)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return err
+	err = os.Mkdir(dir, 0o700)
+	if err == nil {
+		if err = b.chownToNamespaceRoot(dir); err == nil {
+			err = b.state.write(rec)
+		}
+		if err != nil {
+			os.RemoveAll(dir)
+		}
 	}
-	if err := b.chownToNamespaceRoot(dir); err != nil {
-		os.Remove(dir)
-		return err
+	if err != nil {
+		b.state.releaseName(rec.Name, rec.ID)
 	}
-	if err := b.state.write(rec); err != nil {
-		os.RemoveAll(dir)
-		return err
-	}
-	return nil
+	return err
 }
 
 // create records and starts a sandbox; on failure it removes everything it

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -124,6 +125,38 @@ func (r stateRoot) read(id string) (*record, error) {
 	return &rec, nil
 }
 
+// names/<name> is a symlink to the id of the sandbox that has the name, so
+// creating or finding a sandbox by name does not read every state file.
+const namesDir = ".names"
+
+var validName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)
+
+// claimNameLocked gives name to id. Preconditions: the create lock is held.
+func (r stateRoot) claimNameLocked(name, id string) error {
+	if !validName.MatchString(name) {
+		return fmt.Errorf("invalid sandbox name %q: use letters, digits, '_', '.' and '-', starting with a letter or digit", name)
+	}
+	if err := os.MkdirAll(filepath.Join(r.dir, namesDir), 0o700); err != nil {
+		return err
+	}
+	link := filepath.Join(r.dir, namesDir, name)
+	if old, err := os.Readlink(link); err == nil {
+		if _, err := r.read(old); err == nil {
+			return fmt.Errorf("%w: %q is used by sandbox %s (remove it with `slopbox rm -f %s`)", ErrNameInUse, name, old, name)
+		}
+		os.Remove(link) // left by a sandbox whose state is gone
+	}
+	return os.Symlink(id, link)
+}
+
+// releaseName drops name if it still points at id.
+func (r stateRoot) releaseName(name, id string) {
+	link := filepath.Join(r.dir, namesDir, name)
+	if old, err := os.Readlink(link); err == nil && old == id {
+		os.Remove(link)
+	}
+}
+
 // list returns every sandbox record, oldest first. Directories without a
 // state file (a create that died half-way) are returned as ids in partial.
 func (r stateRoot) list() (recs []*record, partial []string, err error) {
@@ -135,7 +168,7 @@ func (r stateRoot) list() (recs []*record, partial []string, err error) {
 		return nil, nil, err
 	}
 	for _, e := range ents {
-		if !e.IsDir() {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
 		rec, err := r.read(e.Name())
@@ -156,6 +189,11 @@ func (r stateRoot) find(ref string) (*record, error) {
 	}
 	if rec, err := r.read(ref); err == nil {
 		return rec, nil
+	}
+	if id, err := os.Readlink(filepath.Join(r.dir, namesDir, ref)); err == nil && validName.MatchString(ref) {
+		if rec, err := r.read(id); err == nil {
+			return rec, nil
+		}
 	}
 	recs, _, err := r.list()
 	if err != nil {

@@ -128,6 +128,7 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"run", "--rm", "--network", "carrier-pigeon", e.ref, "true"}, "unknown network mode"},
 		{[]string{"run", "--rm", "NOT A REFERENCE", "true"}, "invalid image reference"},
 		{[]string{"exec", "no-such-sandbox", "true"}, "no such sandbox"},
+		{[]string{"run", "--rm", "--name", "bad/name", e.ref, "true"}, "invalid sandbox name"},
 	} {
 		out, code := e.run("", c.args...)
 		if code != 125 || !strings.Contains(out, c.msg) {
@@ -203,6 +204,8 @@ func TestSandboxAcrossProcesses(t *testing.T) {
 	if out := e.must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("rm -f left %q", out)
 	}
+	// The name is free again.
+	e.must("run", "--rm", "--name", "box", e.ref, "true")
 }
 
 func TestCreateStart(t *testing.T) {
