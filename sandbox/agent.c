@@ -11,7 +11,11 @@
 //     env, cwd, uid/gid/groups and the three stdio fds (SCM_RIGHTS); the
 //     agent forks, puts the child in a new session, switches user and execs.
 //     Children inherit PID 1's seccomp filter, no_new_privs and bounded
-//     capabilities, which libcontainer set up.
+//     capabilities. libcontainer sets up the last two; the filter, compiled
+//     once by the host with libcontainer's code (seccomp_linux.go), comes
+//     in on the fd named by _SLOPBOX_SECCOMP_FD (u32 flags, then the BPF
+//     instructions) and is loaded before the first request is read. If it
+//     cannot be loaded, PID 1 exits: a sandbox never runs unfiltered.
 //   - kills an exec's whole session on request, or when the requesting
 //     connection goes away (the slopbox process died), so no command
 //     outlives its caller's interest.
@@ -34,6 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -349,8 +355,56 @@ static void reap(void) {
 	}
 }
 
+/* load_seccomp reads the compiled filter from fd and installs it on PID 1,
+ * so every command it starts inherits it. */
+static int load_seccomp(int fd) {
+	enum { MAX = 4 + 8 * BPF_MAXINSNS };
+	static unsigned char buf[MAX + 1];
+	size_t n = 0;
+	for (;;) {
+		ssize_t r = read(fd, buf + n, sizeof buf - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -1;
+		if (r == 0)
+			break;
+		n += (size_t)r;
+		if (n > MAX) {
+			errno = E2BIG;
+			return -1;
+		}
+	}
+	close(fd);
+	if (n <= 4 || (n - 4) % 8 != 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	uint32_t flags;
+	memcpy(&flags, buf, 4);
+	struct sock_fprog prog = {
+		.len = (unsigned short)((n - 4) / 8),
+		.filter = (struct sock_filter *)(void *)(buf + 4),
+	};
+	/* libcontainer set no_new_privs already; without it an unprivileged
+	 * load fails, so make sure rather than fail later. */
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		return -1;
+	if (flags == 0)
+		return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+	return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+}
+
 static void agent_main(void) {
 	unsetenv("_SLOPBOX_AGENT");
+	const char *sfdenv = getenv("_SLOPBOX_SECCOMP_FD");
+	if (sfdenv) {
+		if (load_seccomp(atoi(sfdenv)) < 0) {
+			fprintf(stderr, "slopbox-init: load seccomp filter: %s\n", strerror(errno));
+			_exit(126);
+		}
+		unsetenv("_SLOPBOX_SECCOMP_FD");
+	}
 	prctl(PR_SET_NAME, "slopbox-init");
 	/* Not dumpable: container processes cannot ptrace PID 1 or take its
 	 * listening socket through /proc/1/fd. */

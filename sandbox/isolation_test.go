@@ -221,6 +221,11 @@ func TestSecurityDefaults(t *testing.T) {
 			t.Errorf("container root maps to host root: %v", f)
 		}
 	}
+	// The filter is really Docker's profile, not just any filter: creating a
+	// user namespace needs no capability, only the profile forbids it.
+	if res := run(t, sb, "unshare -U true 2>&1; echo rc=$?"); !strings.Contains(res.Stdout, "Operation not permitted") {
+		t.Errorf("unshare -U in the sandbox: %q, want it refused by seccomp", res.Stdout)
+	}
 	res, _ = sb.Exec(context.Background(), backend.ExecRequest{Shell: "grep CapEff /proc/self/status", User: "65534:65534"})
 	if !strings.Contains(res.Stdout, "0000000000000000") {
 		t.Errorf("a non-root command kept capabilities: %q", res.Stdout)

@@ -38,6 +38,8 @@ type Backend struct {
 	initPath string
 	initErr  error
 
+	seccomp seccompCache
+
 	mu       sync.Mutex
 	spawners map[string]*spawner // by id mapping variant
 }
@@ -74,7 +76,12 @@ func New(root string, opts ...image.Option) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{root: root, store: s, state: stateRoot{dir: filepath.Join(root, "c")}}, nil
+	return &Backend{
+		root:    root,
+		store:   s,
+		state:   stateRoot{dir: filepath.Join(root, "c")},
+		seccomp: seccompCache{dir: filepath.Join(root, "cache")},
+	}, nil
 }
 
 // Name returns "sandbox".

@@ -51,6 +51,9 @@ type spawnRequest struct {
 	LayersRoot string      `json:"layers_root"`
 	Layers     []string    `json:"layers"` // relative to LayersRoot, oldest first
 	Spec       *specs.Spec `json:"spec"`
+	// Seccomp is Spec's seccomp profile compiled by the host; when set,
+	// PID 1 loads it and libcontainer does not compile the profile again.
+	Seccomp seccompProgram `json:"seccomp,omitempty"`
 }
 
 type spawnResponse struct {
@@ -349,6 +352,9 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 		return fmt.Errorf("start: %w", err)
 	}
 	req := spawnRequest{ID: rec.ID, Dir: dir, LayersRoot: filepath.Dir(filepath.Dir(rec.Layers[0])), Spec: spec}
+	if req.Seccomp, err = b.seccomp.get(spec.Linux.Seccomp); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
 	for _, l := range rec.Layers {
 		rel, err := filepath.Rel(req.LayersRoot, l)
 		if err != nil {
@@ -490,6 +496,13 @@ func (b *Backend) installInit() (string, error) {
 // its PID 1. Preconditions: in the spawn server, as root of the user
 // namespace, in its private mount namespace.
 func startInit(req *spawnRequest, listener, wsMount *os.File) (int, error) {
+	t0 := time.Now()
+	tr := func(what string) {
+		if os.Getenv("SLOPBOX_TRACE") != "" {
+			fmt.Fprintf(os.Stderr, "TRACE %s %.2f\n", what, float64(time.Since(t0).Microseconds())/1000)
+		}
+	}
+	defer tr("done")
 	upper, work, rootfs := filepath.Join(req.Dir, "upper"), filepath.Join(req.Dir, "work"), filepath.Join(req.Dir, "rootfs")
 	for _, d := range []string{upper, work, rootfs} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -522,8 +535,29 @@ func startInit(req *spawnRequest, listener, wsMount *os.File) (int, error) {
 		}
 		defer unix.Unmount(ws, unix.MNT_DETACH)
 	}
+	tr("overlay")
 	if err := os.Chdir(req.Dir); err != nil {
 		return 0, err
+	}
+	env := req.Spec.Process.Env
+	extra := []*os.File{listener}
+	if len(req.Seccomp) > 0 {
+		// PID 1 loads the filter compiled by the host (seccomp_linux.go)
+		// instead of libcontainer compiling it again here.
+		r, w, err := os.Pipe()
+		if err != nil {
+			return 0, err
+		}
+		_, err = w.Write(req.Seccomp) // a few KiB: fits the pipe
+		w.Close()
+		if err != nil {
+			r.Close()
+			return 0, err
+		}
+		defer r.Close()
+		extra = append(extra, r)
+		env = append(slices.Clone(env), fmt.Sprintf("_SLOPBOX_SECCOMP_FD=%d", 2+len(extra)))
+		req.Spec.Linux.Seccomp = nil
 	}
 	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
 		CgroupName:      req.ID,
@@ -534,16 +568,18 @@ func startInit(req *spawnRequest, listener, wsMount *os.File) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("runtime config: %w", err)
 	}
+	tr("specconv")
 	c, err := libcontainer.Create(filepath.Join(req.Dir, "lc"), req.ID, cfg)
 	if err != nil {
 		return 0, fmt.Errorf("create container: %w", err)
 	}
+	tr("create")
 	p := &libcontainer.Process{
 		Args:       req.Spec.Process.Args,
-		Env:        req.Spec.Process.Env,
+		Env:        env,
 		Cwd:        "/",
 		Init:       true,
-		ExtraFiles: []*os.File{listener},
+		ExtraFiles: extra,
 	}
 	if err := c.Run(p); err != nil {
 		c.Destroy()

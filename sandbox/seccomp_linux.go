@@ -1,0 +1,197 @@
+//go:build seccomp
+
+package sandbox
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"unsafe"
+
+	"github.com/opencontainers/runc/libcontainer/configs"
+	_ "github.com/opencontainers/runc/libcontainer/seccomp" // links the functions named below
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	libseccomp "github.com/seccomp/libseccomp-golang"
+	"golang.org/x/sys/unix"
+)
+
+// libcontainer compiles the seccomp profile with libseccomp inside every
+// container's init, which costs about 2 ms per sandbox on a 2-core machine
+// (the kernel load itself is about 0.1 ms). slopbox compiles it once, with
+// libcontainer's own code so the program is the one runc would load
+// (including its -ENOSYS stub for syscalls newer than the profile), caches
+// it, and has the sandbox's PID 1 load it before it serves any command.
+//
+// These are libcontainer's unexported helpers, pinned with the runc version
+// in go.mod; TestSeccompProgram checks the compiled program's behaviour.
+
+//go:linkname lcGetAction github.com/opencontainers/runc/libcontainer/seccomp.getAction
+func lcGetAction(act configs.Action, errnoRet *uint) (libseccomp.ScmpAction, error)
+
+//go:linkname lcSetFlag github.com/opencontainers/runc/libcontainer/seccomp.setFlag
+func lcSetFlag(filter *libseccomp.ScmpFilter, flag specs.LinuxSeccompFlag) error
+
+//go:linkname lcMatchCall github.com/opencontainers/runc/libcontainer/seccomp.matchCall
+func lcMatchCall(filter *libseccomp.ScmpFilter, call *configs.Syscall, defAct libseccomp.ScmpAction) error
+
+//go:linkname lcEnosysPatchFilter github.com/opencontainers/runc/libcontainer/seccomp/patchbpf.enosysPatchFilter
+func lcEnosysPatchFilter(config *configs.Seccomp, filter *libseccomp.ScmpFilter) ([]unix.SockFilter, error)
+
+//go:linkname lcFilterFlags github.com/opencontainers/runc/libcontainer/seccomp/patchbpf.filterFlags
+func lcFilterFlags(config *configs.Seccomp, filter *libseccomp.ScmpFilter) (flags uint, noNewPrivs bool, err error)
+
+// seccompProgram is a compiled filter in the form PID 1 reads it: the
+// seccomp(2) flags, then the classic BPF instructions.
+type seccompProgram []byte
+
+// compileSeccomp compiles profile exactly as libcontainer's InitSeccomp does,
+// without loading it.
+func compileSeccomp(profile *specs.LinuxSeccomp) (seccompProgram, error) {
+	config, err := specconv.SetupSeccomp(profile)
+	if err != nil {
+		return nil, err
+	}
+	defAct, err := lcGetAction(config.DefaultAction, config.DefaultErrnoRet)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: default action: %w", err)
+	}
+	if defAct == libseccomp.ActNotify {
+		return nil, errors.New("seccomp: SCMP_ACT_NOTIFY is not supported")
+	}
+	for _, call := range config.Syscalls {
+		if call == nil || call.Action == configs.Notify {
+			return nil, errors.New("seccomp: SCMP_ACT_NOTIFY is not supported")
+		}
+	}
+	filter, err := libseccomp.NewFilter(defAct)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: %w", err)
+	}
+	defer filter.Release()
+	for _, arch := range config.Architectures {
+		a, err := libseccomp.GetArchFromString(arch)
+		if err != nil {
+			return nil, fmt.Errorf("seccomp: architecture %s: %w", arch, err)
+		}
+		if err := filter.AddArch(a); err != nil {
+			return nil, fmt.Errorf("seccomp: architecture %s: %w", arch, err)
+		}
+	}
+	for _, flag := range config.Flags {
+		if err := lcSetFlag(filter, flag); err != nil {
+			return nil, err
+		}
+	}
+	if len(config.Syscalls) > 32 {
+		_ = filter.SetOptimize(2) // as libcontainer: best effort
+	}
+	if err := filter.SetNoNewPrivsBit(false); err != nil {
+		return nil, fmt.Errorf("seccomp: %w", err)
+	}
+	for _, call := range config.Syscalls {
+		if err := lcMatchCall(filter, call, defAct); err != nil {
+			return nil, err
+		}
+	}
+	insns, err := lcEnosysPatchFilter(config, filter)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: %w", err)
+	}
+	flags, _, err := lcFilterFlags(config, filter)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: %w", err)
+	}
+	if len(insns) == 0 || len(insns) > unix.BPF_MAXINSNS {
+		return nil, fmt.Errorf("seccomp: program of %d instructions", len(insns))
+	}
+	prog := binary.NativeEndian.AppendUint32(nil, uint32(flags))
+	prog = append(prog, unsafe.Slice((*byte)(unsafe.Pointer(&insns[0])), len(insns)*int(unsafe.Sizeof(insns[0])))...)
+	return prog, nil
+}
+
+// seccompCache keeps compiled programs in memory and under dir, keyed by the
+// profile, this binary's libseccomp and the running kernel (libseccomp
+// probes the kernel for the actions it may use).
+type seccompCache struct {
+	dir string
+	mu  sync.Mutex
+	mem map[string]seccompProgram
+}
+
+func (c *seccompCache) get(profile *specs.LinuxSeccomp) (seccompProgram, error) {
+	if profile == nil {
+		return nil, nil
+	}
+	key, err := seccompKey(profile)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.mem[key]; ok {
+		return p, nil
+	}
+	path := filepath.Join(c.dir, "seccomp-"+key+".bpf")
+	p, err := os.ReadFile(path)
+	if err != nil || !validProgram(p) {
+		if p, err = compileSeccomp(profile); err != nil {
+			return nil, err
+		}
+		writeFileAtomic(path, p) // a cache: failing to keep it is harmless
+	}
+	if c.mem == nil {
+		c.mem = map[string]seccompProgram{}
+	}
+	c.mem[key] = p
+	return p, nil
+}
+
+func validProgram(p []byte) bool {
+	n := len(p) - 4
+	return n > 0 && n%8 == 0 && n/8 <= unix.BPF_MAXINSNS
+}
+
+func seccompKey(profile *specs.LinuxSeccomp) (string, error) {
+	j, err := json.Marshal(profile)
+	if err != nil {
+		return "", err
+	}
+	var uts unix.Utsname
+	unix.Uname(&uts)
+	maj, min, mic := libseccomp.GetLibraryVersion()
+	api, _ := libseccomp.GetAPI()
+	h := sha256.New()
+	fmt.Fprintf(h, "slopbox-seccomp-1 %s %s %d.%d.%d api%d\n", unix.ByteSliceToString(uts.Release[:]), unix.ByteSliceToString(uts.Machine[:]), maj, min, mic, api)
+	h.Write(j)
+	return hex.EncodeToString(h.Sum(nil))[:32], nil
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,78 @@
+//go:build seccomp
+
+package sandbox
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slopbox/slopbox/internal/reexec"
+	"github.com/slopbox/slopbox/oci"
+)
+
+const seccompProbe = "sandbox-test-seccomp-probe"
+
+func init() { reexec.Register(seccompProbe, seccompProbeMain) }
+
+// seccompProbeMain loads the program on stdin the way PID 1 does and
+// reports what three syscalls return under it.
+func seccompProbeMain() int {
+	p, err := os.ReadFile("/dev/stdin")
+	if err != nil || !validProgram(p) {
+		fmt.Println("bad program", err)
+		return 1
+	}
+	insns := p[4:]
+	prog := unix.SockFprog{Len: uint16(len(insns) / 8), Filter: (*unix.SockFilter)(unsafe.Pointer(&insns[0]))}
+	unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, uintptr(binary.NativeEndian.Uint32(p)), uintptr(unsafe.Pointer(&prog))); e != 0 {
+		fmt.Println("load:", e)
+		return 1
+	}
+	_, _, e1 := unix.RawSyscall(unix.SYS_GETPID, 0, 0, 0)
+	_, _, e2 := unix.RawSyscall(unix.SYS_UNSHARE, unix.CLONE_NEWUSER, 0, 0)
+	_, _, e3 := unix.RawSyscall(1000, 0, 0, 0) // newer than any syscall the profile names
+	fmt.Printf("getpid=%d unshare=%d new=%d\n", e1, e2, e3)
+	return 0
+}
+
+// TestSeccompProgram: the program compiled once on the host is Docker's
+// profile with libcontainer's -ENOSYS stub, and the cache returns it again.
+func TestSeccompProgram(t *testing.T) {
+	spec, err := oci.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := seccompCache{dir: t.TempDir()}
+	p, err := c.get(spec.Linux.Seccomp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Env = append(os.Environ(), reexec.Env+"="+seccompProbe)
+	cmd.Stdin = strings.NewReader(string(p))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("probe: %v: %s", err, out)
+	}
+	want := fmt.Sprintf("getpid=0 unshare=%d new=%d\n", unix.EPERM, unix.ENOSYS)
+	if string(out) != want {
+		t.Errorf("under the compiled filter: %q, want %q", out, want)
+	}
+	// A second cache, as the next process would open it, reads the file.
+	c2 := seccompCache{dir: c.dir}
+	p2, err := c2.get(spec.Linux.Seccomp)
+	if err != nil || string(p2) != string(p) {
+		t.Errorf("cached program differs (%v)", err)
+	}
+	if _, err := os.Stat(c.dir); err != nil {
+		t.Fatal(err)
+	}
+}
