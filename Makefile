@@ -4,22 +4,29 @@
 # and `make bench` writes BENCHMARKS.md.
 
 GO        ?= go
-TAGS      := seccomp netgo osusergo
+BASETAGS  := seccomp netgo osusergo
+# slopbox_helper: embed the spawn server (sandbox/internal/spawnd/slopbox-spawn)
+TAGS      := $(BASETAGS) slopbox_helper
 LDFLAGS   := -s -w -extldflags -static -X main.version=$(shell git describe --always --dirty 2>/dev/null || echo dev)
 BIN       := bin/slopbox
+HELPER    := sandbox/slopbox-spawn.bin
 export CGO_ENABLED := 1
 
-.PHONY: all deps build test test-root test-rootless demo bench vet fmt clean
+.PHONY: all deps helper build test test-root test-rootless demo bench vet fmt clean
 
 all: build
 
 deps:
 	@scripts/deps.sh
 
-build: deps
+# The small static spawn server and sandbox init that bin/slopbox embeds.
+helper:
+	$(GO) build -tags "$(BASETAGS)" -ldflags "-s -w -extldflags -static" -o $(HELPER) ./sandbox/internal/spawnd/slopbox-spawn
+
+build: deps helper
 	$(GO) build -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/slopbox
 
-vet:
+vet: helper
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet -tags "$(TAGS)" ./...
 
@@ -33,4 +40,4 @@ bench: build
 	@scripts/bench.sh
 
 clean:
-	rm -rf bin .work
+	rm -rf bin .work $(HELPER)

@@ -1,6 +1,7 @@
 // Package sandbox runs long-lived containers ("sandboxes") over a host
 // workspace through runc's libcontainer, embedded in-process. It is the only
-// slopbox package that imports libcontainer.
+// slopbox package that imports libcontainer (with its subpackage
+// internal/spawnd, the spawn server).
 //
 // A sandbox is made of:
 //   - a user namespace with the invoking user's subordinate id range (root
@@ -12,8 +13,11 @@
 //   - a container created by libcontainer from a spec built by oci/ (new
 //     pid, mount, ipc, uts, cgroup and, by default, network namespaces;
 //     no_new_privs; Docker's capability set and seccomp profile; masked
-//     /proc paths) whose PID 1 is slopbox's small C init (agent.c): it reaps
-//     zombies and starts commands on request.
+//     /proc paths) whose PID 1 is slopbox's small C init (spawnd's agent.c):
+//     it reaps zombies and starts commands on request;
+//   - the sandbox's own bind mounts and hostname, put in place when PID 1 is
+//     claimed: until then it serves nothing, which is what lets a Backend
+//     keep sandboxes started ahead of need (pool.go).
 //
 // Exec does not re-enter the namespaces from outside: the host connects to
 // PID 1's unix socket, which lives in the per-user state directory and is
@@ -27,5 +31,7 @@
 //
 // Programs that use this package must call reexec.Init (the slopbox CLI does
 // it in cmd/slopbox/init.go; tests in TestMain), and must be linked
-// statically: the same binary is bind-mounted into each sandbox as its init.
+// statically: the spawn server's binary (the embedded slopbox-spawn, or the
+// program itself) is bind-mounted into each sandbox as its init. Close the
+// Backend when done: it stops the sandboxes kept ready.
 package sandbox

@@ -42,6 +42,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer b.Close() // stops the sandboxes the Backend keeps ready for the next Spawn
 	if _, err := b.Store().Pull(ctx, ref); err != nil {
 		log.Fatal(err)
 	}

@@ -53,17 +53,6 @@ func idmapWorkspace(ws string, m userns.Mapping, uid, gid uint32) (*os.File, err
 	return os.NewFile(uintptr(fd), "idmapped-workspace"), nil
 }
 
-// attachMount attaches a detached mount at target (created if missing).
-func attachMount(mnt *os.File, target string) error {
-	if err := os.MkdirAll(target, 0o700); err != nil {
-		return err
-	}
-	if err := unix.MoveMount(int(mnt.Fd()), "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("attach the idmapped workspace: %w", err)
-	}
-	return nil
-}
-
 // mountMap maps the on-disk owner to the sandbox user's host id and keeps
 // the rest of the container range as it is.
 func mountMap(owner uint32, root userns.IDMap, user uint32) []syscall.SysProcIDMap {

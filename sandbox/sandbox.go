@@ -18,6 +18,7 @@ import (
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/internal/userns"
+	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
 
 // Name is the backend's registry name.
@@ -34,32 +35,36 @@ type Backend struct {
 	store *image.Store
 	state stateRoot
 
-	initOnce sync.Once
-	initPath string
-	initErr  error
+	binOnce sync.Once
+	bins    binaries
+	binErr  error
 
 	seccomp seccompCache
+	pool    pool
 
 	mu       sync.Mutex
 	spawners map[string]*spawner // by id mapping variant
 }
 
-// spawnerFor returns the spawn server for the id mapping named key.
-func (b *Backend) spawnerFor(key string) *spawner {
+// spawnerFor returns the spawn server that runs program ("" for this
+// binary).
+func (b *Backend) spawnerFor(program string) *spawner {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.spawners == nil {
 		b.spawners = map[string]*spawner{}
 	}
-	if b.spawners[key] == nil {
-		b.spawners[key] = &spawner{}
+	if b.spawners[program] == nil {
+		b.spawners[program] = &spawner{program: program}
 	}
-	return b.spawners[key]
+	return b.spawners[program]
 }
 
-// Close releases the Backend's spawn helpers. Sandboxes keep running; the
-// Backend starts new helpers if it is used again.
+// Close stops the sandboxes kept ready (pool.go) and releases the
+// Backend's spawn helpers. Spawned sandboxes keep running; the Backend
+// starts new helpers if it is used again.
 func (b *Backend) Close() {
+	b.pool.drain(b)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, s := range b.spawners {
@@ -184,6 +189,9 @@ func (b *Backend) Prune(all bool) ([]string, error) {
 		}
 		removed = append(removed, r.ID)
 	}
+	if err := b.reapStalePool(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, id := range partial {
 		// A create in progress holds the create lock until its state file
 		// exists, so a directory without one is abandoned.
@@ -245,7 +253,12 @@ func (b *Backend) removeDir(dir string) error {
 	if userns.Inside() {
 		return os.RemoveAll(dir)
 	}
-	if err := b.spawnerFor("").remove(context.Background(), b.store.Mapping(), dir); err != nil {
+	bins, err := b.binaries()
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	req := &spawnd.Request{Op: spawnd.OpRemove, Dir: dir}
+	if _, err := b.spawnerFor(bins.server).call(context.Background(), b.store.Mapping(), req, nil, true); err != nil {
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
 	return nil

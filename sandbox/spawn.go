@@ -2,10 +2,8 @@ package sandbox
 
 import (
 	"context"
-	"debug/elf"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"os"
@@ -16,54 +14,17 @@ import (
 
 	"github.com/opencontainers/cgroups"
 	cgmanager "github.com/opencontainers/cgroups/manager"
-	"github.com/opencontainers/runc/libcontainer"
-	"github.com/opencontainers/runc/libcontainer/specconv"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/backend"
-	"github.com/slopbox/slopbox/internal/reexec"
 	"github.com/slopbox/slopbox/internal/userns"
 	"github.com/slopbox/slopbox/oci"
+	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
 
 // agentPath is where the init is bind-mounted inside every sandbox. /dev is
 // a fresh tmpfs, so nothing lands in the image's tree.
 const agentPath = "/dev/.slopbox-init"
-
-const spawnHelper = "sandbox-spawn-server"
-
-func init() {
-	reexec.Register(spawnHelper, spawnServerMain)
-	// libcontainer logs a harmless warning per rootless start.
-	logrus.SetLevel(logrus.ErrorLevel)
-}
-
-// spawnRequest is what the host hands the spawn helper, which runs as root
-// of the sandbox's user namespace.
-type spawnRequest struct {
-	// Remove, when set, asks the server to delete this sandbox directory
-	// instead of starting anything.
-	Remove     string      `json:"remove,omitempty"`
-	ID         string      `json:"id"`
-	Dir        string      `json:"dir"`
-	LayersRoot string      `json:"layers_root"`
-	Layers     []string    `json:"layers"` // relative to LayersRoot, oldest first
-	Spec       *specs.Spec `json:"spec"`
-	// Seccomp is Spec's seccomp profile compiled by the host; when set,
-	// PID 1 loads it and libcontainer does not compile the profile again.
-	Seccomp seccompProgram `json:"seccomp,omitempty"`
-}
-
-type spawnResponse struct {
-	Pid   int    `json:"pid"`
-	Error string `json:"error,omitempty"`
-}
-
-// maxSpawnFDs: a request carries PID 1's listener and, as root, the
-// idmapped workspace mount.
-const maxSpawnFDs = 2
 
 // Spawn creates and starts a sandbox from spec. On any error nothing is
 // left behind: no process, no state directory.
@@ -168,10 +129,10 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	if !spec.DisableSetup {
 		rec.Setup = backend.SetupCommands(spec.Setup, spec.Context)
 	}
-	if rec.Name == "" {
-		rec.Name = "slopbox-" + rec.ID[:8]
-	}
 	if create {
+		if rec.Name == "" {
+			rec.Name = "slopbox-" + rec.ID[:8]
+		}
 		rec.Mounts = mounts
 		if err := b.prepare(rec); err != nil {
 			return nil, fmt.Errorf("create: %w", err)
@@ -280,59 +241,118 @@ func (b *Backend) prepare(rec *record) error {
 	return err
 }
 
-// create records and starts a sandbox; on failure it removes everything it
-// made.
+// create starts a new sandbox and records it: it claims a sandbox the pool
+// started ahead of need for the same image, user and network, or else starts
+// one the same way. The sandbox takes the prestarted one's id. On failure it
+// removes everything it made.
 func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount) error {
 	rec.Mounts = mounts
-	if err := b.prepare(rec); err != nil {
+	bins, err := b.binaries()
+	if err != nil {
 		return fmt.Errorf("spawn: %w", err)
 	}
-	if err := b.start(ctx, rec); err != nil {
+	srv := b.spawnerFor(bins.server)
+	t := templateOf(rec)
+	e := b.pool.take(t.key())
+	if e == nil {
+		if e, err = b.prestartEntry(ctx, srv, bins, t); err != nil {
+			return fmt.Errorf("spawn: %w", err)
+		}
+	}
+	rec.ID = e.id
+	if rec.Name == "" {
+		rec.Name = "slopbox-" + rec.ID[:8]
+	}
+	// Recorded with its pid from the start, so that a concurrent prune
+	// sees a live sandbox.
+	rec.Pid = e.pid
+	rec.PidStart, _, _ = procStart(e.pid)
+	if err := b.adopt(rec, e.dir); err != nil {
+		b.discardEntry(srv, e)
+		return fmt.Errorf("spawn: %w", err)
+	}
+	if err := b.claim(ctx, srv, rec, e.pid); err != nil {
 		b.destroy(rec)
 		return err
 	}
+	b.pool.refill(t.key(), func() (*poolEntry, error) {
+		return b.prestartEntry(context.Background(), srv, bins, t)
+	})
 	return nil
 }
 
-// start starts the sandbox's PID 1 over its root filesystem (kept from an
-// earlier start, if any) and records it.
+// adopt records rec, under its unique name, over the prestarted sandbox in
+// dir, which becomes rec's directory.
+func (b *Backend) adopt(rec *record, dir string) error {
+	lock, err := b.state.lockNew()
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+	if err := b.state.claimNameLocked(rec.Name, rec.ID); err != nil {
+		return err
+	}
+	err = b.state.writeIn(dir, rec)
+	if err == nil {
+		err = os.Rename(dir, b.state.sandboxDir(rec.ID))
+	}
+	if err != nil {
+		b.state.releaseName(rec.Name, rec.ID)
+	}
+	return err
+}
+
+// start starts a recorded sandbox again over its root filesystem (kept
+// from the earlier start) and records it.
 func (b *Backend) start(ctx context.Context, rec *record) error {
-	dir := b.state.sandboxDir(rec.ID)
+	bins, err := b.binaries()
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	srv := b.spawnerFor(bins.server)
+	pid, err := b.prestart(ctx, srv, bins, templateOf(rec), rec.ID, b.state.sandboxDir(rec.ID))
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	return b.claim(ctx, srv, rec, pid)
+}
+
+// template is what a sandbox's PID 1 is started from before it is claimed:
+// everything but the sandbox's own mounts and hostname.
+type template struct {
+	layers  []string
+	mapKey  string
+	network string
+}
+
+func templateOf(rec *record) template {
+	return template{layers: rec.Layers, mapKey: rec.MapKey, network: rec.Network}
+}
+
+func (t template) key() string {
+	return fmt.Sprintf("%q %q %q", t.layers, t.mapKey, t.network)
+}
+
+// prestart starts PID 1 of sandbox id over dir, unclaimed, and returns its
+// pid.
+func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t template, id, dir string) (int, error) {
 	sock := filepath.Join(dir, socketFile)
 	os.Remove(sock)
 	ln, err := listenAgent(sock)
 	if err != nil {
-		return fmt.Errorf("start: %w", err)
+		return 0, err
 	}
 	lnFile, err := ln.File()
 	ln.Close()
 	if err != nil {
-		return fmt.Errorf("start: %w", err)
+		return 0, err
 	}
 	defer lnFile.Close()
-
-	mounts := slices.Clone(rec.Mounts)
-	var wsMount *os.File
-	if os.Geteuid() == 0 && rec.Workspace != "" {
-		for i, m := range mounts {
-			if m.Source == rec.Workspace && m.Destination == rec.Workdir {
-				if wsMount, err = idmapWorkspace(rec.Workspace, b.store.Mapping(), rec.User.UID, rec.User.GID); err != nil {
-					return fmt.Errorf("start: %w", err)
-				}
-				defer wsMount.Close()
-				mounts[i].Source = filepath.Join(dir, "ws")
-			}
-		}
-	}
-	initBin, err := b.initBinary()
-	if err != nil {
-		return fmt.Errorf("start: %w", err)
-	}
 	userNS := oci.WithInheritedUserNamespace()
-	if rec.MapKey != "" {
-		nested, err := userns.ParseNested(rec.MapKey)
+	if t.mapKey != "" {
+		nested, err := userns.ParseNested(t.mapKey)
 		if err != nil {
-			return fmt.Errorf("start: %w", err)
+			return 0, err
 		}
 		userNS = oci.WithIDMappings(specMaps(nested.UIDs), specMaps(nested.GIDs))
 	}
@@ -341,29 +361,52 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 		oci.WithRootfs(filepath.Join(dir, "rootfs"), false),
 		oci.WithProcess([]string{agentPath}, []string{"_SLOPBOX_AGENT=1"}, "/"),
 		oci.WithUser(0, 0, nil),
-		oci.WithHostname(hostname(rec.Name)),
-		oci.WithNetwork(rec.Network),
-		oci.WithMounts(append(mounts, specs.Mount{
-			Destination: agentPath, Type: "bind", Source: initBin,
+		oci.WithHostname("sandbox"), // the sandbox's own is set when it is claimed
+		oci.WithNetwork(t.network),
+		oci.WithMounts([]specs.Mount{{
+			Destination: agentPath, Type: "bind", Source: bins.init,
 			Options: []string{"bind", "ro", "nosuid", "nodev"},
-		})),
+		}}),
 	)
 	if err != nil {
-		return fmt.Errorf("start: %w", err)
+		return 0, err
 	}
-	req := spawnRequest{ID: rec.ID, Dir: dir, LayersRoot: filepath.Dir(filepath.Dir(rec.Layers[0])), Spec: spec}
+	req := spawnd.Request{Op: spawnd.OpPrestart, ID: id, Dir: dir, LayersRoot: filepath.Dir(filepath.Dir(t.layers[0])), Spec: spec}
 	if req.Seccomp, err = b.seccomp.get(spec.Linux.Seccomp); err != nil {
-		return fmt.Errorf("start: %w", err)
+		return 0, err
 	}
-	for _, l := range rec.Layers {
+	for _, l := range t.layers {
 		rel, err := filepath.Rel(req.LayersRoot, l)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		req.Layers = append(req.Layers, rel)
 	}
-	pid, err := b.spawnerFor("").spawn(ctx, b.store.Mapping(), &req, lnFile, wsMount)
+	resp, err := srv.call(ctx, b.store.Mapping(), &req, []int{int(lnFile.Fd())}, true)
 	if err != nil {
+		return 0, err
+	}
+	return resp.Pid, nil
+}
+
+// claim gives prestarted PID 1 pid the sandbox's mounts and hostname, lets
+// it serve, and records it with its limits applied.
+func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int) error {
+	req := spawnd.Request{Op: spawnd.OpClaim, ID: rec.ID, Hostname: hostname(rec.Name)}
+	var fds []int
+	for _, m := range rec.Mounts {
+		lm := spawnd.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: slices.Contains(m.Options, "ro")}
+		if os.Geteuid() == 0 && m.Source == rec.Workspace && m.Destination == rec.Workdir && fds == nil {
+			ws, err := idmapWorkspace(rec.Workspace, b.store.Mapping(), rec.User.UID, rec.User.GID)
+			if err != nil {
+				return fmt.Errorf("start: %w", err)
+			}
+			defer ws.Close()
+			fds, lm.FD = []int{int(ws.Fd())}, true
+		}
+		req.Mounts = append(req.Mounts, lm)
+	}
+	if _, err := srv.call(ctx, b.store.Mapping(), &req, fds, false); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
 	rec.Pid = pid
@@ -427,169 +470,6 @@ func (b *Backend) chownToNamespaceRoot(dir string) error {
 	}
 	m := b.store.Mapping()
 	return os.Chown(dir, int(m.UIDs[0].HostID), int(m.GIDs[0].HostID))
-}
-
-// initBinary returns a copy of this (static) binary in the store that root
-// of the user namespace can read, to bind-mount as every sandbox's PID 1.
-func (b *Backend) initBinary() (string, error) {
-	b.initOnce.Do(func() { b.initPath, b.initErr = b.installInit() })
-	return b.initPath, b.initErr
-}
-
-func (b *Backend) installInit() (string, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return "", err
-	}
-	if env := os.Getenv("SLOPBOX_INIT"); env != "" {
-		self = env
-	}
-	f, err := elf.Open(self)
-	if err != nil {
-		return "", fmt.Errorf("read %s: %w", self, err)
-	}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			f.Close()
-			return "", fmt.Errorf("%s is dynamically linked, but it must run as the sandbox's init inside any image: build it with -ldflags '-extldflags -static' (see the Makefile), or point SLOPBOX_INIT at a static slopbox binary", self)
-		}
-	}
-	f.Close()
-	fi, err := os.Stat(self)
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(b.root, "bin")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	os.Chmod(dir, 0o755)
-	dst := filepath.Join(dir, fmt.Sprintf("init-%x-%x", fi.Size(), fi.ModTime().UnixNano()))
-	if _, err := os.Stat(dst); err == nil {
-		return dst, nil
-	}
-	src, err := os.Open(self)
-	if err != nil {
-		return "", err
-	}
-	defer src.Close()
-	tmp, err := os.CreateTemp(dir, ".init-")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, src); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Chmod(0o755); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	return dst, os.Rename(tmp.Name(), dst)
-}
-
-// startInit mounts the sandbox's root filesystem and has libcontainer start
-// its PID 1. Preconditions: in the spawn server, as root of the user
-// namespace, in its private mount namespace.
-func startInit(req *spawnRequest, listener, wsMount *os.File) (int, error) {
-	t0 := time.Now()
-	tr := func(what string) {
-		if os.Getenv("SLOPBOX_TRACE") != "" {
-			fmt.Fprintf(os.Stderr, "TRACE %s %.2f\n", what, float64(time.Since(t0).Microseconds())/1000)
-		}
-	}
-	defer tr("done")
-	upper, work, rootfs := filepath.Join(req.Dir, "upper"), filepath.Join(req.Dir, "work"), filepath.Join(req.Dir, "rootfs")
-	for _, d := range []string{upper, work, rootfs} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return 0, err
-		}
-	}
-	// A restarted sandbox keeps its upper layer; libcontainer's state of the
-	// previous init is stale.
-	if err := os.RemoveAll(filepath.Join(req.Dir, "lc")); err != nil {
-		return 0, err
-	}
-	// lowerdir lists the newest layer first; relative paths keep the option
-	// string short enough for images with many layers.
-	lower := slices.Clone(req.Layers)
-	slices.Reverse(lower)
-	if err := os.Chdir(req.LayersRoot); err != nil {
-		return 0, err
-	}
-	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", strings.Join(lower, ":"), upper, work)
-	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NODEV, data); err != nil {
-		return 0, fmt.Errorf("mount overlay root filesystem (kernel 5.11 or later is needed for overlayfs in a user namespace): %w", err)
-	}
-	// The container gets its own copies of these mounts; this namespace
-	// lets go of them as soon as it has started.
-	defer unix.Unmount(rootfs, unix.MNT_DETACH)
-	if wsMount != nil {
-		ws := filepath.Join(req.Dir, "ws")
-		if err := attachMount(wsMount, ws); err != nil {
-			return 0, err
-		}
-		defer unix.Unmount(ws, unix.MNT_DETACH)
-	}
-	tr("overlay")
-	if err := os.Chdir(req.Dir); err != nil {
-		return 0, err
-	}
-	env := req.Spec.Process.Env
-	extra := []*os.File{listener}
-	if len(req.Seccomp) > 0 {
-		// PID 1 loads the filter compiled by the host (seccomp_linux.go)
-		// instead of libcontainer compiling it again here.
-		r, w, err := os.Pipe()
-		if err != nil {
-			return 0, err
-		}
-		_, err = w.Write(req.Seccomp) // a few KiB: fits the pipe
-		w.Close()
-		if err != nil {
-			r.Close()
-			return 0, err
-		}
-		defer r.Close()
-		extra = append(extra, r)
-		env = append(slices.Clone(env), fmt.Sprintf("_SLOPBOX_SECCOMP_FD=%d", 2+len(extra)))
-		req.Spec.Linux.Seccomp = nil
-	}
-	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
-		CgroupName:      req.ID,
-		Spec:            req.Spec,
-		RootlessEUID:    false,
-		RootlessCgroups: true,
-	})
-	if err != nil {
-		return 0, fmt.Errorf("runtime config: %w", err)
-	}
-	tr("specconv")
-	c, err := libcontainer.Create(filepath.Join(req.Dir, "lc"), req.ID, cfg)
-	if err != nil {
-		return 0, fmt.Errorf("create container: %w", err)
-	}
-	tr("create")
-	p := &libcontainer.Process{
-		Args:       req.Spec.Process.Args,
-		Env:        env,
-		Cwd:        "/",
-		Init:       true,
-		ExtraFiles: extra,
-	}
-	if err := c.Run(p); err != nil {
-		c.Destroy()
-		return 0, fmt.Errorf("start sandbox init: %w", err)
-	}
-	pid, err := p.Pid()
-	if err != nil {
-		return 0, err
-	}
-	return pid, nil
 }
 
 // applyLimits puts PID 1 (and so every command it starts) into a cgroup with

@@ -2,291 +2,215 @@ package sandbox
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"sync"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/internal/reexec"
 	"github.com/slopbox/slopbox/internal/userns"
+	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
 
-// spawner is the channel to the spawn server: a helper process that runs as
-// root of the sandboxes' user namespace, in a private mount namespace, and
-// starts each sandbox's PID 1 on request. One runs per Backend, started on
-// the first Spawn and kept while the Backend's process lives, so the user
-// namespace set-up (two re-execs and newuidmap/newgidmap rootless) is paid
-// once, not per sandbox.
+// spawner is the channel to a spawn server (package spawnd): a helper
+// process that runs as root of the sandboxes' user namespace, in a private
+// mount namespace, and starts each sandbox's PID 1 on request. One runs per
+// Backend, started on the first Spawn and kept while the Backend's process
+// lives, so the user namespace set-up (two re-execs and newuidmap/newgidmap
+// rootless) is paid once, not per sandbox. Requests are served
+// concurrently: a sandbox prepared ahead of need does not hold up a spawn.
 type spawner struct {
-	mu   sync.Mutex
+	program string // the server's binary; "" for this one
+
+	mu  sync.Mutex
+	srv *serverConn // nil until started, and after the server died
+}
+
+// serverConn is one running server.
+type serverConn struct {
 	cmd  *exec.Cmd
 	conn *net.UnixConn
-}
+	wmu  sync.Mutex // one request at a time on conn
 
-// spawn asks the server to start req's PID 1; the listener (and the
-// idmapped workspace mount, when set) travel as fds. A server that died is
-// restarted once.
-func (s *spawner) spawn(ctx context.Context, m userns.Mapping, req *spawnRequest, listener, wsMount *os.File) (int, error) {
-	fds := []int{int(listener.Fd())}
-	if wsMount != nil {
-		fds = append(fds, int(wsMount.Fd()))
-	}
-	return s.call(ctx, m, req, fds)
-}
-
-// remove asks the server to delete a sandbox directory.
-func (s *spawner) remove(ctx context.Context, m userns.Mapping, dir string) error {
-	_, err := s.call(ctx, m, &spawnRequest{Remove: dir}, nil)
-	return err
-}
-
-func (s *spawner) call(ctx context.Context, m userns.Mapping, req *spawnRequest, fds []int) (int, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return 0, err
-	}
-	msg := binary.NativeEndian.AppendUint32(nil, uint32(len(body)))
-	msg = append(msg, body...)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for attempt := 0; ; attempt++ {
-		if s.conn == nil {
-			if err := s.start(m); err != nil {
-				return 0, err
-			}
-		}
-		resp, err := s.roundTrip(ctx, msg, fds)
-		if err == nil {
-			if resp.Error != "" {
-				return 0, errors.New(resp.Error)
-			}
-			return resp.Pid, nil
-		}
-		s.stop()
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		if attempt > 0 || !errors.Is(err, errServerGone) {
-			return 0, err
-		}
-	}
+	mu      sync.Mutex
+	seq     uint64
+	pending map[uint64]chan *spawnd.Response
+	dead    bool
 }
 
 var errServerGone = errors.New("spawn server exited")
 
-func (s *spawner) roundTrip(ctx context.Context, msg []byte, fds []int) (*spawnResponse, error) {
-	stop := context.AfterFunc(ctx, func() { s.conn.Close() })
-	defer stop()
-	var oob []byte
-	if len(fds) > 0 {
-		oob = unix.UnixRights(fds...)
-	}
-	n, _, err := s.conn.WriteMsgUnix(msg, oob, nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errServerGone, err)
-	}
-	if n < len(msg) {
-		if _, err := s.conn.Write(msg[n:]); err != nil {
-			return nil, fmt.Errorf("%w: %v", errServerGone, err)
+// call sends req (with fds attached) and waits for the reply. A server that
+// died is restarted, and req sent again when retry is set. Cancelling ctx
+// stops the server: its unclaimed sandboxes go with it.
+func (s *spawner) call(ctx context.Context, m userns.Mapping, req *spawnd.Request, fds []int, retry bool) (*spawnd.Response, error) {
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		sc, err := s.server(m)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := sc.call(ctx, req, fds)
+		if err == nil {
+			if resp.Error != "" {
+				return resp, errors.New(resp.Error)
+			}
+			return resp, nil
+		}
+		s.drop(sc)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if attempt > 0 || !retry || !errors.Is(err, errServerGone) {
+			return nil, err
 		}
 	}
-	var resp spawnResponse
-	b, err := readFrame(s.conn)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errServerGone, err)
-	}
-	if err := json.Unmarshal(b, &resp); err != nil {
-		return nil, fmt.Errorf("spawn server: bad reply: %w", err)
-	}
-	return &resp, nil
 }
 
-func (s *spawner) start(m userns.Mapping) error {
+// server returns the running server, starting one if needed.
+func (s *spawner) server(m userns.Mapping) (*serverConn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv == nil {
+		sc, err := startServer(s.program, m)
+		if err != nil {
+			return nil, err
+		}
+		s.srv = sc
+	}
+	return s.srv, nil
+}
+
+// drop forgets sc and stops it.
+func (s *spawner) drop(sc *serverConn) {
+	s.mu.Lock()
+	if s.srv == sc {
+		s.srv = nil
+	}
+	s.mu.Unlock()
+	sc.stop()
+}
+
+// close stops the server; sandboxes it started and claimed keep running.
+func (s *spawner) close() {
+	s.mu.Lock()
+	sc := s.srv
+	s.srv = nil
+	s.mu.Unlock()
+	if sc != nil {
+		sc.stop()
+	}
+}
+
+func startServer(program string, m userns.Mapping) (*serverConn, error) {
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ours, theirs := os.NewFile(uintptr(pair[0]), "spawner"), os.NewFile(uintptr(pair[1]), "spawn-server")
 	defer theirs.Close()
 	cmd := userns.Command(nil)
-	cmd.Env = append(cmd.Env, reexec.Env+"="+spawnHelper)
+	if program != "" {
+		cmd = userns.CommandPath(program, nil)
+	}
+	cmd.Env = append(cmd.Env, reexec.Env+"="+spawnd.Handler)
 	cmd.Stderr = os.Stderr
-	cmd.ExtraFiles = []*os.File{theirs} // fd 4 (fd 3: user namespace sync)
+	cmd.ExtraFiles = []*os.File{theirs} // fd 4 (spawnd.ConnFD; fd 3: user namespace sync)
 	if err := userns.Start(cmd, m); err != nil {
 		ours.Close()
-		return err
+		return nil, err
 	}
 	go cmd.Wait() // reaps the server whenever it exits
 	c, err := net.FileConn(ours)
 	ours.Close()
 	if err != nil {
 		cmd.Process.Kill()
-		return err
-	}
-	s.cmd, s.conn = cmd, c.(*net.UnixConn)
-	return nil
-}
-
-func (s *spawner) stop() {
-	if s.conn != nil {
-		s.conn.Close()
-		s.conn = nil
-	}
-	if s.cmd != nil {
-		s.cmd.Process.Kill()
-		s.cmd = nil
-	}
-}
-
-func readFrame(r io.Reader) ([]byte, error) {
-	var n [4]byte
-	if _, err := io.ReadFull(r, n[:]); err != nil {
 		return nil, err
 	}
-	size := binary.NativeEndian.Uint32(n[:])
-	if size > 64<<20 {
-		return nil, fmt.Errorf("frame of %d bytes", size)
-	}
-	b := make([]byte, size)
-	_, err := io.ReadFull(r, b)
-	return b, err
+	sc := &serverConn{cmd: cmd, conn: c.(*net.UnixConn), pending: map[uint64]chan *spawnd.Response{}}
+	go sc.read()
+	return sc, nil
 }
 
-// spawnServerMain runs in the helper: root of the user namespace, in a
-// mount namespace of its own. It serves spawn requests until the host end of
-// the socket closes.
-func spawnServerMain() int {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		fmt.Fprintln(os.Stderr, "slopbox spawn server: make mounts private:", err)
-		return 1
-	}
-	f := os.NewFile(4, "spawn-server")
-	c, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "slopbox spawn server:", err)
-		return 1
-	}
-	conn := c.(*net.UnixConn)
-	inits := newReaper()
+// read delivers replies to their callers until the connection fails; then
+// every caller still waiting gets errServerGone.
+func (sc *serverConn) read() {
 	for {
-		req, files, err := readRequest(conn)
+		b, err := spawnd.ReadFrame(sc.conn)
+		var resp spawnd.Response
+		if err == nil {
+			err = json.Unmarshal(b, &resp)
+		}
 		if err != nil {
-			return 0 // the Backend went away
-		}
-		var resp spawnResponse
-		var ws *os.File
-		if len(files) > 1 {
-			ws = files[1]
-		}
-		if req.Remove != "" {
-			if err := os.RemoveAll(req.Remove); err != nil {
-				resp.Error = err.Error()
+			sc.mu.Lock()
+			sc.dead = true
+			for seq, ch := range sc.pending {
+				close(ch)
+				delete(sc.pending, seq)
 			}
-		} else if len(files) == 0 {
-			resp.Error = "spawn request without a listener"
-		} else if pid, err := startInit(req, files[0], ws); err != nil {
-			resp.Error = err.Error()
-		} else {
-			resp.Pid = pid
-			inits.add(pid)
+			sc.mu.Unlock()
+			sc.stop()
+			return
 		}
-		for _, f := range files {
-			f.Close()
-		}
-		b, _ := json.Marshal(&resp)
-		if _, err := conn.Write(append(binary.NativeEndian.AppendUint32(nil, uint32(len(b))), b...)); err != nil {
-			return 0
+		sc.mu.Lock()
+		ch := sc.pending[resp.Seq]
+		delete(sc.pending, resp.Seq)
+		sc.mu.Unlock()
+		if ch != nil {
+			ch <- &resp
 		}
 	}
 }
 
-func readRequest(conn *net.UnixConn) (*spawnRequest, []*os.File, error) {
-	var n [4]byte
-	oob := make([]byte, unix.CmsgSpace(maxSpawnFDs*4))
-	got, oobn, _, _, err := conn.ReadMsgUnix(n[:], oob)
+func (sc *serverConn) call(ctx context.Context, req *spawnd.Request, fds []int) (*spawnd.Response, error) {
+	ch := make(chan *spawnd.Response, 1)
+	sc.mu.Lock()
+	if sc.dead {
+		sc.mu.Unlock()
+		return nil, errServerGone
+	}
+	sc.seq++
+	r := *req
+	r.Seq = sc.seq
+	sc.pending[r.Seq] = ch
+	sc.mu.Unlock()
+	body, err := json.Marshal(&r)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	var files []*os.File
-	if oobn > 0 {
-		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err != nil {
-			return nil, nil, err
+	msg := spawnd.Frame(body)
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	sc.wmu.Lock()
+	n, _, err := sc.conn.WriteMsgUnix(msg, oob, nil)
+	if err == nil && n < len(msg) {
+		_, err = sc.conn.Write(msg[n:])
+	}
+	sc.wmu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errServerGone, err)
+	}
+	select {
+	case resp, ok := <-ch:
+		if !ok {
+			return nil, errServerGone
 		}
-		for _, m := range msgs {
-			fds, err := unix.ParseUnixRights(&m)
-			if err != nil {
-				continue
-			}
-			for _, fd := range fds {
-				unix.CloseOnExec(fd)
-				files = append(files, os.NewFile(uintptr(fd), "spawn-fd"))
-			}
-		}
+		return resp, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	if got < len(n) {
-		if _, err := io.ReadFull(conn, n[got:]); err != nil {
-			return nil, files, err
-		}
-	}
-	size := binary.NativeEndian.Uint32(n[:])
-	body := make([]byte, size)
-	if _, err := io.ReadFull(conn, body); err != nil {
-		return nil, files, err
-	}
-	var req spawnRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, files, err
-	}
-	return &req, files, nil
 }
 
-// reaper waits for the sandbox inits this server started (they are its
-// children), so a killed sandbox leaves no zombie behind while the server
-// lives. It waits only for those pids, never for libcontainer's own helpers.
-type reaper struct {
-	mu   sync.Mutex
-	pids map[int]bool
-}
-
-func newReaper() *reaper {
-	r := &reaper{pids: map[int]bool{}}
-	ch := make(chan os.Signal, 16)
-	signal.Notify(ch, syscall.SIGCHLD)
-	go func() {
-		for range ch {
-			r.mu.Lock()
-			for pid := range r.pids {
-				var ws unix.WaitStatus
-				if p, _ := unix.Wait4(pid, &ws, unix.WNOHANG, nil); p == pid {
-					delete(r.pids, pid)
-				}
-			}
-			r.mu.Unlock()
-		}
-	}()
-	return r
-}
-
-func (r *reaper) add(pid int) {
-	r.mu.Lock()
-	r.pids[pid] = true
-	r.mu.Unlock()
-}
-
-// close stops the server; sandboxes it started keep running.
-func (s *spawner) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stop()
+func (sc *serverConn) stop() {
+	sc.conn.Close()
+	sc.cmd.Process.Kill()
 }

@@ -88,12 +88,14 @@ func (r stateRoot) lockNew() (*flock.Flock, error) {
 	return l, nil
 }
 
-func (r stateRoot) write(rec *record) error {
+func (r stateRoot) write(rec *record) error { return r.writeIn(r.sandboxDir(rec.ID), rec) }
+
+// writeIn writes rec's state file into dir.
+func (r stateRoot) writeIn(dir string, rec *record) error {
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
 		return err
 	}
-	dir := r.sandboxDir(rec.ID)
 	tmp, err := os.CreateTemp(dir, ".state-")
 	if err != nil {
 		return err

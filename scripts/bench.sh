@@ -27,7 +27,7 @@ PEERS=(${BENCH_PEERS:-slopbox slopbox-root tar-floor crun crun-rootless runc run
 "$HARNESS/40-bench.sh" -o "$OUT" "${PEERS[@]}"
 
 # The Go API, rootless and as root, on the same machine right after.
-CGO_ENABLED=1 go build -tags "seccomp netgo osusergo" -ldflags "-extldflags -static" -o "$OUT/apibench" ./bench/cmd/apibench
+CGO_ENABLED=1 go build -tags "seccomp netgo osusergo slopbox_helper" -ldflags "-extldflags -static" -o "$OUT/apibench" ./bench/cmd/apibench
 chmod 755 "$OUT" "$OUT/apibench"
 as_user "$OUT/apibench" -image "$BUSYBOX_REF" -scale "${SCALE_API:-100}" >"$OUT/api-rootless.jsonl"
 "$OUT/apibench" -image "$BUSYBOX_REF" -scale "${SCALE_API:-100}" -only spawn,exec,exec10mb,scale >"$OUT/api-root.jsonl"

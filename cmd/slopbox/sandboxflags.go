@@ -130,12 +130,18 @@ func parseVolume(v string) (backend.Mount, error) {
 	return m, nil
 }
 
-// openBackend opens the sandbox backend with the global flags.
+// openBackend opens the sandbox backend with the global flags. A CLI
+// process spawns at most one sandbox: it keeps none ready.
 func openBackend() (*sandbox.Backend, error) {
-	return sandbox.New(globals.root,
+	b, err := sandbox.New(globals.root,
 		image.WithInsecureRegistries(globals.insecure...),
 		image.WithProgress(progressMode()),
 		image.WithLogger(func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }))
+	if err != nil {
+		return nil, err
+	}
+	b.KeepReady(false)
+	return b, nil
 }
 
 // ensureImage pulls ref when it is not in the store, as docker run does.

@@ -167,8 +167,15 @@ func ToHost(maps []IDMap, id uint32) (uint32, bool) {
 // Command returns a command that runs this binary with args inside a new
 // user and mount namespace with mapping m. Start it with Start.
 func Command(args []string) *exec.Cmd {
-	cmd := exec.Command("/proc/self/exe", args...)
+	cmd := CommandPath("/proc/self/exe", args)
 	cmd.Args[0] = os.Args[0]
+	return cmd
+}
+
+// CommandPath is Command for another program, one that calls Init first
+// thing (as reexec.Init does).
+func CommandPath(program string, args []string) *exec.Cmd {
+	cmd := exec.Command(program, args...)
 	cmd.Env = os.Environ()
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS,

@@ -50,6 +50,7 @@ func TestSandbox(t *testing.T) {
 		if b == nil {
 			return
 		}
+		b.Close() // stops the sandboxes kept ready
 		if ids, err := b.Prune(true); err != nil {
 			t.Errorf("prune: %v (%v)", err, ids)
 		}

@@ -12,15 +12,20 @@
 //     agent forks, puts the child in a new session, switches user and execs.
 //     Children inherit PID 1's seccomp filter, no_new_privs and bounded
 //     capabilities. libcontainer sets up the last two; the filter, compiled
-//     once by the host with libcontainer's code (seccomp_linux.go), comes
+//     once by the host with libcontainer's code (sandbox/seccomp_linux.go), comes
 //     in on the fd named by _SLOPBOX_SECCOMP_FD (u32 flags, then the BPF
 //     instructions) and is loaded before the first request is read. If it
 //     cannot be loaded, PID 1 exits: a sandbox never runs unfiltered.
+//   - starts unclaimed when the spawn server prepares it ahead of need (a
+//     pool entry): it then serves nothing until the server writes one byte
+//     on the pipe named by _SLOPBOX_CLAIM_FD (the sandbox's mounts and
+//     hostname are in place), and exits if the pipe closes first (the
+//     server is gone), so an unused pool entry never outlives its server;
 //   - kills an exec's whole session on request, or when the requesting
 //     connection goes away (the slopbox process died), so no command
 //     outlives its caller's interest.
 //
-// Wire format (host byte order; see protocol.go):
+// Wire format (host byte order; see sandbox/protocol.go):
 //   request  := u32 length, then `length` bytes:
 //               struct agent_req, groups[ngroups] (u32), cwd (len_cwd bytes),
 //               argv (argc NUL-terminated), env (envc NUL-terminated)
@@ -405,6 +410,16 @@ static void agent_main(void) {
 		}
 		unsetenv("_SLOPBOX_SECCOMP_FD");
 	}
+	/* libcontainer may leave a parent-death signal; a sandbox outlives the
+	 * process that started it. */
+	prctl(PR_SET_PDEATHSIG, 0);
+	int claimfd = -1;
+	const char *cfdenv = getenv("_SLOPBOX_CLAIM_FD");
+	if (cfdenv) {
+		claimfd = atoi(cfdenv);
+		fcntl(claimfd, F_SETFD, FD_CLOEXEC);
+		unsetenv("_SLOPBOX_CLAIM_FD");
+	}
 	prctl(PR_SET_NAME, "slopbox-init");
 	/* Not dumpable: container processes cannot ptrace PID 1 or take its
 	 * listening socket through /proc/1/fd. */
@@ -419,12 +434,15 @@ static void agent_main(void) {
 		_exit(121);
 	fcntl(LISTEN_FD, F_SETFD, FD_CLOEXEC);
 	for (;;) {
-		struct pollfd pfd[MAX_CONNS + 2];
+		struct pollfd pfd[MAX_CONNS + 3];
 		pfd[0] = (struct pollfd){.fd = sfd, .events = POLLIN};
-		pfd[1] = (struct pollfd){.fd = LISTEN_FD, .events = nconns < MAX_CONNS ? POLLIN : 0};
+		pfd[1] = (struct pollfd){.fd = LISTEN_FD, .events = claimfd < 0 && nconns < MAX_CONNS ? POLLIN : 0};
 		for (int i = 0; i < nconns; i++)
 			pfd[2 + i] = (struct pollfd){.fd = conns[i].fd, .events = POLLIN};
-		int n = poll(pfd, (nfds_t)(2 + nconns), -1);
+		/* Negative fds are ignored by poll: this slot is unused once claimed. */
+		int claimslot = 2 + nconns;
+		pfd[claimslot] = (struct pollfd){.fd = claimfd, .events = POLLIN};
+		int n = poll(pfd, (nfds_t)(claimslot + 1), -1);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -445,6 +463,17 @@ static void agent_main(void) {
 				continue;
 			if (ev & (POLLIN | POLLHUP | POLLERR | POLLNVAL))
 				drop_conn(i);
+		}
+		if (claimfd >= 0 && pfd[claimslot].revents) {
+			char b;
+			ssize_t r;
+			do
+				r = read(claimfd, &b, 1);
+			while (r < 0 && errno == EINTR);
+			if (r != 1)
+				_exit(0); /* unclaimed, and the server is gone */
+			close(claimfd);
+			claimfd = -1;
 		}
 		if (pfd[1].revents & POLLIN) {
 			int c = accept4(LISTEN_FD, NULL, NULL, SOCK_CLOEXEC);

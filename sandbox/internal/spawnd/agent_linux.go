@@ -1,4 +1,4 @@
-package sandbox
+package spawnd
 
 // The container init (agent.c) is compiled into every binary that imports
 // this package; it takes over in a C constructor, before the Go runtime

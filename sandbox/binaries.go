@@ -1,0 +1,121 @@
+package sandbox
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// binaries are the programs a sandbox start runs: the spawn server (""
+// means this binary, re-executed) and the program bind-mounted as every
+// sandbox's PID 1. Both must be static: PID 1 runs inside any image.
+type binaries struct {
+	server string
+	init   string
+}
+
+// binaries returns, once per Backend, the programs to use:
+//   - the slopbox-spawn build embedded in this binary (make build), written
+//     into the store, as both server and PID 1. libcontainer re-executes
+//     the server's binary for every sandbox ("runc init"), so a small one
+//     starts sooner;
+//   - otherwise (a binary built without the embedded helper, such as a Go
+//     program using this package, or SLOPBOX_SPAWN_HELPER=self) this binary,
+//     with a copy in the store as PID 1.
+//
+// SLOPBOX_SPAWN_HELPER may also name a slopbox-spawn binary to use.
+func (b *Backend) binaries() (binaries, error) {
+	b.binOnce.Do(func() { b.bins, b.binErr = b.installBinaries() })
+	return b.bins, b.binErr
+}
+
+func (b *Backend) installBinaries() (binaries, error) {
+	dir := filepath.Join(b.root, "bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return binaries{}, err
+	}
+	os.Chmod(dir, 0o755) // root of the user namespace reads these
+	env := os.Getenv("SLOPBOX_SPAWN_HELPER")
+	switch {
+	case env != "" && env != "self":
+		p, err := installCopy(dir, "spawn-", env)
+		return binaries{server: p, init: p}, err
+	case env == "" && len(spawnHelper) > 0:
+		sum := sha256.Sum256(spawnHelper)
+		dst := filepath.Join(dir, "spawn-"+hex.EncodeToString(sum[:8]))
+		if _, err := os.Stat(dst); err != nil {
+			if err := writeExecutable(dst, spawnHelper); err != nil {
+				return binaries{}, fmt.Errorf("install the spawn helper: %w", err)
+			}
+		}
+		return binaries{server: dst, init: dst}, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return binaries{}, err
+	}
+	if env := os.Getenv("SLOPBOX_INIT"); env != "" {
+		self = env
+	}
+	p, err := installCopy(dir, "init-", self)
+	return binaries{init: p}, err
+}
+
+// installCopy copies the static program src into dir (once per content
+// version) and returns the copy's path.
+func installCopy(dir, prefix, src string) (string, error) {
+	f, err := elf.Open(src)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", src, err)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			f.Close()
+			return "", fmt.Errorf("%s is dynamically linked, but it must run as the sandbox's init inside any image: build it with -ldflags '-extldflags -static' (see the Makefile), or point SLOPBOX_INIT at a static slopbox binary", src)
+		}
+	}
+	f.Close()
+	fi, err := os.Stat(src)
+	if err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, fmt.Sprintf("%s%x-%x", prefix, fi.Size(), fi.ModTime().UnixNano()))
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	return dst, writeExecutableFrom(dst, in)
+}
+
+func writeExecutable(dst string, b []byte) error {
+	return writeExecutableFrom(dst, bytes.NewReader(b))
+}
+
+func writeExecutableFrom(dst string, r io.Reader) error {
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".bin-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, r); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
+}

@@ -1,0 +1,606 @@
+// Package spawnd is the spawn server: the helper that runs as root of the
+// sandboxes' user namespace, in a mount namespace of its own, and starts
+// each sandbox's PID 1 with libcontainer on the host's request. It also
+// holds what runs inside a sandbox's start-up: libcontainer's init hook and
+// PID 1 itself (agent.c).
+//
+// It is kept small on purpose. The slopbox binary carries a separate build
+// of it (./slopbox-spawn) and runs that as the server, so that
+// libcontainer's per-sandbox re-exec of the server's binary ("runc init")
+// and PID 1 start a 5 MB program with a few package initialisers rather
+// than the whole CLI. Any binary that imports sandbox can also serve itself.
+package spawnd
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+
+	"github.com/slopbox/slopbox/internal/reexec"
+)
+
+// Handler is the re-exec handler name of the server.
+const Handler = "sandbox-spawn-server"
+
+// ConnFD is the server's end of its socket to the host (fd 3 is the user
+// namespace set-up's sync pipe).
+const ConnFD = 4
+
+// MaxFDs: a request carries PID 1's listener and, as root, the idmapped
+// workspace mount.
+const MaxFDs = 2
+
+func init() {
+	reexec.Register(Handler, serve)
+	// libcontainer logs a harmless warning per rootless start.
+	logrus.SetLevel(logrus.ErrorLevel)
+}
+
+// Op is what a Request asks for.
+type Op string
+
+const (
+	// OpPrestart starts a sandbox's PID 1 over Dir, unclaimed: PID 1 serves
+	// nothing and has none of the sandbox's own mounts yet. Every sandbox
+	// starts this way; a Backend may also keep one ready ahead of need.
+	OpPrestart Op = "prestart"
+	// OpClaim gives a prestarted sandbox its mounts and hostname and lets
+	// PID 1 serve. Until then no command can run in it.
+	OpClaim Op = "claim"
+	// OpDiscard stops a prestarted sandbox that was not claimed.
+	OpDiscard Op = "discard"
+	// OpRemove deletes the sandbox directory Dir.
+	OpRemove Op = "remove"
+)
+
+// Request is what the host hands the server. Requests carry a sequence
+// number and are served concurrently; the Response echoes it.
+type Request struct {
+	Seq uint64 `json:"seq"`
+	Op  Op     `json:"op"`
+	ID  string `json:"id,omitempty"`
+	Dir string `json:"dir,omitempty"`
+
+	// Prestart: the root filesystem's layers and the runtime spec, without
+	// the sandbox's own mounts. The listener of PID 1 travels as an fd.
+	LayersRoot string      `json:"layers_root,omitempty"`
+	Layers     []string    `json:"layers,omitempty"` // relative to LayersRoot, oldest first
+	Spec       *specs.Spec `json:"spec,omitempty"`
+	// Seccomp is Spec's seccomp profile compiled by the host (u32 flags,
+	// then BPF); when set, PID 1 loads it and libcontainer does not compile
+	// the profile again.
+	Seccomp []byte `json:"seccomp,omitempty"`
+
+	// Claim: the sandbox's hostname and its bind mounts, in order.
+	Hostname string  `json:"hostname,omitempty"`
+	Mounts   []Mount `json:"mounts,omitempty"`
+}
+
+// Mount is a bind mount made at claim time. Its options are always rbind,
+// nosuid, nodev, and ro or rw.
+type Mount struct {
+	Source      string `json:"source,omitempty"`
+	Destination string `json:"destination"`
+	ReadOnly    bool   `json:"ro,omitempty"`
+	// FD: the source is the detached mount the request carries (the
+	// idmapped workspace), not Source.
+	FD bool `json:"fd,omitempty"`
+}
+
+// Response answers a Request.
+type Response struct {
+	Seq   uint64 `json:"seq"`
+	Pid   int    `json:"pid,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// ReadFrame reads one u32-length-prefixed frame.
+func ReadFrame(r io.Reader) ([]byte, error) {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return nil, err
+	}
+	size := binary.NativeEndian.Uint32(n[:])
+	if size > 64<<20 {
+		return nil, fmt.Errorf("frame of %d bytes", size)
+	}
+	b := make([]byte, size)
+	_, err := io.ReadFull(r, b)
+	return b, err
+}
+
+// Frame prefixes b with its length.
+func Frame(b []byte) []byte {
+	return append(binary.NativeEndian.AppendUint32(nil, uint32(len(b))), b...)
+}
+
+type server struct {
+	wmu  sync.Mutex // one response at a time on conn
+	conn *net.UnixConn
+
+	cwdMu sync.Mutex // held while the working directory matters
+
+	mu      sync.Mutex
+	pending map[string]*prestarted
+
+	inits *reaper
+}
+
+// prestarted is a sandbox whose PID 1 waits to be claimed.
+type prestarted struct {
+	pid   int
+	claim *os.File // PID 1 serves once it reads a byte, exits on EOF
+}
+
+// serve runs in the server: root of the user namespace, in a mount
+// namespace of its own. It serves requests until the host end of the
+// socket closes; prestarted sandboxes nobody claimed go with it.
+func serve() int {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		fmt.Fprintln(os.Stderr, "slopbox spawn server: make mounts private:", err)
+		return 1
+	}
+	f := os.NewFile(ConnFD, "spawn-server")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "slopbox spawn server:", err)
+		return 1
+	}
+	s := &server{conn: c.(*net.UnixConn), pending: map[string]*prestarted{}, inits: newReaper()}
+	var wg sync.WaitGroup
+	for {
+		req, files, err := readRequest(s.conn)
+		if err != nil {
+			break // the host went away
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp := s.handle(req, files)
+			for _, f := range files {
+				f.Close()
+			}
+			resp.Seq = req.Seq
+			b, _ := json.Marshal(resp)
+			s.wmu.Lock()
+			s.conn.Write(Frame(b))
+			s.wmu.Unlock()
+		}()
+	}
+	wg.Wait()
+	s.mu.Lock()
+	for _, p := range s.pending {
+		p.claim.Close()
+	}
+	s.mu.Unlock()
+	return 0
+}
+
+func (s *server) handle(req *Request, files []*os.File) *Response {
+	var resp Response
+	var err error
+	switch req.Op {
+	case OpPrestart:
+		if len(files) != 1 {
+			err = errors.New("prestart without PID 1's listener")
+			break
+		}
+		resp.Pid, err = s.prestart(req, files[0])
+	case OpClaim:
+		resp.Pid, err = s.claim(req, files)
+	case OpDiscard:
+		err = s.discard(req.ID)
+	case OpRemove:
+		err = os.RemoveAll(req.Dir)
+	default:
+		err = fmt.Errorf("unknown request %q", req.Op)
+	}
+	if err != nil {
+		resp.Error = err.Error()
+	}
+	return &resp
+}
+
+func readRequest(conn *net.UnixConn) (*Request, []*os.File, error) {
+	var n [4]byte
+	oob := make([]byte, unix.CmsgSpace(MaxFDs*4))
+	got, oobn, _, _, err := conn.ReadMsgUnix(n[:], oob)
+	if err != nil {
+		return nil, nil, err
+	}
+	var files []*os.File
+	if oobn > 0 {
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, m := range msgs {
+			fds, err := unix.ParseUnixRights(&m)
+			if err != nil {
+				continue
+			}
+			for _, fd := range fds {
+				unix.CloseOnExec(fd)
+				files = append(files, os.NewFile(uintptr(fd), "spawn-fd"))
+			}
+		}
+	}
+	if got < len(n) {
+		if _, err := io.ReadFull(conn, n[got:]); err != nil {
+			return nil, files, err
+		}
+	}
+	size := binary.NativeEndian.Uint32(n[:])
+	body := make([]byte, size)
+	if _, err := io.ReadFull(conn, body); err != nil {
+		return nil, files, err
+	}
+	var req Request
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, files, err
+	}
+	return &req, files, nil
+}
+
+// reaper waits for the sandbox inits this server started (they are its
+// children), so a killed sandbox leaves no zombie behind while the server
+// lives. It waits only for those pids, never for libcontainer's own helpers.
+type reaper struct {
+	mu   sync.Mutex
+	pids map[int]bool
+}
+
+func newReaper() *reaper {
+	r := &reaper{pids: map[int]bool{}}
+	ch := make(chan os.Signal, 16)
+	signal.Notify(ch, syscall.SIGCHLD)
+	go func() {
+		for range ch {
+			r.mu.Lock()
+			for pid := range r.pids {
+				var ws unix.WaitStatus
+				if p, _ := unix.Wait4(pid, &ws, unix.WNOHANG, nil); p == pid {
+					delete(r.pids, pid)
+				}
+			}
+			r.mu.Unlock()
+		}
+	}()
+	return r
+}
+
+func (r *reaper) add(pid int) {
+	r.mu.Lock()
+	r.pids[pid] = true
+	r.mu.Unlock()
+}
+
+// prestart mounts the sandbox's root filesystem and has libcontainer start
+// its PID 1, which waits to be claimed. Preconditions: in the server, as
+// root of the user namespace, in its private mount namespace.
+func (s *server) prestart(req *Request, listener *os.File) (int, error) {
+	if req.ID == "" || req.Spec == nil || req.Spec.Process == nil || req.Spec.Linux == nil {
+		return 0, errors.New("prestart: incomplete request")
+	}
+	upper, work, rootfs := filepath.Join(req.Dir, "upper"), filepath.Join(req.Dir, "work"), filepath.Join(req.Dir, "rootfs")
+	for _, d := range []string{upper, work, rootfs} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return 0, err
+		}
+	}
+	// A restarted sandbox keeps its upper layer; libcontainer's state of the
+	// previous init is stale.
+	if err := os.RemoveAll(filepath.Join(req.Dir, "lc")); err != nil {
+		return 0, err
+	}
+	if err := s.mountRootfs(req, upper, work, rootfs); err != nil {
+		return 0, err
+	}
+	// The container gets its own copy of this mount; this namespace lets
+	// go of it as soon as it has started.
+	defer unix.Unmount(rootfs, unix.MNT_DETACH)
+	env := slices.Clone(req.Spec.Process.Env)
+	extra := []*os.File{listener}
+	if len(req.Seccomp) > 0 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return 0, err
+		}
+		_, err = w.Write(req.Seccomp) // a few KiB: fits the pipe
+		w.Close()
+		if err != nil {
+			r.Close()
+			return 0, err
+		}
+		defer r.Close()
+		extra = append(extra, r)
+		env = append(env, fmt.Sprintf("_SLOPBOX_SECCOMP_FD=%d", 2+len(extra)))
+		req.Spec.Linux.Seccomp = nil
+	}
+	claimR, claimW, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer claimR.Close()
+	extra = append(extra, claimR)
+	env = append(env, fmt.Sprintf("_SLOPBOX_CLAIM_FD=%d", 2+len(extra)))
+	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
+		CgroupName:      req.ID,
+		Spec:            req.Spec,
+		RootlessEUID:    false,
+		RootlessCgroups: true,
+	})
+	if err != nil {
+		claimW.Close()
+		return 0, fmt.Errorf("runtime config: %w", err)
+	}
+	c, err := libcontainer.Create(filepath.Join(req.Dir, "lc"), req.ID, cfg)
+	if err != nil {
+		claimW.Close()
+		return 0, fmt.Errorf("create container: %w", err)
+	}
+	p := &libcontainer.Process{
+		Args:       req.Spec.Process.Args,
+		Env:        env,
+		Cwd:        "/",
+		Init:       true,
+		ExtraFiles: extra,
+	}
+	if err := c.Run(p); err != nil {
+		claimW.Close()
+		c.Destroy()
+		return 0, fmt.Errorf("start sandbox init: %w", err)
+	}
+	pid, err := p.Pid()
+	if err != nil {
+		claimW.Close()
+		return 0, err
+	}
+	s.inits.add(pid)
+	s.mu.Lock()
+	s.pending[req.ID] = &prestarted{pid: pid, claim: claimW}
+	s.mu.Unlock()
+	return pid, nil
+}
+
+// outsideKernelFS resolves p's longest existing prefix (symlinks included)
+// and refuses it inside /proc or /sys.
+func outsideKernelFS(p string) error {
+	rest := ""
+	for {
+		real, err := filepath.EvalSymlinks(p)
+		if err == nil {
+			real = path.Join(real, rest)
+			for _, kernel := range []string{"/proc", "/sys"} {
+				if real == kernel || strings.HasPrefix(real, kernel+"/") {
+					return fmt.Errorf("it resolves to %s, inside %s", real, kernel)
+				}
+			}
+			return nil
+		}
+		if !errors.Is(err, os.ErrNotExist) || p == "/" {
+			return err
+		}
+		rest = path.Join(path.Base(p), rest)
+		p = path.Dir(p)
+	}
+}
+
+// mountRootfs mounts the overlay of req's layers (lowerdir lists the newest
+// first) at rootfs. Paths relative to the layers' directory keep the
+// option string within a page for images with many layers; that needs
+// the working directory, which prestarts running in parallel share.
+func (s *server) mountRootfs(req *Request, upper, work, rootfs string) error {
+	lower := slices.Clone(req.Layers)
+	slices.Reverse(lower)
+	abs := make([]string, len(lower))
+	for i, l := range lower {
+		abs[i] = filepath.Join(req.LayersRoot, l)
+	}
+	opts := func(lower []string) string {
+		return fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", strings.Join(lower, ":"), upper, work)
+	}
+	data := opts(abs)
+	if len(data) >= os.Getpagesize() {
+		s.cwdMu.Lock()
+		defer s.cwdMu.Unlock()
+		if err := os.Chdir(req.LayersRoot); err != nil {
+			return err
+		}
+		data = opts(lower)
+	}
+	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NODEV, data); err != nil {
+		return fmt.Errorf("mount overlay root filesystem (kernel 5.11 or later is needed for overlayfs in a user namespace): %w", err)
+	}
+	return nil
+}
+
+// take removes id from the prestarted sandboxes.
+func (s *server) take(id string) (*prestarted, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pending[id]
+	if p == nil {
+		return nil, fmt.Errorf("no prestarted sandbox %s", id)
+	}
+	delete(s.pending, id)
+	return p, nil
+}
+
+// claim puts the sandbox's mounts and hostname in place and lets its PID 1
+// serve. On failure PID 1 exits (the claim pipe closes unwritten).
+func (s *server) claim(req *Request, files []*os.File) (int, error) {
+	p, err := s.take(req.ID)
+	if err != nil {
+		return 0, err
+	}
+	defer p.claim.Close()
+	if err := configure(p.pid, req, files); err != nil {
+		return 0, err
+	}
+	if _, err := p.claim.Write([]byte{1}); err != nil {
+		return 0, fmt.Errorf("claim sandbox init %d: %w", p.pid, err)
+	}
+	return p.pid, nil
+}
+
+// discard stops a prestarted sandbox and waits, bounded, until its PID 1 is
+// gone, so its directory can be removed.
+func (s *server) discard(id string) error {
+	p, err := s.take(id)
+	if err != nil {
+		return err
+	}
+	p.claim.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for unix.Kill(p.pid, 0) == nil {
+		if time.Now().After(deadline) {
+			unix.Kill(p.pid, unix.SIGKILL)
+			return fmt.Errorf("sandbox init %d did not exit", p.pid)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	return nil
+}
+
+// configure makes req's bind mounts inside the mount namespace of PID 1
+// pid and sets its hostname. The mounts are cloned here, in the server's
+// namespace, where the host paths are; a thread that has entered the
+// sandbox's namespaces attaches them and then ends with its goroutine.
+func configure(pid int, req *Request, files []*os.File) error {
+	type detached struct {
+		fd  int
+		dir bool
+		dst string
+	}
+	var ms []detached
+	defer func() {
+		for _, m := range ms {
+			unix.Close(m.fd)
+		}
+	}()
+	for _, m := range req.Mounts {
+		var fd int
+		var err error
+		if m.FD {
+			if len(files) == 0 {
+				return fmt.Errorf("mount %s: no mount fd in the request", m.Destination)
+			}
+			fd, err = unix.FcntlInt(files[0].Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		} else {
+			fd, err = unix.OpenTree(unix.AT_FDCWD, m.Source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		}
+		if err != nil {
+			return fmt.Errorf("mount %s on %s: %w", m.Source, m.Destination, err)
+		}
+		ms = append(ms, detached{fd: fd, dst: m.Destination})
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+		if m.ReadOnly {
+			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+		}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+			return fmt.Errorf("mount %s on %s: %w", m.Source, m.Destination, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		ms[len(ms)-1].dir = st.Mode&unix.S_IFMT == unix.S_IFDIR
+	}
+	mntns, err := os.Open(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+	if err != nil {
+		return err
+	}
+	defer mntns.Close()
+	utsns, err := os.Open(fmt.Sprintf("/proc/%d/ns/uts", pid))
+	if err != nil {
+		return err
+	}
+	defer utsns.Close()
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread, in the sandbox's namespaces, ends
+		// with this goroutine instead of running anything else.
+		runtime.LockOSThread()
+		errc <- func() error {
+			if err := unix.Unshare(unix.CLONE_FS); err != nil {
+				return err
+			}
+			if err := unix.Setns(int(mntns.Fd()), unix.CLONE_NEWNS); err != nil {
+				return fmt.Errorf("enter the sandbox's mount namespace: %w", err)
+			}
+			// This thread's root is now the sandbox's: paths, symlinks
+			// included, resolve inside it.
+			for _, m := range ms {
+				if err := place(m.fd, m.dst, m.dir); err != nil {
+					return fmt.Errorf("mount on %s: %w", m.dst, err)
+				}
+			}
+			if req.Hostname != "" {
+				if err := unix.Setns(int(utsns.Fd()), unix.CLONE_NEWUTS); err != nil {
+					return err
+				}
+				if err := unix.Sethostname([]byte(req.Hostname)); err != nil {
+					return fmt.Errorf("set hostname: %w", err)
+				}
+			}
+			return nil
+		}()
+	}()
+	return <-errc
+}
+
+// place creates the mountpoint dst (a directory or a file, like the
+// mount's source) and attaches the detached mount fd there. It runs on a
+// thread whose root is the sandbox's. Like runc, it refuses destinations
+// that resolve into the kernel's interfaces (/proc, /sys).
+func place(fd int, dst string, dir bool) error {
+	dst = path.Clean(dst)
+	if !path.IsAbs(dst) || dst == "/" {
+		return errors.New("destination must be an absolute path other than /")
+	}
+	// Before anything is created, and again once the mountpoint exists.
+	if err := outsideKernelFS(dst); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(path.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if dir {
+		if err := os.Mkdir(dst, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	} else if f, err := os.OpenFile(dst, os.O_CREATE|os.O_RDONLY, 0o644); err != nil {
+		return err
+	} else {
+		f.Close()
+	}
+	real, err := filepath.EvalSymlinks(dst)
+	if err != nil {
+		return err
+	}
+	if err := outsideKernelFS(real); err != nil {
+		return err
+	}
+	return unix.MoveMount(fd, "", unix.AT_FDCWD, real, unix.MOVE_MOUNT_F_EMPTY_PATH)
+}

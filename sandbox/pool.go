@@ -1,0 +1,238 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
+)
+
+// The pool keeps sandboxes started ahead of need. Starting a sandbox's PID 1
+// (libcontainer's init: namespaces, about 40 mounts, capabilities) is most
+// of a spawn; what differs between two sandboxes of the same image, user
+// and network is only their own mounts (workspace, extra mounts, static
+// assets) and hostname, which the spawn server puts in place when the
+// sandbox is claimed. So after each spawn the Backend starts the next
+// sandbox of that kind in the background, and the next Spawn claims it.
+//
+// An unclaimed sandbox runs no command and serves no request: its PID 1
+// waits for the claim and exits if its spawn server goes away first, so a
+// pool never outlives the process that owns it. It lives in
+// <root>/c/.pool/<id> (invisible to ps, list and prune) and is renamed to
+// <root>/c/<id> when claimed. Directories that a killed process left there
+// are removed by the next Backend that starts a sandbox, and by Prune.
+
+// poolDepth is how many sandboxes of one kind are kept ready. Two start in
+// parallel (on two cores) while the caller works with the one it claimed.
+const poolDepth = 2
+
+// maxPoolKinds bounds the kinds (image, user, network) kept ready at once.
+const maxPoolKinds = 4
+
+const poolDir = ".pool"
+
+// KeepReady turns the pool on (the default: poolDepth sandboxes kept ready
+// for each kind the Backend has spawned) or off, which also stops the ready ones. A
+// one-shot process such as the CLI turns it off.
+func (b *Backend) KeepReady(on bool) {
+	b.pool.mu.Lock()
+	b.pool.off = !on
+	b.pool.mu.Unlock()
+	if !on {
+		b.pool.drain(b)
+	}
+}
+
+type pool struct {
+	mu      sync.Mutex
+	off     bool
+	entries map[string][]*poolEntry // by template key: ready or starting, oldest first
+	reaped  bool                    // stale entries of dead processes removed
+}
+
+// poolEntry is a prestarted sandbox.
+type poolEntry struct {
+	id, dir string
+	srv     *spawner
+	pid     int
+
+	done chan struct{} // closed once started (or failed: err)
+	err  error
+}
+
+// take removes an entry for key, a ready one if there is one, else the
+// oldest, waiting until it has started. It returns nil when there is none.
+func (p *pool) take(key string) *poolEntry {
+	p.mu.Lock()
+	es := p.entries[key]
+	if len(es) == 0 {
+		p.mu.Unlock()
+		return nil
+	}
+	i := 0
+	for j, e := range es {
+		select {
+		case <-e.done:
+			i = j
+		default:
+			continue
+		}
+		break
+	}
+	e := es[i]
+	p.entries[key] = slices.Delete(slices.Clone(es), i, i+1)
+	p.mu.Unlock()
+	<-e.done
+	if e.err != nil {
+		return nil
+	}
+	return e
+}
+
+// refill starts entries for key in the background up to poolDepth, unless
+// the pool is off.
+func (p *pool) refill(key string, start func() (*poolEntry, error)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.off || (p.entries[key] == nil && len(p.entries) >= maxPoolKinds) {
+		return
+	}
+	if p.entries == nil {
+		p.entries = map[string][]*poolEntry{}
+	}
+	for len(p.entries[key]) < poolDepth {
+		p.entries[key] = append(p.entries[key], p.startEntry(start))
+	}
+}
+
+func (p *pool) startEntry(start func() (*poolEntry, error)) *poolEntry {
+	slot := &poolEntry{done: make(chan struct{})}
+	go func() {
+		e, err := start()
+		if err == nil {
+			slot.id, slot.dir, slot.srv, slot.pid = e.id, e.dir, e.srv, e.pid
+		}
+		slot.err = err
+		close(slot.done)
+	}()
+	return slot
+}
+
+// drain stops every entry and removes its directory.
+func (p *pool) drain(b *Backend) {
+	p.mu.Lock()
+	entries := p.entries
+	p.entries = nil
+	p.mu.Unlock()
+	for _, es := range entries {
+		for _, e := range es {
+			<-e.done
+			if e.err == nil {
+				b.discardEntry(e.srv, e)
+			}
+		}
+	}
+}
+
+// prestartEntry starts an unclaimed sandbox from t in a new directory under
+// .pool.
+func (b *Backend) prestartEntry(ctx context.Context, srv *spawner, bins binaries, t template) (*poolEntry, error) {
+	b.reapPool()
+	e := &poolEntry{id: newID(), srv: srv}
+	e.dir = filepath.Join(b.state.dir, poolDir, e.id)
+	if err := os.MkdirAll(filepath.Dir(e.dir), 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(e.dir, 0o700); err != nil {
+		return nil, err
+	}
+	start, _, _ := procStart(os.Getpid())
+	err := os.WriteFile(filepath.Join(e.dir, "owner"), fmt.Appendf(nil, "%d %d\n", os.Getpid(), start), 0o644)
+	if err == nil {
+		err = b.chownToNamespaceRoot(e.dir)
+	}
+	if err == nil {
+		e.pid, err = b.prestart(ctx, srv, bins, t, e.id, e.dir)
+	}
+	if err != nil {
+		if e.pid > 0 {
+			b.discardEntry(srv, e)
+		} else {
+			b.removeDir(e.dir)
+		}
+		return nil, err
+	}
+	return e, nil
+}
+
+// discardEntry stops an unclaimed sandbox and removes its directory.
+func (b *Backend) discardEntry(srv *spawner, e *poolEntry) {
+	srv.call(context.Background(), b.store.Mapping(), &spawnd.Request{Op: spawnd.OpDiscard, ID: e.id}, nil, false)
+	b.removeDir(e.dir)
+}
+
+// reapPool removes pool directories whose owning process is gone (their
+// PID 1 exited with the owner's spawn server). Once per Backend, and from
+// Prune.
+func (b *Backend) reapPool() {
+	b.pool.mu.Lock()
+	done := b.pool.reaped
+	b.pool.reaped = true
+	b.pool.mu.Unlock()
+	if !done {
+		b.reapStalePool()
+	}
+}
+
+func (b *Backend) reapStalePool() error {
+	dir := filepath.Join(b.state.dir, poolDir)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		if ownerAlive(p) {
+			continue
+		}
+		if err := b.removeDir(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ownerAlive reports whether the process that prestarted the sandbox in dir
+// still runs. A directory still being set up (no owner file yet) counts as
+// owned.
+func ownerAlive(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "owner"))
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist) && recentlyCreated(dir)
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return false
+	}
+	pid, _ := strconv.Atoi(f[0])
+	want, _ := strconv.ParseUint(f[1], 10, 64)
+	start, zombie, ok := procStart(pid)
+	return ok && !zombie && start == want
+}
+
+func recentlyCreated(dir string) bool {
+	fi, err := os.Stat(dir)
+	return err == nil && time.Since(fi.ModTime()) < time.Minute
+}

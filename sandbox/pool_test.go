@@ -1,0 +1,255 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/internal/reexec"
+	"github.com/slopbox/slopbox/test/fixtures"
+)
+
+// readyIDs waits until the pool holds poolDepth started sandboxes of key and
+// returns their ids.
+func readyIDs(t *testing.T, b *Backend, key string) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b.pool.mu.Lock()
+		es := b.pool.entries[key]
+		var ids []string
+		for _, e := range es {
+			select {
+			case <-e.done:
+				if e.err != nil {
+					t.Fatalf("prestart: %v", e.err)
+				}
+				ids = append(ids, e.id)
+			default:
+			}
+		}
+		b.pool.mu.Unlock()
+		if len(ids) == poolDepth {
+			return ids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool has %d of %d sandboxes ready", len(ids), poolDepth)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestClaimedSandboxIsTheCallers: a sandbox taken from the pool gets the
+// spawn's own workspace, mounts, static assets and hostname, and nothing of
+// the spawn that came before.
+func TestClaimedSandboxIsTheCallers(t *testing.T) {
+	b, ref := testBackend(t)
+	dir := searchableTempDir(t)
+	mk := func(name, file string) string {
+		d := filepath.Join(dir, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "f"), []byte(file), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	first := spawnT(t, b, backend.SpawnSpec{Image: ref, Name: "first", DisableSetup: true,
+		Mounts: []backend.Mount{{Source: mk("firstdata", "first"), Target: "/data", ReadOnly: true}}})
+	ids := readyIDs(t, b, templateOf(first.rec).key())
+
+	ws := workspaceDir(t)
+	rw := mk("rw", "rw")
+	// As root, container root is not host root: only the workspace is
+	// mapped to its owner, so this one is open to all.
+	if err := os.Chmod(rw, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	asset := filepath.Join(mk("assets", ""), "f")
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, Name: "second", Workspace: ws, DisableSetup: true,
+		Mounts:       []backend.Mount{{Source: rw, Target: "/opt/rw"}},
+		StaticAssets: []backend.StaticAsset{{Source: asset, SavePath: "asset"}}})
+	if sb.ID() != ids[0] && sb.ID() != ids[1] {
+		t.Fatalf("sandbox %s was started for the spawn, not taken from the pool %v", sb.ID(), ids)
+	}
+	res := run(t, sb, `hostname; ls /data 2>&1; echo made > /workspace/out; echo w > /opt/rw/w && echo rw-ok
+		echo x > /static/asset 2>&1 || echo asset-ro; grep -c ' /opt/rw ' /proc/self/mountinfo`)
+	for _, want := range []string{"second\n", "No such file or directory", "rw-ok", "asset-ro", "\n1\n"} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("claimed sandbox: missing %q in %q", want, res.Stdout)
+		}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(ws, "out"), &st); err != nil {
+		t.Errorf("written in the sandbox, not on the host: %v", err)
+	} else if int(st.Uid) != os.Getuid() {
+		t.Errorf("workspace file owned by %d, want the workspace owner %d", st.Uid, os.Getuid())
+	}
+	if _, err := os.Stat(filepath.Join(rw, "w")); err != nil {
+		t.Errorf("written in the sandbox, not on the host: %v", err)
+	}
+	if info := sb.Info(); info.Name != "second" || !sb.Running() {
+		t.Errorf("record: %+v", info)
+	}
+	if o, err := b.Open("second"); err != nil || o.ID() != sb.ID() {
+		t.Errorf("open by name: %v", err)
+	}
+}
+
+// TestPoolMountIntoProcRefused: a mount whose destination resolves into
+// /proc through a symlink in the image is refused, as runc refuses it.
+func TestPoolMountIntoProcRefused(t *testing.T) {
+	b, _ := testBackend(t)
+	reg := fixtures.Registry(t, nil)
+	ref := reg + "/test/evil:latest"
+	bb, err := fixtures.Busybox(t, image.HostPlatform()).Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := fixtures.Layer(t, fixtures.Entry{Name: "opt/", Type: tar.TypeDir},
+		fixtures.Entry{Name: "opt/kernel", Type: tar.TypeSymlink, Linkname: "/proc/sys/kernel"})
+	fixtures.Push(t, ref, fixtures.Image(t, image.HostPlatform(), []string{"sh"}, bb[0], evil))
+	if _, err := b.Store().Pull(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, DisableSetup: true, NoWorkspaceMount: true,
+		Mounts: []backend.Mount{{Source: searchableTempDir(t), Target: "/opt/kernel/x"}}})
+	if err == nil || !strings.Contains(err.Error(), "/proc") {
+		t.Fatalf("spawn with a mount into /proc: %v", err)
+	}
+	recs, _, _ := b.state.list()
+	if len(recs) != 0 {
+		t.Errorf("a failed spawn left %d records", len(recs))
+	}
+}
+
+// TestManyLayers: an image with so many layers that the overlay's lower
+// directories do not fit in a page as absolute paths.
+func TestManyLayers(t *testing.T) {
+	b, _ := testBackend(t)
+	reg := fixtures.Registry(t, nil)
+	ref := reg + "/test/layers:latest"
+	bb, err := fixtures.Busybox(t, image.HostPlatform()).Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers := bb
+	for i := range 48 {
+		layers = append(layers, fixtures.Layer(t, fixtures.Entry{Name: fmt.Sprintf("l%02d", i), Body: strconv.Itoa(i)}))
+	}
+	fixtures.Push(t, ref, fixtures.Image(t, image.HostPlatform(), []string{"sh"}, layers...))
+	if _, err := b.Store().Pull(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
+	if n := len(strings.Join(sb.rec.Layers, ":")); n < os.Getpagesize() {
+		t.Fatalf("lowerdir of %d bytes fits in a page: the test needs more layers", n)
+	}
+	if res := run(t, sb, "cat /l00 /l47"); res.Stdout != "047" {
+		t.Errorf("files of the first and last layers: %q", res.Stdout)
+	}
+}
+
+const poolOwnerHelper = "sandbox-test-pool-owner"
+
+func init() {
+	// Spawns a sandbox over the store in argv[1] and reports the pids of
+	// the pool's sandboxes, then waits to be killed.
+	reexec.Register(poolOwnerHelper, func() int {
+		b, err := New(os.Args[1])
+		if err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		sb, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: os.Args[2], DisableSetup: true, NoWorkspaceMount: true})
+		if err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		sb.Cleanup()
+		key := templateOf(sb.(*Sandbox).rec).key()
+		for {
+			b.pool.mu.Lock()
+			var pids []string
+			for _, e := range b.pool.entries[key] {
+				select {
+				case <-e.done:
+					pids = append(pids, strconv.Itoa(e.pid))
+				default:
+				}
+			}
+			b.pool.mu.Unlock()
+			if len(pids) == poolDepth {
+				fmt.Println(strings.Join(pids, " "))
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		select {}
+	})
+}
+
+// TestPoolGoesWithItsOwner: the sandboxes a process kept ready exit when it
+// is killed, and the next prune removes what they left on disk.
+func TestPoolGoesWithItsOwner(t *testing.T) {
+	b, ref := testBackend(t)
+	cmd := exec.Command("/proc/self/exe", b.root, ref)
+	cmd.Env = append(os.Environ(), reexec.Env+"="+poolOwnerHelper)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var line [256]byte
+	n, _ := out.Read(line[:])
+	var pids []int
+	for _, f := range strings.Fields(string(line[:n])) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("helper: %q", line[:n])
+		}
+		pids = append(pids, pid)
+	}
+	if len(pids) != poolDepth {
+		t.Fatalf("helper: %q", line[:n])
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range pids {
+		for {
+			_, zombie, ok := procStart(pid)
+			if !ok || zombie {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("ready sandbox %d outlived its owner", pid)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	pool := filepath.Join(b.state.dir, poolDir)
+	if ents, _ := os.ReadDir(pool); len(ents) != poolDepth {
+		t.Errorf("pool directories before prune: %d, want %d", len(ents), poolDepth)
+	}
+	if _, err := b.Prune(false); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(pool); len(ents) != 0 {
+		t.Errorf("prune left %d pool directories", len(ents))
+	}
+}
