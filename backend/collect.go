@@ -144,7 +144,9 @@ func Collect(ctx context.Context, p *Proc, buffered bool, emit func(EventKind, s
 
 func (p *Proc) pump(wg *sync.WaitGroup, f *os.File, c *Capture, kind EventKind, emit func(EventKind, string)) {
 	defer wg.Done()
-	buf := make([]byte, readSize)
+	bp := readPool.Get().(*[]byte)
+	defer readPool.Put(bp)
+	buf := *bp
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
@@ -160,6 +162,9 @@ func (p *Proc) pump(wg *sync.WaitGroup, f *os.File, c *Capture, kind EventKind, 
 		}
 	}
 }
+
+// readPool keeps the pumps' read buffers warm across commands.
+var readPool = sync.Pool{New: func() any { b := make([]byte, readSize); return &b }}
 
 func writeStdin(w *os.File, chunks [][]byte) {
 	defer w.Close()

@@ -66,6 +66,30 @@ func TestOutputCap(t *testing.T) {
 	}
 }
 
+// TestOutputAcrossChunks: output kept in several pooled chunks, with
+// characters split between writes and between chunks, joins back exactly,
+// also under a cap that falls beyond the first chunk.
+func TestOutputAcrossChunks(t *testing.T) {
+	want := strings.Repeat("a€bc\x00", 700_000) // 4.9 MB, "€" is 3 bytes
+	for _, limit := range []int64{0, 3*chunkSize + 1} {
+		o := Output{Limit: limit}
+		for i := 0; i < len(want); i += 99_991 {
+			o.Write([]byte(want[i:min(i+99_991, len(want))]))
+		}
+		exp := want
+		if limit > 0 {
+			exp = want[:limit]
+			exp = exp[:len(exp)-incompleteTail([]byte(exp))]
+		}
+		if got := o.String(); got != exp || o.Size() != int64(len(want)) || o.Truncated() != (limit > 0) {
+			t.Fatalf("limit %d: got %d bytes (equal %v), size %d, truncated %v", limit, len(got), got == exp, o.Size(), o.Truncated())
+		}
+		if o.String() != exp {
+			t.Fatal("a second String differs")
+		}
+	}
+}
+
 func TestCaptureBufferedAndStreaming(t *testing.T) {
 	raw := "setup-out\n\n\n" + SplitMarker + "\n\ncmd-out\n"
 	for _, buffered := range []bool{true, false} {

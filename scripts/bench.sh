@@ -38,5 +38,18 @@ tmp=$(as_user mktemp)
 as_user hyperfine -N --warmup 3 --runs 30 --export-json "$tmp" "slopbox-bench pull -q $PYSLIM_REF" >/dev/null
 cp "$tmp" "$OUT/repull.json" && rm -f "$tmp"
 
+# 10 MB of stdout through the CLI, straight to the pipe: with busybox head
+# (the harness's workload, bound by its byte-at-a-time loop) and busybox dd
+# with 1 MB blocks, each beside the same busybox command on the host.
+as_user slopbox-bench run -d --name bench-10mb "$BUSYBOX_REF" sleep infinity >/dev/null
+tmp=$(as_user mktemp)
+as_user hyperfine --warmup 3 --runs 30 --export-json "$tmp" \
+	-n slopbox-dd "slopbox-bench exec bench-10mb sh -c 'busybox dd if=/dev/zero bs=1000000 count=10 2>/dev/null' | wc -c" \
+	-n host-dd "busybox dd if=/dev/zero bs=1000000 count=10 2>/dev/null | wc -c" \
+	-n slopbox-head "slopbox-bench exec bench-10mb sh -c 'busybox head -c 10000000 /dev/zero' | wc -c" \
+	-n host-head "busybox head -c 10000000 /dev/zero | wc -c" >/dev/null
+cp "$tmp" "$OUT/cli10mb.json" && rm -f "$tmp"
+as_user slopbox-bench rm -f bench-10mb >/dev/null
+
 go run ./bench/cmd/report "$OUT" >BENCHMARKS.md
 echo "wrote BENCHMARKS.md from $OUT" >&2

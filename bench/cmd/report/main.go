@@ -75,6 +75,23 @@ func main() {
 	if b, err := os.ReadFile(filepath.Join(dir, "repull.json")); err == nil {
 		json.Unmarshal(b, &repull)
 	}
+	var cli10 struct {
+		Results []struct {
+			Command string  `json:"command"`
+			Median  float64 `json:"median"`
+		} `json:"results"`
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "cli10mb.json")); err == nil {
+		json.Unmarshal(b, &cli10)
+	}
+	cli10ms := func(name string) float64 {
+		for _, r := range cli10.Results {
+			if r.Command == name {
+				return r.Median * 1000
+			}
+		}
+		return 0
+	}
 	var meta map[string]any
 	if b, err := os.ReadFile(filepath.Join(dir, "meta.json")); err == nil {
 		json.Unmarshal(b, &meta)
@@ -126,7 +143,9 @@ func main() {
 	}
 	cr := rows["crun-rootless/scale"].StartPerContainer
 	sp := api["rootless"]["spawn_ready_api"].MedianMs
-	target("spawn a sandbox ready for exec, rootless (Go API)", sp, "crun start of a long-lived container (rootless)", cr, "≤ 10 ms and < crun", sp > 0 && sp <= 10 && (cr == 0 || sp < cr))
+	target("spawn a sandbox ready for exec, rootless (Go API, back to back, pool on)", sp, "crun start of a long-lived container (rootless)", cr, "≤ 10 ms and < crun", sp > 0 && sp <= 10 && (cr == 0 || sp < cr))
+	spc := api["rootless"]["spawn_cold_api"].MedianMs
+	target("spawn a sandbox ready for exec, rootless (Go API, pool off: every PID 1 started on demand)", spc, "crun start of a long-lived container (rootless)", cr, "≤ 10 ms and < crun", spc > 0 && spc <= 10 && (cr == 0 || spc < cr))
 	spCLI := rows["slopbox/scale"].StartPerContainer
 	target("start a long-lived sandbox, rootless (CLI `run -d`)", spCLI, "crun (rootless)", cr, "< crun", cr > 0 && spCLI > 0 && spCLI < cr)
 	crunExec, runcExec := med("crun-rootless", "exec_true"), med("runc-rootless", "exec_true")
@@ -135,10 +154,16 @@ func main() {
 	ec := med("slopbox", "exec_true")
 	target("exec `true`, rootless (CLI)", ec, "crun exec (rootless)", crunExec, "≤ 2× crun exec", crunExec > 0 && ec <= 2*crunExec)
 	target("exec `true`, rootless (CLI)", ec, "runc exec (rootless)", runcExec, "≤ 0.5× runc exec", runcExec > 0 && ec <= 0.5*runcExec)
-	e10 := api["rootless"]["exec_10mb_stdout_api"].MedianMs
-	target("exec with 10 MB of stdout, rootless (Go API, buffered Result)", e10, "crun exec (rootless)", med("crun-rootless", "exec_10mb_stdout"), "≤ 15 ms", e10 > 0 && e10 <= 15)
-	e10c := med("slopbox", "exec_10mb_stdout")
-	target("exec with 10 MB of stdout, rootless (CLI, straight to the pipe)", e10c, "crun exec (rootless)", med("crun-rootless", "exec_10mb_stdout"), "≤ 15 ms", e10c > 0 && e10c <= 15)
+	crun10 := med("crun-rootless", "exec_10mb_stdout")
+	e10 := api["rootless"]["exec_10mb_dd_api"].MedianMs
+	target("exec with 10 MB of stdout (busybox dd, 1 MB blocks), rootless (Go API, buffered Result)", e10, "the same dd on the host, local backend", api["rootless"]["host_10mb_dd_floor"].MedianMs, "≤ 15 ms", e10 > 0 && e10 <= 15)
+	e10c := cli10ms("slopbox-dd")
+	target("exec with 10 MB of stdout (busybox dd, 1 MB blocks), rootless (CLI, straight to the pipe)", e10c, "the same dd | wc -c on the host", cli10ms("host-dd"), "≤ 15 ms", e10c > 0 && e10c <= 15)
+	e10h := med("slopbox", "exec_10mb_stdout")
+	target("exec with 10 MB of stdout (busybox head, the harness's workload), rootless (CLI)", e10h, "crun exec (rootless)", crun10, "≤ 15 ms", e10h > 0 && e10h <= 15)
+	if hh := cli10ms("host-head"); hh > 0 {
+		p("| … the same busybox head on the host, no container (its own floor) | %.2f ms | - | - | - | - |\n", hh)
+	}
 	if sc, ok := api["rootless"]["scale_idle_sandboxes"]; ok {
 		pss := num(sc.Extra["pss_kib_per_sandbox"])
 		total := num(sc.Extra["start_total_ms"])
@@ -192,7 +217,8 @@ func main() {
 	}
 	p("\nCommands timed, per peer, are in `summary.jsonl` of the results directory (field `command`).\n")
 	p("\n## Notes\n\n")
-	p("- `exec 10 MB stdout` runs busybox `head -c 10000000 /dev/zero`, which writes in 4 KiB pieces; the figure is bound by busybox itself (on the host it takes tens of milliseconds too), for every peer alike.\n")
+	p("- `exec 10 MB stdout` in the harness runs busybox `head -c 10000000 /dev/zero`, which copies byte by byte through stdio and writes 4 KiB pieces: on the host, with no container, it takes the time shown in the Targets table, so no runtime can bring it under 15 ms here. The busybox dd rows time the runtime's own path with a producer that is not its own bottleneck, beside the same command on the host.\n")
+	p("- The pool (`spawn_ready_api`): a Backend keeps two sandboxes of the kind it last spawned started ahead of need, and Spawn claims one (attaches its mounts, sets its hostname). The loop spawns, execs `true` and removes the sandbox back to back, so the pool refills while the caller works. `spawn_cold_api` is the same loop with the pool off. The CLI never keeps sandboxes ready.\n")
 	p("- slopbox's seccomp filter lists only the native architecture (32-bit compat syscalls are refused), which is stricter than Docker's and compiles in a third of the time.\n")
 	p("- The Go API figures come from a process that keeps its sandbox backend open; the CLI figures include starting the slopbox binary each time.\n")
 }
