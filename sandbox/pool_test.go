@@ -253,3 +253,31 @@ func TestPoolGoesWithItsOwner(t *testing.T) {
 		t.Errorf("prune left %d pool directories", len(ents))
 	}
 }
+
+// TestSpawnAfterServerDied: when the spawn server dies, the sandboxes it
+// kept ready go with it, and the next Spawn starts a new server and a new
+// sandbox instead of failing on a ready one that is gone.
+func TestSpawnAfterServerDied(t *testing.T) {
+	b, ref := testBackend(t)
+	first := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
+	ids := readyIDs(t, b, templateOf(first.rec).key())
+	b.mu.Lock()
+	for _, s := range b.spawners {
+		s.mu.Lock()
+		if s.srv != nil {
+			s.srv.cmd.Process.Kill()
+		}
+		s.mu.Unlock()
+	}
+	b.mu.Unlock()
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
+	if sb.ID() == ids[0] || sb.ID() == ids[1] {
+		t.Errorf("spawned %s, a sandbox of the dead server", sb.ID())
+	}
+	if res := run(t, sb, "echo ok"); res.Stdout != "ok\n" {
+		t.Errorf("sandbox after the server died: %+v", res)
+	}
+	if res := run(t, first, "echo ok"); res.Stdout != "ok\n" {
+		t.Errorf("a claimed sandbox did not outlive its server: %+v", res)
+	}
+}

@@ -253,27 +253,35 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 	}
 	srv := b.spawnerFor(bins.server)
 	t := templateOf(rec)
+	name := rec.Name
 	e := b.pool.take(t.key())
-	if e == nil {
-		if e, err = b.prestartEntry(ctx, srv, bins, t); err != nil {
+	for fromPool := e != nil; ; fromPool, e = false, nil {
+		if e == nil {
+			if e, err = b.prestartEntry(ctx, srv, bins, t); err != nil {
+				return fmt.Errorf("spawn: %w", err)
+			}
+		}
+		rec.ID, rec.Name = e.id, name
+		if rec.Name == "" {
+			rec.Name = "slopbox-" + rec.ID[:8]
+		}
+		// Recorded with its pid from the start, so that a concurrent prune
+		// sees a live sandbox.
+		rec.Pid = e.pid
+		rec.PidStart, _, _ = procStart(e.pid)
+		if err := b.adopt(rec, e.dir); err != nil {
+			b.discardEntry(srv, e)
 			return fmt.Errorf("spawn: %w", err)
 		}
-	}
-	rec.ID = e.id
-	if rec.Name == "" {
-		rec.Name = "slopbox-" + rec.ID[:8]
-	}
-	// Recorded with its pid from the start, so that a concurrent prune
-	// sees a live sandbox.
-	rec.Pid = e.pid
-	rec.PidStart, _, _ = procStart(e.pid)
-	if err := b.adopt(rec, e.dir); err != nil {
-		b.discardEntry(srv, e)
-		return fmt.Errorf("spawn: %w", err)
-	}
-	if err := b.claim(ctx, srv, rec, e.pid); err != nil {
+		err := b.claim(ctx, srv, rec, e.pid)
+		if err == nil {
+			break
+		}
 		b.destroy(rec)
-		return err
+		if !fromPool || ctx.Err() != nil {
+			return err
+		}
+		// The ready sandbox is gone (its spawn server died): start one.
 	}
 	b.pool.refill(t.key(), func() (*poolEntry, error) {
 		return b.prestartEntry(context.Background(), srv, bins, t)
