@@ -281,3 +281,46 @@ func TestSpawnAfterServerDied(t *testing.T) {
 		t.Errorf("a claimed sandbox did not outlive its server: %+v", res)
 	}
 }
+
+// TestConcurrentSpawns: one Backend spawning from many goroutines at once
+// (the spawn server serves them concurrently, the pool hands out each
+// ready sandbox once) gives each caller its own working sandbox.
+func TestConcurrentSpawns(t *testing.T) {
+	b, ref := testBackend(t)
+	const n = 8
+	errs := make(chan error, n)
+	ids := make(chan string, n)
+	for i := range n {
+		go func() {
+			ws := workspaceDir(t)
+			sb, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer sb.Cleanup()
+			res, err := sb.Exec(context.Background(), backend.ExecRequest{Shell: fmt.Sprintf("echo %d > /workspace/n; cat /workspace/n", i)})
+			if err == nil && res.Stdout != fmt.Sprintf("%d\n", i) {
+				err = fmt.Errorf("sandbox %d: %+v", i, res)
+			}
+			if got, _ := os.ReadFile(filepath.Join(ws, "n")); err == nil && string(got) != fmt.Sprintf("%d\n", i) {
+				err = fmt.Errorf("sandbox %d wrote %q into its workspace", i, got)
+			}
+			ids <- sb.(*Sandbox).ID()
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	close(ids)
+	seen := map[string]bool{}
+	for id := range ids {
+		if seen[id] {
+			t.Errorf("sandbox %s handed out twice", id)
+		}
+		seen[id] = true
+	}
+}
