@@ -22,6 +22,7 @@ deps:
 # The small static spawn server and sandbox init that bin/slopbox embeds.
 helper:
 	$(GO) build -tags "$(BASETAGS)" -ldflags "-s -w -extldflags -static" -o $(HELPER) ./sandbox/internal/spawnd/slopbox-spawn
+	sha256sum $(HELPER) | cut -c1-16 | tr -d '\n' > $(HELPER).id
 
 build: deps helper
 	$(GO) build -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/slopbox
@@ -40,4 +41,4 @@ bench: build
 	@scripts/bench.sh
 
 clean:
-	rm -rf bin .work $(HELPER)
+	rm -rf bin .work $(HELPER) $(HELPER).id

@@ -2,13 +2,12 @@ package sandbox
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"debug/elf"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // binaries are the programs a sandbox start runs: the spawn server (""
@@ -46,8 +45,11 @@ func (b *Backend) installBinaries() (binaries, error) {
 		p, err := installCopy(dir, "spawn-", env)
 		return binaries{server: p, init: p}, err
 	case env == "" && len(spawnHelper) > 0:
-		sum := sha256.Sum256(spawnHelper)
-		dst := filepath.Join(dir, "spawn-"+hex.EncodeToString(sum[:8]))
+		id := spawnHelperID
+		if len(id) != 16 || strings.Trim(id, "0123456789abcdef") != "" {
+			return binaries{}, fmt.Errorf("the embedded spawn helper has no valid id (%q): rebuild with make", id)
+		}
+		dst := filepath.Join(dir, "spawn-"+id)
 		if _, err := os.Stat(dst); err != nil {
 			if err := writeExecutable(dst, spawnHelper); err != nil {
 				return binaries{}, fmt.Errorf("install the spawn helper: %w", err)

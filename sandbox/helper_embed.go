@@ -9,3 +9,9 @@ import _ "embed"
 //
 //go:embed slopbox-spawn.bin
 var spawnHelper []byte
+
+// spawnHelperID names the installed copy: the start of the binary's
+// sha256, computed by make rather than at every start of slopbox.
+//
+//go:embed slopbox-spawn.bin.id
+var spawnHelperID string

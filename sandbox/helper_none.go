@@ -3,4 +3,7 @@
 package sandbox
 
 // Built without the slopbox_helper tag: this binary is its own spawn server.
-var spawnHelper []byte
+var (
+	spawnHelper   []byte
+	spawnHelperID string
+)

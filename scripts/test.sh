@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 TAGS="seccomp netgo osusergo slopbox_helper"
 LDFLAGS="-extldflags -static"
 # Test binaries embed the spawn server as bin/slopbox does (make helper).
-[[ -f sandbox/slopbox-spawn.bin ]] || make -s helper
+make -s helper
 TEST_USER=${SLOPBOX_TEST_USER:-slopbox-test}
 # Packages whose behaviour depends on the caller's privileges run twice.
 ROOTLESS_PKGS=(./image/ ./local/ ./backend/ ./test/conformance/ ./sandbox/ ./test/integration/)
