@@ -40,8 +40,8 @@ const maxPoolKinds = 4
 const poolDir = ".pool"
 
 // KeepReady turns the pool on (the default: poolDepth sandboxes kept ready
-// for each kind the Backend has spawned) or off, which also stops the ready ones. A
-// one-shot process such as the CLI turns it off.
+// for each kind the Backend has spawned) or off, which also stops the ready
+// ones. A one-shot process such as the CLI turns it off.
 func (b *Backend) KeepReady(on bool) {
 	b.pool.mu.Lock()
 	b.pool.off = !on
@@ -88,7 +88,11 @@ func (p *pool) take(key string) *poolEntry {
 		break
 	}
 	e := es[i]
-	p.entries[key] = slices.Delete(slices.Clone(es), i, i+1)
+	if len(es) == 1 {
+		delete(p.entries, key) // the kind no longer counts against maxPoolKinds
+	} else {
+		p.entries[key] = slices.Delete(slices.Clone(es), i, i+1)
+	}
 	p.mu.Unlock()
 	<-e.done
 	if e.err != nil {

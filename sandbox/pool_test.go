@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -322,5 +323,33 @@ func TestConcurrentSpawns(t *testing.T) {
 			t.Errorf("sandbox %s handed out twice", id)
 		}
 		seen[id] = true
+	}
+}
+
+// TestPoolKindsBounded: the pool keeps at most maxPoolKinds kinds ready; a
+// kind whose ready sandboxes were all taken frees its place.
+func TestPoolKindsBounded(t *testing.T) {
+	var p pool
+	var started atomic.Int64
+	start := func() (*poolEntry, error) {
+		return &poolEntry{id: strconv.FormatInt(started.Add(1), 10)}, nil
+	}
+	for k := range maxPoolKinds + 1 {
+		p.refill(strconv.Itoa(k), start)
+	}
+	if len(p.entries) != maxPoolKinds || p.entries[strconv.Itoa(maxPoolKinds)] != nil {
+		t.Fatalf("kinds kept: %d", len(p.entries))
+	}
+	for range poolDepth {
+		if p.take("0") == nil {
+			t.Fatal("a ready sandbox was not handed out")
+		}
+	}
+	if p.take("0") != nil {
+		t.Fatal("more sandboxes handed out than were started")
+	}
+	p.refill(strconv.Itoa(maxPoolKinds), start)
+	if len(p.entries[strconv.Itoa(maxPoolKinds)]) != poolDepth {
+		t.Fatal("a new kind found no room after one was used up")
 	}
 }
