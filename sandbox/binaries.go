@@ -51,7 +51,7 @@ func (b *Backend) installBinaries() (binaries, error) {
 		}
 		dst := filepath.Join(dir, "spawn-"+id)
 		if _, err := os.Stat(dst); err != nil {
-			if err := writeExecutable(dst, spawnHelper); err != nil {
+			if err := writeFileAtomic(dst, bytes.NewReader(spawnHelper), 0o755); err != nil {
 				return binaries{}, fmt.Errorf("install the spawn helper: %w", err)
 			}
 		}
@@ -95,15 +95,16 @@ func installCopy(dir, prefix, src string) (string, error) {
 		return "", err
 	}
 	defer in.Close()
-	return dst, writeExecutableFrom(dst, in)
+	return dst, writeFileAtomic(dst, in, 0o755)
 }
 
-func writeExecutable(dst string, b []byte) error {
-	return writeExecutableFrom(dst, bytes.NewReader(b))
-}
-
-func writeExecutableFrom(dst string, r io.Reader) error {
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".bin-")
+// writeFileAtomic writes r to path through a temporary file in the same
+// directory (created if missing) and a rename: readers see all or nothing.
+func writeFileAtomic(path string, r io.Reader, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-")
 	if err != nil {
 		return err
 	}
@@ -112,12 +113,12 @@ func writeExecutableFrom(dst string, r io.Reader) error {
 		tmp.Close()
 		return err
 	}
-	if err := tmp.Chmod(0o755); err != nil {
+	if err := tmp.Chmod(mode); err != nil {
 		tmp.Close()
 		return err
 	}
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), dst)
+	return os.Rename(tmp.Name(), path)
 }

@@ -3,6 +3,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -144,7 +145,7 @@ func (c *seccompCache) get(profile *specs.LinuxSeccomp) (seccompProgram, error) 
 		if p, err = compileSeccomp(profile); err != nil {
 			return nil, err
 		}
-		writeFileAtomic(path, p) // a cache: failing to keep it is harmless
+		writeFileAtomic(path, bytes.NewReader(p), 0o644) // a cache: failing to keep it is harmless
 	}
 	if c.mem == nil {
 		c.mem = map[string]seccompProgram{}
@@ -171,27 +172,4 @@ func seccompKey(profile *specs.LinuxSeccomp) (string, error) {
 	fmt.Fprintf(h, "slopbox-seccomp-1 %s %s %d.%d.%d api%d\n", unix.ByteSliceToString(uts.Release[:]), unix.ByteSliceToString(uts.Machine[:]), maj, min, mic, api)
 	h.Write(j)
 	return hex.EncodeToString(h.Sum(nil))[:32], nil
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
