@@ -14,40 +14,71 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/internal/reexec"
 	"github.com/slopbox/slopbox/test/fixtures"
 )
 
-// readyIDs waits until the pool holds poolDepth started sandboxes of key and
-// returns their ids.
-func readyIDs(t *testing.T, b *Backend, key string) []string {
-	t.Helper()
+// readyEntries waits until the pool holds poolDepth started sandboxes of
+// key and returns them.
+func readyEntries(b *Backend, key string) ([]*poolEntry, error) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		b.pool.mu.Lock()
-		es := b.pool.entries[key]
-		var ids []string
-		for _, e := range es {
+		var ready []*poolEntry
+		for _, e := range b.pool.entries[key] {
 			select {
 			case <-e.done:
 				if e.err != nil {
-					t.Fatalf("prestart: %v", e.err)
+					b.pool.mu.Unlock()
+					return nil, fmt.Errorf("prestart: %w", e.err)
 				}
-				ids = append(ids, e.id)
+				ready = append(ready, e)
 			default:
 			}
 		}
 		b.pool.mu.Unlock()
-		if len(ids) == poolDepth {
-			return ids
+		if len(ready) == poolDepth {
+			return ready, nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the pool has %d of %d sandboxes ready", len(ids), poolDepth)
+			return nil, fmt.Errorf("the pool has %d of %d sandboxes ready", len(ready), poolDepth)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// readyIDs is readyEntries' ids.
+func readyIDs(t *testing.T, b *Backend, key string) []string {
+	t.Helper()
+	es, err := readyEntries(b, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, e := range es {
+		ids = append(ids, e.id)
+	}
+	return ids
+}
+
+// imageWith pushes busybox plus extra layers as test/<name> and pulls it
+// into b's store.
+func imageWith(t *testing.T, b *Backend, name string, extra ...v1.Layer) string {
+	t.Helper()
+	ref := fixtures.Registry(t, nil) + "/test/" + name + ":latest"
+	layers, err := fixtures.Busybox(t, image.HostPlatform()).Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixtures.Push(t, ref, fixtures.Image(t, image.HostPlatform(), []string{"sh"}, append(layers, extra...)...))
+	if _, err := b.Store().Pull(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+	return ref
 }
 
 // TestClaimedSandboxIsTheCallers: a sandbox taken from the pool gets the
@@ -112,19 +143,9 @@ func TestClaimedSandboxIsTheCallers(t *testing.T) {
 // /proc through a symlink in the image is refused, as runc refuses it.
 func TestPoolMountIntoProcRefused(t *testing.T) {
 	b, _ := testBackend(t)
-	reg := fixtures.Registry(t, nil)
-	ref := reg + "/test/evil:latest"
-	bb, err := fixtures.Busybox(t, image.HostPlatform()).Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	evil := fixtures.Layer(t, fixtures.Entry{Name: "opt/", Type: tar.TypeDir},
-		fixtures.Entry{Name: "opt/kernel", Type: tar.TypeSymlink, Linkname: "/proc/sys/kernel"})
-	fixtures.Push(t, ref, fixtures.Image(t, image.HostPlatform(), []string{"sh"}, bb[0], evil))
-	if _, err := b.Store().Pull(context.Background(), ref); err != nil {
-		t.Fatal(err)
-	}
-	_, err = b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, DisableSetup: true, NoWorkspaceMount: true,
+	ref := imageWith(t, b, "evil", fixtures.Layer(t, fixtures.Entry{Name: "opt/", Type: tar.TypeDir},
+		fixtures.Entry{Name: "opt/kernel", Type: tar.TypeSymlink, Linkname: "/proc/sys/kernel"}))
+	_, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, DisableSetup: true, NoWorkspaceMount: true,
 		Mounts: []backend.Mount{{Source: searchableTempDir(t), Target: "/opt/kernel/x"}}})
 	if err == nil || !strings.Contains(err.Error(), "/proc") {
 		t.Fatalf("spawn with a mount into /proc: %v", err)
@@ -139,20 +160,11 @@ func TestPoolMountIntoProcRefused(t *testing.T) {
 // directories do not fit in a page as absolute paths.
 func TestManyLayers(t *testing.T) {
 	b, _ := testBackend(t)
-	reg := fixtures.Registry(t, nil)
-	ref := reg + "/test/layers:latest"
-	bb, err := fixtures.Busybox(t, image.HostPlatform()).Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	layers := bb
+	var layers []v1.Layer
 	for i := range 48 {
 		layers = append(layers, fixtures.Layer(t, fixtures.Entry{Name: fmt.Sprintf("l%02d", i), Body: strconv.Itoa(i)}))
 	}
-	fixtures.Push(t, ref, fixtures.Image(t, image.HostPlatform(), []string{"sh"}, layers...))
-	if _, err := b.Store().Pull(context.Background(), ref); err != nil {
-		t.Fatal(err)
-	}
+	ref := imageWith(t, b, "layers", layers...)
 	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
 	if n := len(strings.Join(sb.rec.Layers, ":")); n < os.Getpagesize() {
 		t.Fatalf("lowerdir of %d bytes fits in a page: the test needs more layers", n)
@@ -179,24 +191,16 @@ func init() {
 			return 1
 		}
 		sb.Cleanup()
-		key := templateOf(sb.(*Sandbox).rec).key()
-		for {
-			b.pool.mu.Lock()
-			var pids []string
-			for _, e := range b.pool.entries[key] {
-				select {
-				case <-e.done:
-					pids = append(pids, strconv.Itoa(e.pid))
-				default:
-				}
-			}
-			b.pool.mu.Unlock()
-			if len(pids) == poolDepth {
-				fmt.Println(strings.Join(pids, " "))
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
+		es, err := readyEntries(b, templateOf(sb.(*Sandbox).rec).key())
+		if err != nil {
+			fmt.Println(err)
+			return 1
 		}
+		var pids []string
+		for _, e := range es {
+			pids = append(pids, strconv.Itoa(e.pid))
+		}
+		fmt.Println(strings.Join(pids, " "))
 		select {}
 	})
 }

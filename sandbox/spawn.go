@@ -217,6 +217,26 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 
 // prepare records a new sandbox (not started) under a unique name.
 func (b *Backend) prepare(rec *record) error {
+	return b.recordNamed(rec, func() error {
+		dir := b.state.sandboxDir(rec.ID)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return err
+		}
+		err := b.chownToNamespaceRoot(dir)
+		if err == nil {
+			err = b.state.write(rec)
+		}
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+		return err
+	})
+}
+
+// recordNamed claims rec's name and runs place, which puts rec's directory
+// and state file in place, under the create lock; the name is released if
+// place fails.
+func (b *Backend) recordNamed(rec *record, place func() error) error {
 	lock, err := b.state.lockNew()
 	if err != nil {
 		return err
@@ -225,20 +245,11 @@ func (b *Backend) prepare(rec *record) error {
 	if err := b.state.claimNameLocked(rec.Name, rec.ID); err != nil {
 		return err
 	}
-	dir := b.state.sandboxDir(rec.ID)
-	err = os.Mkdir(dir, 0o700)
-	if err == nil {
-		if err = b.chownToNamespaceRoot(dir); err == nil {
-			err = b.state.write(rec)
-		}
-		if err != nil {
-			os.RemoveAll(dir)
-		}
-	}
-	if err != nil {
+	if err := place(); err != nil {
 		b.state.releaseName(rec.Name, rec.ID)
+		return err
 	}
-	return err
+	return nil
 }
 
 // create starts a new sandbox and records it: it claims a sandbox the pool
@@ -292,22 +303,12 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 // adopt records rec, under its unique name, over the prestarted sandbox in
 // dir, which becomes rec's directory.
 func (b *Backend) adopt(rec *record, dir string) error {
-	lock, err := b.state.lockNew()
-	if err != nil {
-		return err
-	}
-	defer lock.Unlock()
-	if err := b.state.claimNameLocked(rec.Name, rec.ID); err != nil {
-		return err
-	}
-	err = b.state.writeIn(dir, rec)
-	if err == nil {
-		err = os.Rename(dir, b.state.sandboxDir(rec.ID))
-	}
-	if err != nil {
-		b.state.releaseName(rec.Name, rec.ID)
-	}
-	return err
+	return b.recordNamed(rec, func() error {
+		if err := b.state.writeIn(dir, rec); err != nil {
+			return err
+		}
+		return os.Rename(dir, b.state.sandboxDir(rec.ID))
+	})
 }
 
 // start starts a recorded sandbox again over its root filesystem (kept
