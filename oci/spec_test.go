@@ -236,10 +236,40 @@ func TestDefaultSeccomp(t *testing.T) {
 			}
 		}
 	}
-	for _, n := range []string{"read", "write", "execve", "openat", "exit_group", "futex", "setuid"} {
+	for _, n := range []string{"read", "write", "execve", "exit_group", "futex", "setuid"} {
 		if !allowed[n] {
 			t.Errorf("%s is not allowed unconditionally", n)
 		}
+	}
+	// Calls that set a file's mode are allowed only without setuid/setgid
+	// bits (open and openat also when they create nothing); openat2, whose
+	// mode seccomp cannot read, fails with ENOSYS.
+	for n, argIdx := range map[string][]uint{"chmod": {1}, "fchmod": {1}, "fchmodat": {2}, "fchmodat2": {2}, "creat": {1},
+		"mknod": {1}, "mknodat": {2}, "open": {2, 1}, "openat": {3, 2}, "openat2": nil} {
+		if allowed[n] {
+			t.Errorf("%s is allowed unconditionally", n)
+		}
+		var got []uint
+		for _, sys := range sc.Syscalls {
+			if !slices.Contains(sys.Names, n) || len(sys.Args) == 0 {
+				continue
+			}
+			a := sys.Args[0]
+			if sys.Action != specs.ActAllow || len(sys.Args) != 1 || a.Op != specs.OpMaskedEqual || a.ValueTwo != 0 {
+				t.Errorf("%s: rule %+v", n, sys)
+			}
+			if a.Value != 0o6000 && a.Value != 0o20000100 {
+				t.Errorf("%s: mask %#o", n, a.Value)
+			}
+			got = append(got, a.Index)
+		}
+		if !slices.Equal(got, argIdx) {
+			t.Errorf("%s: conditional allow on args %v, want %v", n, got, argIdx)
+		}
+	}
+	if i := slices.IndexFunc(sc.Syscalls, func(s specs.LinuxSyscall) bool { return slices.Contains(s.Names, "openat2") }); i < 0 ||
+		sc.Syscalls[i].Action != specs.ActErrno || *sc.Syscalls[i].ErrnoRet != 38 {
+		t.Errorf("openat2 must fail with ENOSYS")
 	}
 	// Gated on CAP_SYS_ADMIN / CAP_SYS_MODULE / CAP_SYS_BOOT, none of which we keep.
 	for _, n := range []string{"mount", "umount2", "unshare", "setns", "bpf", "kexec_load", "init_module", "reboot", "open_by_handle_at", "swapon"} {

@@ -29,12 +29,19 @@ func init() {
 // workspace in which its owner is the sandbox's user: files the sandbox
 // writes there are owned on the host by the workspace's owner, never by host
 // root and never by a stray subordinate id. Other container ids keep their
-// usual host ids. The mount is never attached on the host: the spawn helper
+// usual host ids. It returns nil when the workspace already belongs to the
+// user's own host ids (a root-owned one handed over): then a plain bind
+// mount maps every id as the sandbox does. The mount is never attached on the host: the spawn helper
 // attaches it in its own mount namespace, from where the sandbox binds it.
 func idmapWorkspace(ws string, m userns.Mapping, uid, gid uint32) (*os.File, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(ws, &st); err != nil {
 		return nil, err
+	}
+	if hu, ok := userns.ToHost(m.UIDs, uid); ok && hu == st.Uid {
+		if hg, ok := userns.ToHost(m.GIDs, gid); ok && hg == st.Gid {
+			return nil, nil // owned by the user's own host ids: a plain bind does
+		}
 	}
 	nsfd, err := idmapUserns(mountMap(st.Uid, m.UIDs[0], uid), mountMap(st.Gid, m.GIDs[0], gid))
 	if err != nil {
@@ -51,6 +58,110 @@ func idmapWorkspace(ws string, m userns.Mapping, uid, gid uint32) (*os.File, err
 		return nil, fmt.Errorf("idmapped workspace: the filesystem of %s does not support idmapped mounts (%w)", ws, err)
 	}
 	return os.NewFile(uintptr(fd), "idmapped-workspace"), nil
+}
+
+// handOverRootOwned (root only) gives the entries of workspace ws that
+// belong to host uid 0 or gid 0 to the unprivileged host ids uid and gid
+// (the sandbox user's own, in root's subordinate range). Harnesses that run
+// as root keep their workspaces in root-owned temporary directories; the
+// idmapped workspace would otherwise make host root the owner of everything
+// the sandbox writes, setuid bits included (SPEC "Security decisions": such
+// a workspace is mapped to an unprivileged id, not refused). Host root
+// still reads and removes everything, as before.
+//
+// The walk never follows a symlink (each entry is opened with O_NOFOLLOW
+// and changed through that fd), never crosses into another mount, and
+// leaves a file with more than one link as it is: a hardlink may share its
+// inode with a file outside the workspace. chown clears setuid and setgid
+// bits on the files it changes.
+func handOverRootOwned(ws string, uid, gid int) error {
+	fd, err := unix.Open(ws, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("workspace %s: %w", ws, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return err
+	}
+	if err := handOverDir(fd, st.Dev, uid, gid, 0); err != nil {
+		return fmt.Errorf("hand root-owned workspace %s to uid %d: %w", ws, uid, err)
+	}
+	return nil
+}
+
+// maxHandOverDepth bounds the walk (each level holds a directory fd).
+const maxHandOverDepth = 256
+
+// handOverDir hands over directory fd (closing it) and everything below it.
+func handOverDir(fd int, dev uint64, uid, gid, depth int) error {
+	dir := os.NewFile(uintptr(fd), "workspace-dir")
+	defer dir.Close()
+	if err := chownRootOwned(fd, uid, gid); err != nil {
+		return err
+	}
+	if depth >= maxHandOverDepth {
+		return nil
+	}
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		efd, err := unix.Openat(fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // removed meanwhile
+			}
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(efd, &st); err != nil || st.Dev != dev {
+			unix.Close(efd)
+			continue // another mount: not the workspace's
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			if st.Nlink == 1 {
+				err = chownRootOwned(efd, uid, gid)
+			}
+			unix.Close(efd)
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		// Reopen the directory itself (readable) through the O_PATH fd,
+		// so a rename in between cannot swap in another one.
+		dfd, err := unix.Openat(efd, ".", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		unix.Close(efd)
+		if err != nil {
+			return err
+		}
+		if err := handOverDir(dfd, dev, uid, gid, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chownRootOwned changes fd's owner from 0 to uid and its group from 0 to
+// gid, and leaves other owners alone.
+func chownRootOwned(fd, uid, gid int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	newUID, newGID := -1, -1
+	if st.Uid == 0 {
+		newUID = uid
+	}
+	if st.Gid == 0 {
+		newGID = gid
+	}
+	if newUID == -1 && newGID == -1 {
+		return nil
+	}
+	return unix.Fchownat(fd, "", newUID, newGID, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // mountMap maps the on-disk owner to the sandbox user's host id and keeps

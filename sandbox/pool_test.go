@@ -125,8 +125,8 @@ func TestClaimedSandboxIsTheCallers(t *testing.T) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(filepath.Join(ws, "out"), &st); err != nil {
 		t.Errorf("written in the sandbox, not on the host: %v", err)
-	} else if int(st.Uid) != os.Getuid() {
-		t.Errorf("workspace file owned by %d, want the workspace owner %d", st.Uid, os.Getuid())
+	} else if want := workspaceOwner(b, ws); st.Uid != want {
+		t.Errorf("workspace file owned by %d, want the workspace owner %d", st.Uid, want)
 	}
 	if _, err := os.Stat(filepath.Join(rw, "w")); err != nil {
 		t.Errorf("written in the sandbox, not on the host: %v", err)
@@ -356,4 +356,16 @@ func TestPoolKindsBounded(t *testing.T) {
 	if len(p.entries[strconv.Itoa(maxPoolKinds)]) != poolDepth {
 		t.Fatal("a new kind found no room after one was used up")
 	}
+}
+
+// workspaceOwner is the host uid files written by container root in
+// workspace ws belong to: the workspace's owner, or, as root, for a
+// root-owned workspace, container root's own unprivileged host id.
+func workspaceOwner(b *Backend, ws string) uint32 {
+	var st syscall.Stat_t
+	syscall.Stat(ws, &st)
+	if st.Uid == 0 || st.Uid == b.store.Mapping().UIDs[0].HostID {
+		return b.store.Mapping().UIDs[0].HostID
+	}
+	return st.Uid
 }

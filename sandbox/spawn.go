@@ -15,6 +15,7 @@ import (
 	"github.com/opencontainers/cgroups"
 	cgmanager "github.com/opencontainers/cgroups/manager"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/userns"
@@ -44,8 +45,12 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	ws := spec.Workspace
 	if ws != "" {
 		abs, err := filepath.Abs(ws)
+		if err == nil {
+			// The real path: mount sources are compared and reopened by it.
+			abs, err = filepath.EvalSymlinks(abs)
+		}
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("spawn: workspace: %w", err)
 		}
 		fi, err := os.Stat(abs)
 		if err != nil {
@@ -406,12 +411,17 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 	for _, m := range rec.Mounts {
 		lm := spawnd.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: slices.Contains(m.Options, "ro")}
 		if os.Geteuid() == 0 && m.Source == rec.Workspace && m.Destination == rec.Workdir && fds == nil {
+			if err := b.unprivilegedWorkspace(rec); err != nil {
+				return fmt.Errorf("start: %w", err)
+			}
 			ws, err := idmapWorkspace(rec.Workspace, b.store.Mapping(), rec.User.UID, rec.User.GID)
 			if err != nil {
 				return fmt.Errorf("start: %w", err)
 			}
-			defer ws.Close()
-			fds, lm.FD = []int{int(ws.Fd())}, true
+			if ws != nil {
+				defer ws.Close()
+				fds, lm.FD = []int{int(ws.Fd())}, true
+			}
 		}
 		req.Mounts = append(req.Mounts, lm)
 	}
@@ -431,6 +441,26 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 		return fmt.Errorf("start: %w", err)
 	}
 	return nil
+}
+
+// unprivilegedWorkspace (root only) hands a workspace owned by host uid 0
+// or gid 0 to the sandbox user's unprivileged host ids before it is
+// idmapped, so no sandbox id maps to host root through it.
+func (b *Backend) unprivilegedWorkspace(rec *record) error {
+	var st unix.Stat_t
+	if err := unix.Stat(rec.Workspace, &st); err != nil {
+		return err
+	}
+	if st.Uid != 0 && st.Gid != 0 {
+		return nil
+	}
+	m := b.store.Mapping()
+	uid, uok := userns.ToHost(m.UIDs, rec.User.UID)
+	gid, gok := userns.ToHost(m.GIDs, rec.User.GID)
+	if !uok || !gok || uid == 0 || gid == 0 {
+		return fmt.Errorf("user %d:%d has no unprivileged host id to own the root-owned workspace %s", rec.User.UID, rec.User.GID, rec.Workspace)
+	}
+	return handOverRootOwned(rec.Workspace, int(uid), int(gid))
 }
 
 func specMaps(maps []userns.IDMap) []specs.LinuxIDMapping {

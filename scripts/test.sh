@@ -14,7 +14,7 @@ TEST_USER=${SLOPBOX_TEST_USER:-slopbox-test}
 # Packages whose behaviour depends on the caller's privileges run twice.
 ROOTLESS_PKGS=(./image/ ./local/ ./backend/ ./test/conformance/ ./sandbox/ ./test/integration/)
 # Tests that need root by nature; they ran in the root pass above.
-ROOT_ONLY='^TestDiskFullLeavesStoreConsistent$' 
+ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestRootOwnedWorkspaceMapsToUnprivilegedID)$'
 
 echo "== tests as root" >&2
 go test -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 30m ./...

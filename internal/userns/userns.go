@@ -107,6 +107,10 @@ func Current() (Mapping, error) {
 			subG = IDMap{HostID: DefaultRootBase, Size: DefaultSize}
 		}
 		size := min(subU.Size, subG.Size, DefaultSize)
+		if subU.HostID == 0 || subG.HostID == 0 {
+			// No sandbox id may ever be host root (SPEC "Security decisions").
+			return Mapping{}, fmt.Errorf("root's subordinate range in /etc/subuid or /etc/subgid starts at 0, so container root would be host root: give root a range away from 0 (for example \"root:1000000000:65536\")")
+		}
 		return Mapping{
 			UIDs: []IDMap{{0, subU.HostID, size}},
 			GIDs: []IDMap{{0, subG.HostID, size}},

@@ -1,0 +1,185 @@
+package sandbox
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/internal/reexec"
+)
+
+const setidProbe = "test-setid-probe"
+
+// The probe runs inside a sandbox (the static test binary, mounted
+// read-only) and tries every way of giving a file in directory os.Args[1]
+// a setuid or setgid bit, printing name=errno for each.
+func init() {
+	reexec.Register(setidProbe, func() int {
+		dir := os.Args[1]
+		p := func(n string) string { return filepath.Join(dir, n) }
+		report := func(name string, err error) {
+			if err == nil {
+				fmt.Printf("%s=ok\n", name)
+			} else {
+				fmt.Printf("%s=%s\n", name, unix.ErrnoName(err.(syscall.Errno)))
+			}
+		}
+		closeFD := func(fd int, err error) error {
+			if err == nil {
+				unix.Close(fd)
+			}
+			return err
+		}
+		report("creat", closeFD(unix.Creat(p("creat"), 0o4755)))
+		report("open", closeFD(unix.Open(p("open"), unix.O_CREAT|unix.O_WRONLY, 0o2755)))
+		report("openat", closeFD(unix.Openat(unix.AT_FDCWD, p("openat"), unix.O_CREAT|unix.O_WRONLY, 0o6755)))
+		report("tmpfile", closeFD(unix.Open(dir, unix.O_TMPFILE|unix.O_WRONLY, 0o4755)))
+		report("mknod", unix.Mknod(p("mknod"), unix.S_IFREG|0o4755, 0))
+		report("openat2", closeFD(unix.Openat2(unix.AT_FDCWD, p("openat2"), &unix.OpenHow{Flags: unix.O_CREAT | unix.O_WRONLY, Mode: 0o4755})))
+		plain := p("plain")
+		report("plain", closeFD(unix.Open(plain, unix.O_CREAT|unix.O_WRONLY, 0o644)))
+		report("chmod-plain", unix.Chmod(plain, 0o755))
+		report("chmod", unix.Chmod(plain, 0o4755))
+		report("fchmodat", unix.Fchmodat(unix.AT_FDCWD, plain, 0o2755, 0))
+		fd, err := unix.Open(plain, unix.O_RDONLY, 0)
+		if err == nil {
+			report("fchmod", unix.Fchmod(fd, 0o6755))
+			unix.Close(fd)
+		}
+		return 0
+	})
+}
+
+// Defect A: a file the sandbox makes in the workspace or a read-write mount
+// must never be setuid or setgid on the host, whoever owns it.
+func TestNoSetidFilesOnTheHost(t *testing.T) {
+	b, ref := testBackend(t)
+	exe := probeBinary(t)
+	rw := filepath.Join(searchableTempDir(t), "rw")
+	if err := os.Mkdir(rw, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(rw, 0o777)
+	for _, user := range []string{"", "1000:1000"} {
+		t.Run("user="+user, func(t *testing.T) {
+			ws := workspaceDir(t)
+			sb := spawnT(t, b, backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true, User: user,
+				Mounts: []backend.Mount{{Source: exe, Target: "/probe", ReadOnly: true}, {Source: rw, Target: "/rw"}}})
+			for _, dir := range []string{"/workspace", "/rw/" + strings.ReplaceAll(user, ":", "-") + "x"} {
+				res := run(t, sb, "mkdir -p "+dir+" && cd "+dir+" && cp /bin/busybox bb && chmod 4755 bb; chmod g+s bb; "+
+					"cp /bin/busybox bb2 && busybox chmod u+s,g+s bb2; mkdir d && chmod 2775 d; "+
+					reexec.Env+"="+setidProbe+" /probe "+dir)
+				for _, want := range []string{"creat=EPERM", "open=EPERM", "openat=EPERM", "tmpfile=EPERM", "mknod=EPERM",
+					"openat2=ENOSYS", "plain=ok", "chmod-plain=ok", "chmod=EPERM", "fchmodat=EPERM", "fchmod=EPERM"} {
+					if !strings.Contains(res.Stdout, want+"\n") {
+						t.Errorf("%s: want %s in the probe's output:\n%s%s", dir, want, res.Stdout, res.Stderr)
+					}
+				}
+			}
+			noSetidBelow(t, ws)
+		})
+	}
+	noSetidBelow(t, rw)
+}
+
+// noSetidBelow fails t for every setuid or setgid file below root.
+func noSetidBelow(t *testing.T, root string) {
+	t.Helper()
+	n := 0
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		n++
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) == nil && st.Mode&0o6000 != 0 {
+			t.Errorf("%s is setuid/setgid on the host (mode %#o, owner %d:%d)", p, st.Mode&0o7777, st.Uid, st.Gid)
+		}
+		return nil
+	})
+	if n < 4 {
+		t.Errorf("%s: the sandbox left only %d entries: the probe did not run", root, n)
+	}
+}
+
+// Defect A, as root: harnesses keep workspaces in root-owned temporary
+// directories (mode 0700). Such a workspace is handed to an unprivileged
+// id: the sandbox reads and writes it as before, and nothing it creates or
+// changes there belongs to host uid or gid 0.
+func TestRootOwnedWorkspaceMapsToUnprivilegedID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("root only: scripts/test.sh leaves it out of the rootless pass")
+	}
+	b, ref := testBackend(t)
+	outside := filepath.Join(searchableTempDir(t), "outside")
+	if err := os.WriteFile(outside, []byte("host secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, user := range []string{"1000:1000", "", "app"} {
+		t.Run("user="+user, func(t *testing.T) {
+			ws := workspaceDir(t)
+			os.Chmod(ws, 0o700)
+			os.WriteFile(filepath.Join(ws, "task.py"), []byte("print(1)\n"), 0o644)
+			os.Mkdir(filepath.Join(ws, "src"), 0o755)
+			os.WriteFile(filepath.Join(ws, "src", "lib.py"), []byte("x = 1\n"), 0o644)
+			os.Symlink(outside, filepath.Join(ws, "link"))
+			if err := os.Link(outside, filepath.Join(ws, "hardlink")); err != nil {
+				t.Fatal(err)
+			}
+			sb := spawnT(t, b, backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true, User: user})
+			res := run(t, sb, "echo more >> task.py && echo y >> src/lib.py && mkdir -p out && echo r > out/r.txt && "+
+				"cp /bin/busybox out/bb && (chmod 4755 out/bb; true) && cat task.py && id -u")
+			if res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "print(1)\nmore\n") {
+				t.Fatalf("the sandbox cannot work in a root-owned workspace: %+v", res)
+			}
+			if res := run(t, sb, "echo pwned > hardlink"); res.ExitCode == 0 {
+				t.Errorf("the sandbox wrote through a hardlink to a root-owned host file: %+v", res)
+			}
+			run(t, sb, "echo pwned > link")
+			filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
+				if err != nil || p == filepath.Join(ws, "hardlink") {
+					return nil
+				}
+				var st unix.Stat_t
+				if unix.Lstat(p, &st) != nil {
+					return nil
+				}
+				if st.Uid == 0 || st.Gid == 0 {
+					t.Errorf("%s belongs to host %d:%d", p, st.Uid, st.Gid)
+				}
+				if st.Mode&0o6000 != 0 {
+					t.Errorf("%s is setuid/setgid (mode %#o)", p, st.Mode&0o7777)
+				}
+				return nil
+			})
+			var st unix.Stat_t
+			if err := unix.Stat(outside, &st); err != nil || st.Uid != 0 || st.Gid != 0 {
+				t.Errorf("a file outside the workspace changed owner: %+v %v", st, err)
+			}
+			if got, _ := os.ReadFile(outside); string(got) != "host secret\n" {
+				t.Errorf("the file outside the workspace changed: %q", got)
+			}
+		})
+	}
+}
+
+// probeBinary is a copy of the (static) test binary that the sandboxes'
+// user namespace can reach, to mount into a sandbox and run there.
+func probeBinary(t *testing.T) string {
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(searchableTempDir(t), "probe")
+	if err := os.WriteFile(exe, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
