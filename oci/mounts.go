@@ -56,16 +56,25 @@ type MountPlan struct {
 	// AllowedRoots, when non-empty, restricts every bind source (the
 	// workspace included) to these absolute host directories.
 	AllowedRoots []string
-	// EvalSource, when set, maps each resolved absolute source to its real
-	// path before the allowed-roots check (pass filepath.EvalSymlinks so a
+	// EvalSource, when set, maps each absolute source to its real path
+	// before the allowed-roots check (pass filepath.EvalSymlinks so a
 	// symlink inside a root cannot point outside it). Its result is also
 	// the mount source. Nil leaves sources as given (no I/O).
 	EvalSource func(string) (string, error)
+	// EvalBeneath, when set, maps each relative source to its real path,
+	// resolved strictly beneath the workspace: it must refuse a symlink
+	// or ".." that leads out (a sandbox can plant symlinks in its
+	// workspace for the next run that mounts them). Nil joins the paths
+	// lexically (no I/O); a relative source whose ".." climbs out of the
+	// workspace is refused either way.
+	EvalBeneath func(root, rel string) (string, error)
 }
 
 type planned struct {
 	source, target string
 	readOnly       bool
+	// rel is the source relative to the workspace, when it was given so.
+	rel string
 }
 
 // Resolve returns the final bind mounts.
@@ -129,7 +138,7 @@ func (p MountPlan) Resolve() ([]specs.Mount, error) {
 	}
 
 	add := func(kind string, b BindSource, target string, readOnly bool) error {
-		src, err := resolveSource(b.Source, workspace)
+		src, rel, err := resolveSource(b.Source, workspace)
 		if err != nil {
 			return fmt.Errorf("%s mount %q -> %q: %w", kind, b.Source, b.Target, err)
 		}
@@ -140,7 +149,7 @@ func (p MountPlan) Resolve() ([]specs.Mount, error) {
 			return fmt.Errorf("%w: %s mount %q -> %q: %q is inside the workdir %q; mount it elsewhere or put the files in the workspace",
 				ErrMountInWorkdir, kind, b.Source, b.Target, target, workdir)
 		}
-		put(planned{source: src, target: target, readOnly: readOnly})
+		put(planned{source: src, target: target, readOnly: readOnly, rel: rel})
 		return nil
 	}
 
@@ -174,8 +183,12 @@ func (p MountPlan) Resolve() ([]specs.Mount, error) {
 	for _, t := range order {
 		m := byTarget[t]
 		src := m.source
-		if p.EvalSource != nil {
-			resolved, err := p.EvalSource(src)
+		eval := p.EvalSource
+		if m.rel != "" && p.EvalBeneath != nil {
+			eval = func(string) (string, error) { return p.EvalBeneath(workspace, m.rel) }
+		}
+		if eval != nil {
+			resolved, err := eval(src)
 			if err != nil {
 				return nil, fmt.Errorf("%w: mount %q -> %q: %w", ErrBadMount, src, t, err)
 			}
@@ -209,18 +222,23 @@ func (p MountPlan) Resolve() ([]specs.Mount, error) {
 }
 
 // resolveSource makes a host source absolute: relative sources resolve
-// against workspace (already cleaned, may be empty).
-func resolveSource(src, workspace string) (string, error) {
+// against workspace (already cleaned, may be empty) and are also returned
+// cleaned as rel. One whose ".." leads out of the workspace is refused.
+func resolveSource(src, workspace string) (abs, rel string, err error) {
 	if src == "" {
-		return "", fmt.Errorf("%w: empty source", ErrBadMount)
+		return "", "", fmt.Errorf("%w: empty source", ErrBadMount)
 	}
 	if filepath.IsAbs(src) {
-		return filepath.Clean(src), nil
+		return filepath.Clean(src), "", nil
 	}
 	if workspace == "" {
-		return "", fmt.Errorf("%w: relative source %q needs a workspace to resolve against", ErrBadMount, src)
+		return "", "", fmt.Errorf("%w: relative source %q needs a workspace to resolve against", ErrBadMount, src)
 	}
-	return filepath.Join(workspace, src), nil
+	rel = filepath.Clean(src)
+	if rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", "", fmt.Errorf("%w: relative source %q leads out of the workspace; name a path inside it, or an absolute path", ErrBadMount, src)
+	}
+	return filepath.Join(workspace, rel), rel, nil
 }
 
 // within reports whether p equals dir or lies below it, comparing whole path

@@ -3,6 +3,7 @@ package oci
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -149,10 +150,10 @@ func TestResolve(t *testing.T) {
 			errHas:  []string{"/home/u/ws"},
 		},
 		{
-			name:    "relative escape caught by allowed roots",
+			name:    "relative escape refused before the allowed roots are asked",
 			plan:    MountPlan{Workspace: "/data/ws", AllowedRoots: []string{"/data"}, Extra: []BindSource{{Source: "../../etc", Target: "/etc2"}}},
-			wantErr: ErrMountNotAllowed,
-			errHas:  []string{`"/etc"`},
+			wantErr: ErrBadMount,
+			errHas:  []string{`"../../etc"`, "leads out of the workspace"},
 		},
 		{
 			name: "overridden source is not policed",
@@ -287,5 +288,42 @@ func TestResolveEvalSource(t *testing.T) {
 	plan.Extra = []BindSource{{Source: "/data/missing", Target: "/l"}}
 	if _, err := plan.Resolve(); !errors.Is(err, ErrBadMount) || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("missing source: err = %v", err)
+	}
+}
+
+// Defect B: relative sources resolve beneath the workspace, never through
+// ".." or (with EvalBeneath) a symlink that leads out.
+func TestResolveRelativeBeneathWorkspace(t *testing.T) {
+	ws := "/home/u/ws"
+	for _, src := range []string{"..", "../x", "a/../../x", "./../ws2"} {
+		plan := MountPlan{Workspace: ws, Spawn: []BindSource{{Source: src, Target: "/d"}}}
+		if _, err := plan.Resolve(); !errors.Is(err, ErrBadMount) || !strings.Contains(err.Error(), "leads out of the workspace") {
+			t.Errorf("%q: err = %v, want it refused", src, err)
+		}
+	}
+	var calls []string
+	plan := MountPlan{Workspace: ws,
+		EvalSource: func(p string) (string, error) { calls = append(calls, "abs "+p); return p, nil },
+		EvalBeneath: func(root, rel string) (string, error) {
+			calls = append(calls, "beneath "+root+" "+rel)
+			if rel == "planted" {
+				return "", errors.New("leads out of the workspace through a symlink")
+			}
+			return filepath.Join(root, rel), nil
+		},
+		Spawn: []BindSource{{Source: "a/../b", Target: "/b"}, {Source: "/abs", Target: "/abs"}}}
+	ms, err := plan.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := short(t, ms); !slices.Equal(got, []string{"/abs<-/abs:rw", "/b<-/home/u/ws/b:rw"}) {
+		t.Errorf("got %q", got)
+	}
+	if want := []string{"beneath /home/u/ws b", "abs /abs"}; !slices.Equal(calls, want) {
+		t.Errorf("evaluated %q, want %q", calls, want)
+	}
+	plan.Spawn = []BindSource{{Source: "planted", Target: "/p"}}
+	if _, err := plan.Resolve(); !errors.Is(err, ErrBadMount) || !strings.Contains(err.Error(), "symlink") {
+		t.Errorf("planted symlink: err = %v", err)
 	}
 }

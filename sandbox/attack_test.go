@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/reexec"
+	"github.com/slopbox/slopbox/oci"
 )
 
 const setidProbe = "test-setid-probe"
@@ -182,4 +185,33 @@ func probeBinary(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return exe
+}
+
+// Defect B: a sandbox that plants symlinks in its workspace must not make
+// the next run that mounts them, by a relative source, expose host files.
+func TestPlantedSymlinkInWorkspaceNotFollowed(t *testing.T) {
+	b, ref := testBackend(t)
+	ws := workspaceDir(t)
+	first := spawnT(t, b, backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true})
+	if res := run(t, first, "ln -s / data && ln -s ../.. up && ln -s /workspace/real abs && mkdir -p real/sub && echo in > real/f && ln -s real inside && ln -s ../../real real/sub/back"); res.ExitCode != 0 {
+		t.Fatalf("%+v", res)
+	}
+	for _, src := range []string{"data", "data/etc", "up", "abs", "../x", "real/../../x"} {
+		for _, ro := range []bool{true, false} {
+			_, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true,
+				Mounts: []backend.Mount{{Source: src, Target: "/data", ReadOnly: ro}}})
+			if !errors.Is(err, oci.ErrBadMount) || !strings.Contains(err.Error(), "leads out of the workspace") {
+				t.Errorf("mount of %q (ro=%v): err = %v, want it refused", src, ro, err)
+			}
+		}
+	}
+	if list, _ := b.List(); len(list) != 1 {
+		t.Errorf("refused spawns left sandboxes behind: %d", len(list))
+	}
+	// Symlinks that stay inside the workspace are followed as before.
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true,
+		Mounts: []backend.Mount{{Source: "inside", Target: "/in", ReadOnly: true}, {Source: "real/sub/back", Target: "/back", ReadOnly: true}}})
+	if res := run(t, sb, "cat /in/f /back/f"); res.Stdout != "in\nin\n" {
+		t.Errorf("mounts through symlinks inside the workspace: %+v", res)
+	}
 }

@@ -201,6 +201,7 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 		MountWorkspace: !spec.NoWorkspaceMount,
 		AllowedRoots:   spec.AllowedMountRoots,
 		EvalSource:     filepath.EvalSymlinks,
+		EvalBeneath:    resolveBeneath,
 	}
 	for _, m := range spec.Mounts {
 		plan.Extra = append(plan.Extra, oci.BindSource{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})

@@ -508,7 +508,7 @@ func configure(pid int, req *Request, files []*os.File) error {
 			}
 			fd, err = unix.FcntlInt(files[0].Fd(), unix.F_DUPFD_CLOEXEC, 0)
 		} else {
-			fd, err = unix.OpenTree(unix.AT_FDCWD, m.Source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+			fd, err = cloneSource(m.Source)
 		}
 		if err != nil {
 			return fmt.Errorf("mount %s on %s: %w", m.Source, m.Destination, err)
@@ -568,6 +568,26 @@ func configure(pid int, req *Request, files []*os.File) error {
 		}()
 	}()
 	return <-errc
+}
+
+// cloneSource returns a detached clone of the mount source src. The host
+// checked src and resolved it to its real path, so no component of it may
+// be a symlink now: one swapped in since (by a sandbox that shares the
+// directory) is refused rather than followed. The source is opened once
+// and cloned through that fd.
+func cloneSource(src string) (int, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, src, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ELOOP) {
+		return -1, fmt.Errorf("a symlink appeared in the path since it was checked: refused")
+	}
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(fd)
+	return unix.OpenTree(fd, "", unix.AT_EMPTY_PATH|unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 }
 
 // place creates the mountpoint dst (a directory or a file, like the

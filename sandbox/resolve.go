@@ -1,0 +1,35 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// resolveBeneath returns the real path of rel inside root, resolved by the
+// kernel strictly beneath root (openat2 RESOLVE_BENEATH): a ".." or a
+// symlink that leads out of root is refused, whatever an earlier sandbox
+// planted in its workspace (SPEC "Security decisions"). Symlinks that stay
+// inside are followed. The spawn server later opens the result with no
+// symlinks allowed at all, so nothing swapped in between is followed.
+func resolveBeneath(root, rel string) (string, error) {
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("workspace %s: %w", root, err)
+	}
+	defer unix.Close(rfd)
+	fd, err := unix.Openat2(rfd, rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	switch {
+	case errors.Is(err, unix.EXDEV), errors.Is(err, unix.ELOOP):
+		return "", fmt.Errorf("%q leads out of the workspace %s through a symlink or \"..\": refused (mount a path inside the workspace, or give an absolute source)", rel, root)
+	case err != nil:
+		return "", fmt.Errorf("%s in the workspace %s: %w", rel, root, err)
+	}
+	defer unix.Close(fd)
+	return os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+}
