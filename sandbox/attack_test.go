@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -213,5 +214,47 @@ func TestPlantedSymlinkInWorkspaceNotFollowed(t *testing.T) {
 		Mounts: []backend.Mount{{Source: "inside", Target: "/in", ReadOnly: true}, {Source: "real/sub/back", Target: "/back", ReadOnly: true}}})
 	if res := run(t, sb, "cat /in/f /back/f"); res.Stdout != "in\nin\n" {
 		t.Errorf("mounts through symlinks inside the workspace: %+v", res)
+	}
+}
+
+// Defect C: a command must not reach the caller's files through its stdio
+// (reopening /proc/self/fd/N): the sandbox is handed pipes, never files.
+func TestCallerFilesNotHandedToSandbox(t *testing.T) {
+	b, ref := testBackend(t)
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
+	dir := searchableTempDir(t)
+	logPath, inPath := filepath.Join(dir, "harness.log"), filepath.Join(dir, "input")
+	os.WriteFile(logPath, []byte("SECRET-TOKEN\n"), 0o644)
+	os.WriteFile(inPath, []byte("INPUT\n"), 0o644)
+	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	in, err := os.Open(inPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errR.Close()
+	code, err := sb.Attach(context.Background(), backend.ExecRequest{Argv: []string{"sh", "-c",
+		"readlink /proc/self/fd/0; readlink /proc/self/fd/1; timeout 1 cat /proc/self/fd/1; echo pwned >> /proc/self/fd/0; echo out"}},
+		in, log, errW, false)
+	errW.Close()
+	if err != nil || code != 0 {
+		t.Fatalf("attach: %d %v", code, err)
+	}
+	stderr, _ := io.ReadAll(errR)
+	got, _ := os.ReadFile(logPath)
+	if !strings.HasPrefix(string(got), "SECRET-TOKEN\npipe:[") || strings.Count(string(got), "SECRET") != 1 ||
+		strings.Count(string(got), "pipe:[") != 2 || !strings.HasSuffix(string(got), "\nout\n") {
+		t.Errorf("the command's stdin and stdout must be pipes it cannot reopen to read the caller's file; the caller's file holds:\n%s(stderr %q)", got, stderr)
+	}
+	if got, _ := os.ReadFile(inPath); string(got) != "INPUT\n" {
+		t.Errorf("the command changed the caller's stdin file: %q", got)
 	}
 }

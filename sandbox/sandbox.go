@@ -597,9 +597,10 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	return err
 }
 
-// Attach runs a command with the caller's own files as its stdio: output
-// goes straight to them, byte for byte, as it is written (the CLI's exec and
-// run). There is no entry script. With detach it returns once the command
+// Attach runs a command with the caller's stdio: output goes to it, byte
+// for byte, as it is written (the CLI's exec and run). The sandbox is
+// handed the caller's pipes and sockets, never its files: a regular file
+// or terminal is reached through a pipe (see callerStdio). There is no entry script. With detach it returns once the command
 // has started and leaves it running. Otherwise it returns the exit code;
 // ctx and req.Timeout kill the command's whole session.
 func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest, stdin, stdout, stderr *os.File, detach bool) (int, error) {
@@ -609,13 +610,19 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest, stdin, st
 		return 0, err
 	}
 	cmd.detach = detach
+	io, err := newCallerStdio(stdin, stdout, stderr, detach)
+	if err != nil {
+		return 0, fmt.Errorf("exec: %w", err)
+	}
+	defer io.finish()
 	conn, err := s.dial()
 	if err != nil {
 		return 0, err
 	}
 	defer conn.close()
 	touch(filepath.Join(s.dir, socketFile))
-	_, execErr, err := conn.start(cmd, stdin, stdout, stderr)
+	_, execErr, err := conn.start(cmd, io.files[0], io.files[1], io.files[2])
+	io.handedOver()
 	if err != nil {
 		return 0, err
 	}
