@@ -22,11 +22,11 @@ import (
 // are; for anything else (a regular file, a terminal, another device) the
 // sandbox gets a pipe and slopbox copies between it and the caller's file.
 type callerStdio struct {
-	files   [3]*os.File // what the sandbox is handed
-	ours    []*os.File  // our ends of the pipes, closed by finish
-	theirs  []*os.File  // the sandbox's ends, closed once handed over
+	files   [3]*os.File    // what the sandbox is handed
+	ours    []*os.File     // our ends of the pipes, closed by finish
+	theirs  []*os.File     // the sandbox's ends, closed once handed over
 	copies  sync.WaitGroup // the output copies
-	written atomic.Int64 // time of the last output copied, unix nanoseconds
+	written atomic.Int64   // time of the last output copied, unix nanoseconds
 	outputs int
 }
 
