@@ -164,7 +164,10 @@ func (b *Backend) prestartEntry(ctx context.Context, srv *spawner, bins binaries
 		err = b.chownToNamespaceRoot(e.dir)
 	}
 	if err == nil {
-		e.pid, err = b.prestart(ctx, srv, bins, t, e.id, e.dir)
+		e.pid, err = b.prestart(ctx, srv, bins, t, e.id, e.dir, func() { b.removeDir(e.dir) })
+		if err != nil && ctx.Err() != nil {
+			return nil, err // the directory goes once the server has answered
+		}
 	}
 	if err != nil {
 		if e.pid > 0 {
@@ -210,6 +213,11 @@ func (b *Backend) reapStalePool() error {
 		p := filepath.Join(dir, e.Name())
 		if ownerAlive(p) {
 			continue
+		}
+		// Its PID 1 exits with its server, but a libcontainer init that
+		// never became PID 1 does not.
+		if err := killStragglers(e.Name(), p); err != nil {
+			errs = append(errs, err)
 		}
 		if err := b.removeDir(p); err != nil {
 			errs = append(errs, err)

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/cgroups"
+	cgmanager "github.com/opencontainers/cgroups/manager"
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/image"
@@ -44,6 +46,15 @@ type Backend struct {
 
 	mu       sync.Mutex
 	spawners map[string]*spawner // by id mapping variant
+
+	// initEnv is PID 1's environment. HOME is set so that libcontainer
+	// does not look it up in the image's /etc/passwd (a FIFO there would
+	// hang the start).
+	initEnv []string
+	// startDeadline bounds the start of a PID 1 (0: the server's default).
+	startDeadline time.Duration
+	// claimedHook, for tests, runs as soon as a sandbox serves commands.
+	claimedHook func(*record)
 }
 
 // spawnerFor returns the spawn server that runs program ("" for this
@@ -86,6 +97,7 @@ func New(root string, opts ...image.Option) (*Backend, error) {
 		store:   s,
 		state:   stateRoot{dir: filepath.Join(root, "c")},
 		seccomp: seccompCache{dir: filepath.Join(root, "cache")},
+		initEnv: []string{"_SLOPBOX_AGENT=1", "HOME=/"},
 	}, nil
 }
 
@@ -140,10 +152,21 @@ type Info struct {
 	Unenforced []string          `json:"UnenforcedLimits,omitempty"`
 	Labels     map[string]string `json:"Labels,omitempty"`
 	StateDir   string            `json:"StateDir"`
+	// Broken says why the sandbox's state cannot be read; `rm -f` and
+	// `prune` remove it (and kill what it still runs).
+	Broken string `json:"Broken,omitempty"`
 }
 
 func (b *Backend) info(rec *record) Info {
 	dir := b.state.sandboxDir(rec.ID)
+	if rec.Broken != "" {
+		fi, _ := os.Stat(dir)
+		var t time.Time
+		if fi != nil {
+			t = fi.ModTime()
+		}
+		return Info{ID: rec.ID, Name: rec.Name, Created: t, LastExec: t, StateDir: dir, Broken: rec.Broken}
+	}
 	last := rec.Created
 	if fi, err := os.Stat(filepath.Join(dir, socketFile)); err == nil && fi.ModTime().After(last) {
 		last = fi.ModTime()
@@ -156,14 +179,15 @@ func (b *Backend) info(rec *record) Info {
 	}
 }
 
-// List returns every sandbox of this user, oldest first.
+// List returns every sandbox of this user, oldest first, then the broken
+// ones (see Info.Broken).
 func (b *Backend) List() ([]Info, error) {
-	recs, _, err := b.state.list()
+	recs, broken, err := b.state.list()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Info, 0, len(recs))
-	for _, r := range recs {
+	out := make([]Info, 0, len(recs)+len(broken))
+	for _, r := range append(recs, broken...) {
 		out = append(out, b.info(r))
 	}
 	return out, nil
@@ -173,7 +197,7 @@ func (b *Backend) List() ([]Info, error) {
 // by a slopbox process that was killed) and half-created state; with all,
 // running ones too. It returns the removed ids.
 func (b *Backend) Prune(all bool) ([]string, error) {
-	recs, partial, err := b.state.list()
+	recs, broken, err := b.state.list()
 	if err != nil {
 		return nil, err
 	}
@@ -192,25 +216,40 @@ func (b *Backend) Prune(all bool) ([]string, error) {
 	if err := b.reapStalePool(); err != nil {
 		errs = append(errs, err)
 	}
-	for _, id := range partial {
-		// A create in progress holds the create lock until its state file
-		// exists, so a directory without one is abandoned.
-		if err := b.destroy(&record{ID: id}); err != nil {
+	for _, r := range broken {
+		// Abandoned by a create that died half-way, or with a truncated or
+		// corrupt state file: destroy finds and kills its processes first.
+		if r.Broken == noStateYet && recentlyCreated(b.state.sandboxDir(r.ID)) {
+			continue // a create in progress
+		}
+		if err := b.destroy(r); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		removed = append(removed, id)
+		removed = append(removed, r.ID)
 	}
+	b.state.pruneNames()
 	sort.Strings(removed)
 	return removed, errors.Join(errs...)
 }
 
-// destroy kills PID 1, removes the cgroup and the state directory.
+// destroy kills PID 1, removes the cgroup and the state directory. For a
+// record without a pid (never started, or broken) it looks for the
+// sandbox's processes first: nothing it started may outlive its state.
 func (b *Backend) destroy(rec *record) error {
 	var errs []error
 	if rec.Pid > 0 {
 		if err := rec.killInit(5 * time.Second); err != nil {
 			errs = append(errs, err)
+		}
+	} else if err := killStragglers(rec.ID, b.state.sandboxDir(rec.ID)); err != nil {
+		errs = append(errs, err)
+	}
+	if rec.Broken != "" && len(rec.Cgroups) == 0 {
+		// Its cgroup paths were in the lost state: they follow from its id.
+		cg := &cgroups.Cgroup{Name: rec.ID, Parent: cgroupParent, Resources: &cgroups.Resources{SkipDevices: true}, Rootless: os.Geteuid() != 0}
+		if m, err := cgmanager.New(cg); err == nil {
+			rec.Cgroups = m.GetPaths()
 		}
 	}
 	// Destroy empties the map it was given: keep the paths.
@@ -379,6 +418,10 @@ func (s *Sandbox) command(req backend.ExecRequest) (cmd *execRequest, setup bool
 
 // dial connects to the sandbox's PID 1.
 func (s *Sandbox) dial() (*agentConn, error) {
+	if s.rec.Broken != "" {
+		ref := cmp.Or(s.rec.Name, s.rec.ID)
+		return nil, fmt.Errorf("exec: sandbox %s is broken (%s): remove it with `slopbox rm -f %s`", ref, s.rec.Broken, ref)
+	}
 	conn, err := dialAgent(filepath.Join(s.dir, socketFile))
 	if err != nil {
 		if !s.rec.alive() {

@@ -325,7 +325,7 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 		return fmt.Errorf("start: %w", err)
 	}
 	srv := b.spawnerFor(bins.server)
-	pid, err := b.prestart(ctx, srv, bins, templateOf(rec), rec.ID, b.state.sandboxDir(rec.ID))
+	pid, err := b.prestart(ctx, srv, bins, templateOf(rec), rec.ID, b.state.sandboxDir(rec.ID), nil)
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
@@ -350,7 +350,11 @@ func (t template) key() string {
 
 // prestart starts PID 1 of sandbox id over dir, unclaimed, and returns its
 // pid.
-func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t template, id, dir string) (int, error) {
+//
+// If ctx ends first, prestart returns at once and the server's late reply
+// is handled in the background: its sandbox is discarded, then abandoned
+// (when not nil) runs, to remove what the caller made for it.
+func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t template, id, dir string, abandoned func()) (int, error) {
 	sock := filepath.Join(dir, socketFile)
 	os.Remove(sock)
 	ln, err := listenAgent(sock)
@@ -362,7 +366,12 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 	if err != nil {
 		return 0, err
 	}
-	defer lnFile.Close()
+	sent := false // then the call below owns lnFile
+	defer func() {
+		if !sent {
+			lnFile.Close()
+		}
+	}()
 	userNS := oci.WithInheritedUserNamespace()
 	if t.mapKey != "" {
 		nested, err := userns.ParseNested(t.mapKey)
@@ -374,7 +383,7 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 	spec, err := oci.New(
 		userNS,
 		oci.WithRootfs(filepath.Join(dir, "rootfs"), false),
-		oci.WithProcess([]string{agentPath}, []string{"_SLOPBOX_AGENT=1"}, "/"),
+		oci.WithProcess([]string{agentPath}, append(slices.Clone(b.initEnv), sandboxMarker+id), "/"),
 		oci.WithUser(0, 0, nil),
 		oci.WithHostname("sandbox"), // the sandbox's own is set when it is claimed
 		oci.WithNetwork(t.network),
@@ -386,7 +395,8 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 	if err != nil {
 		return 0, err
 	}
-	req := spawnd.Request{Op: spawnd.OpPrestart, ID: id, Dir: dir, LayersRoot: filepath.Dir(filepath.Dir(t.layers[0])), Spec: spec}
+	req := spawnd.Request{Op: spawnd.OpPrestart, ID: id, Dir: dir, LayersRoot: filepath.Dir(filepath.Dir(t.layers[0])), Spec: spec,
+		StartDeadline: b.startDeadline}
 	if req.Seccomp, err = b.seccomp.get(spec.Linux.Seccomp); err != nil {
 		return 0, err
 	}
@@ -397,11 +407,36 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 		}
 		req.Layers = append(req.Layers, rel)
 	}
-	resp, err := srv.call(ctx, b.store.Mapping(), &req, []int{int(lnFile.Fd())}, true)
-	if err != nil {
-		return 0, err
+	// A caller that gives up (ctx) ends only its own call: the server goes
+	// on for everyone else, and the sandbox it starts late is discarded.
+	type reply struct {
+		resp *spawnd.Response
+		err  error
 	}
-	return resp.Pid, nil
+	replies := make(chan reply, 1)
+	sent = true
+	go func() {
+		defer lnFile.Close()
+		resp, err := srv.call(context.Background(), b.store.Mapping(), &req, []int{int(lnFile.Fd())}, true)
+		replies <- reply{resp, err}
+	}()
+	select {
+	case r := <-replies:
+		if r.err != nil {
+			return 0, r.err
+		}
+		return r.resp.Pid, nil
+	case <-ctx.Done():
+		go func() {
+			if r := <-replies; r.err == nil {
+				srv.call(context.Background(), b.store.Mapping(), &spawnd.Request{Op: spawnd.OpDiscard, ID: id}, nil, false)
+			}
+			if abandoned != nil {
+				abandoned()
+			}
+		}()
+		return 0, fmt.Errorf("%w (the sandbox being started is discarded)", ctx.Err())
+	}
 }
 
 // claim gives prestarted PID 1 pid the sandbox's mounts and hostname, lets
@@ -426,17 +461,22 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 		}
 		req.Mounts = append(req.Mounts, lm)
 	}
-	if _, err := srv.call(ctx, b.store.Mapping(), &req, fds, false); err != nil {
-		return fmt.Errorf("start: %w", err)
-	}
 	rec.Pid = pid
 	start, _, ok := procStart(pid)
 	if !ok {
 		return fmt.Errorf("start: sandbox init %d exited at once", pid)
 	}
 	rec.PidStart = start
+	// Limits hold before PID 1 serves anything: no command, not even an
+	// exec from another process, runs outside the cgroup.
 	if err := b.applyLimits(rec); err != nil {
 		return fmt.Errorf("start: %w", err)
+	}
+	if _, err := srv.call(ctx, b.store.Mapping(), &req, fds, false); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	if b.claimedHook != nil {
+		b.claimedHook(rec)
 	}
 	if err := b.state.write(rec); err != nil {
 		return fmt.Errorf("start: %w", err)

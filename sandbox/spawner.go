@@ -47,7 +47,8 @@ var errServerGone = errors.New("spawn server exited")
 
 // call sends req (with fds attached) and waits for the reply. A server that
 // died is restarted, and req sent again when retry is set. Cancelling ctx
-// stops the server: its unclaimed sandboxes go with it.
+// ends only this call: the server goes on serving everyone else, and its
+// late reply is dropped.
 func (s *spawner) call(ctx context.Context, m userns.Mapping, req *spawnd.Request, fds []int, retry bool) (*spawnd.Response, error) {
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
@@ -64,10 +65,10 @@ func (s *spawner) call(ctx context.Context, m userns.Mapping, req *spawnd.Reques
 			}
 			return resp, nil
 		}
-		s.drop(sc)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && !errors.Is(err, errServerGone) {
 			return nil, ctx.Err()
 		}
+		s.drop(sc)
 		if attempt > 0 || !retry || !errors.Is(err, errServerGone) {
 			return nil, err
 		}

@@ -21,6 +21,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
 
 // Sentinel errors, checked with errors.Is.
@@ -56,6 +57,11 @@ type record struct {
 	Cgroups    map[string]string `json:"cgroups,omitempty"`
 	Command    []string          `json:"command,omitempty"` // the run command, for `ps` and `start`
 	Mounts     []specs.Mount     `json:"mounts,omitempty"`
+
+	// Broken says why the state file could not be read (missing: a create
+	// that died half-way; truncated or corrupt). Such a record has only
+	// its ID (and Name, when a name points at it); see killStragglers.
+	Broken string `json:"-"`
 }
 
 // stateRoot holds one directory per sandbox: <root>/c/<id>/.
@@ -159,9 +165,10 @@ func (r stateRoot) releaseName(name, id string) {
 	}
 }
 
-// list returns every sandbox record, oldest first. Directories without a
-// state file (a create that died half-way) are returned as ids in partial.
-func (r stateRoot) list() (recs []*record, partial []string, err error) {
+// list returns every sandbox record, oldest first. Directories whose state
+// file is missing (a create that died half-way) or unreadable are returned
+// as broken records.
+func (r stateRoot) list() (recs, broken []*record, err error) {
 	ents, err := os.ReadDir(r.dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, nil
@@ -175,13 +182,97 @@ func (r stateRoot) list() (recs []*record, partial []string, err error) {
 		}
 		rec, err := r.read(e.Name())
 		if err != nil {
-			partial = append(partial, e.Name())
+			broken = append(broken, r.brokenRecord(e.Name(), "", err))
 			continue
 		}
 		recs = append(recs, rec)
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Created.Before(recs[j].Created) })
-	return recs, partial, nil
+	return recs, broken, nil
+}
+
+// brokenRecord stands for sandbox id, whose state could not be read.
+func (r stateRoot) brokenRecord(id, name string, err error) *record {
+	if name == "" {
+		name = r.nameOf(id)
+	}
+	why := noStateYet
+	if !errors.Is(err, ErrNotFound) {
+		why = err.Error()
+	}
+	return &record{ID: id, Name: name, Broken: why}
+}
+
+// nameOf returns the name that points at id, if any.
+func (r stateRoot) nameOf(id string) string {
+	ents, _ := os.ReadDir(filepath.Join(r.dir, namesDir))
+	for _, e := range ents {
+		if target, err := os.Readlink(filepath.Join(r.dir, namesDir, e.Name())); err == nil && target == id {
+			return e.Name()
+		}
+	}
+	return ""
+}
+
+// pruneNames removes names whose sandbox directory is gone.
+func (r stateRoot) pruneNames() {
+	ents, _ := os.ReadDir(filepath.Join(r.dir, namesDir))
+	for _, e := range ents {
+		link := filepath.Join(r.dir, namesDir, e.Name())
+		if target, err := os.Readlink(link); err == nil {
+			if _, err := os.Lstat(r.sandboxDir(target)); errors.Is(err, fs.ErrNotExist) {
+				os.Remove(link)
+			}
+		}
+	}
+}
+
+// noStateYet is why a sandbox directory without a state file is broken.
+const noStateYet = "no state file (its create was interrupted)"
+
+// sandboxMarker is in the environment of every sandbox's PID 1, so that
+// its processes can be found when its state cannot be read.
+const sandboxMarker = "_SLOPBOX_SANDBOX="
+
+// killStragglers kills what sandbox id (directory dir) may still run when
+// its state file does not say: its PID 1 (found by sandboxMarker in its
+// environment; the pid namespace goes with it) and a libcontainer init
+// that never became PID 1 (it holds a file under dir). It waits, bounded,
+// until they are gone.
+func killStragglers(id, dir string) error {
+	marker := []byte(sandboxMarker + id + "\x00")
+	ents, _ := os.ReadDir("/proc")
+	var killed []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if bytes.HasPrefix(env, marker) || bytes.Contains(env, append([]byte{0}, marker...)) {
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				killed = append(killed, pid)
+			}
+		}
+	}
+	// libcontainer's init ("<binary> init") before it became PID 1.
+	for _, pid := range spawnd.KillHolders(dir+"/", 0, "init") {
+		killed = append(killed, pid)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range killed {
+		for {
+			_, zombie, ok := procStart(pid)
+			if !ok || zombie {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("process %d of sandbox %s did not exit after SIGKILL", pid, id)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // find resolves a name, a full id or a unique id prefix.
@@ -191,18 +282,24 @@ func (r stateRoot) find(ref string) (*record, error) {
 	}
 	if rec, err := r.read(ref); err == nil {
 		return rec, nil
+	} else if _, serr := os.Stat(r.sandboxDir(ref)); serr == nil && !strings.HasPrefix(ref, ".") && !strings.Contains(ref, "/") {
+		return r.brokenRecord(ref, "", err), nil
 	}
 	if id, err := os.Readlink(filepath.Join(r.dir, namesDir, ref)); err == nil && validName.MatchString(ref) {
-		if rec, err := r.read(id); err == nil {
+		rec, err := r.read(id)
+		if err == nil {
 			return rec, nil
 		}
+		if _, serr := os.Stat(r.sandboxDir(id)); serr == nil {
+			return r.brokenRecord(id, ref, err), nil
+		}
 	}
-	recs, _, err := r.list()
+	recs, broken, err := r.list()
 	if err != nil {
 		return nil, err
 	}
 	var match []*record
-	for _, rec := range recs {
+	for _, rec := range append(recs, broken...) {
 		if rec.Name == ref {
 			return rec, nil
 		}

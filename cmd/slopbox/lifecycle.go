@@ -187,7 +187,9 @@ func psCmd() *cobra.Command {
 				fmt.Fprintln(w, "SANDBOX ID\tIMAGE\tCOMMAND\tCREATED\tSTATUS\tIDLE\tNAMES")
 				for _, i := range shown {
 					status := "Exited"
-					if i.Running {
+					if i.Broken != "" {
+						status = "Broken: " + i.Broken
+					} else if i.Running {
 						status = "Up " + human(time.Since(i.Created))
 					} else if i.Pid == 0 {
 						status = "Created"

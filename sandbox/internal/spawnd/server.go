@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -85,6 +86,8 @@ type Request struct {
 	LayersRoot string      `json:"layers_root,omitempty"`
 	Layers     []string    `json:"layers,omitempty"` // relative to LayersRoot, oldest first
 	Spec       *specs.Spec `json:"spec,omitempty"`
+	// StartDeadline bounds the start of PID 1 (DefaultStartDeadline when 0).
+	StartDeadline time.Duration `json:"start_deadline,omitempty"`
 	// Seccomp is Spec's seccomp profile compiled by the host (u32 flags,
 	// then BPF); when set, PID 1 loads it and libcontainer does not compile
 	// the profile again.
@@ -366,7 +369,7 @@ func (s *server) prestart(req *Request, listener *os.File) (int, error) {
 		Init:       true,
 		ExtraFiles: extra,
 	}
-	if err := c.Run(p); err != nil {
+	if err := runBounded(c, p, claimR, req.StartDeadline); err != nil {
 		claimW.Close()
 		c.Destroy()
 		return 0, fmt.Errorf("start sandbox init: %w", err)
@@ -381,6 +384,90 @@ func (s *server) prestart(req *Request, listener *os.File) (int, error) {
 	s.pending[req.ID] = &prestarted{pid: pid, claim: claimW}
 	s.mu.Unlock()
 	return pid, nil
+}
+
+// DefaultStartDeadline bounds how long libcontainer may take to start a
+// sandbox's PID 1 (about 10 ms normally; far more on an emulated VM).
+const DefaultStartDeadline = 30 * time.Second
+
+// runBounded runs the container's init process p and kills it if it has
+// not started within deadline (DefaultStartDeadline when 0): an image can
+// make libcontainer's init block, for example with a FIFO where a file is
+// read, and such a process must not be left behind. The init is found as
+// the child of this server that holds mark, a pipe only it was given.
+func runBounded(c *libcontainer.Container, p *libcontainer.Process, mark *os.File, deadline time.Duration) error {
+	if deadline <= 0 {
+		deadline = DefaultStartDeadline
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(p) }()
+	t := time.NewTimer(deadline)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(mark.Fd()), &st); err == nil {
+		KillHolders(fmt.Sprintf("pipe:[%d]", st.Ino), 0, "") // by then reparented: no parent filter
+	}
+	err := <-done
+	return fmt.Errorf("it did not start within %v and was killed (does the image hold a FIFO or device where a file is read?): %v", deadline, err)
+}
+
+// KillHolders SIGKILLs every process (other than this one) that has an
+// open file whose /proc/PID/fd link reads target, or, when target ends in
+// "/", lies below that directory; with parent > 0, only children of
+// parent; with arg1 set, only processes whose first argument it is. It
+// returns the pids killed. Processes it may not inspect are passed over.
+func KillHolders(target string, parent int, arg1 string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var killed []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if parent > 0 && ppid(pid) != parent {
+			continue
+		}
+		if arg1 != "" {
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if args := strings.Split(string(cmdline), "\x00"); len(args) < 2 || args[1] != arg1 {
+				continue
+			}
+		}
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		for _, fd := range fds {
+			link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+			if err == nil && (link == target || strings.HasSuffix(target, "/") && strings.HasPrefix(link, target)) {
+				if unix.Kill(pid, unix.SIGKILL) == nil {
+					killed = append(killed, pid)
+				}
+				break
+			}
+		}
+	}
+	return killed
+}
+
+// ppid returns pid's parent, or 0.
+func ppid(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
 }
 
 // outsideKernelFS resolves p's longest existing prefix (symlinks included)
@@ -610,7 +697,7 @@ func place(fd int, dst string, dir bool) error {
 		if err := os.Mkdir(dst, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}
-	} else if f, err := os.OpenFile(dst, os.O_CREATE|os.O_RDONLY, 0o644); err != nil {
+	} else if f, err := os.OpenFile(dst, os.O_CREATE|os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0o644); err != nil { // an image's FIFO must not block
 		return err
 	} else {
 		f.Close()

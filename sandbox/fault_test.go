@@ -1,0 +1,287 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/internal/reexec"
+	"github.com/slopbox/slopbox/test/fixtures"
+)
+
+// fifoPasswdImage is busybox with /etc/passwd replaced by a FIFO.
+func fifoPasswdImage(t *testing.T, b *Backend) string {
+	return imageWith(t, b, "fifo", fixtures.Layer(t, fixtures.Entry{Name: "etc/passwd", Type: tar.TypeFifo, Mode: 0o644}))
+}
+
+// processesUnder lists the processes (other than this one) whose
+// environment names a sandbox or that hold a file below dir.
+func processesUnder(dir string) []string {
+	ents, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		for _, fd := range fds {
+			if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && strings.HasPrefix(l, dir+"/") {
+				cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+				out = append(out, fmt.Sprintf("%d %q holds %s", pid, cmd, l))
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Defect D: an image whose /etc/passwd is a FIFO used to hang the spawn
+// forever (libcontainer read it to find HOME) and leave an init behind.
+func TestFifoPasswdImageSpawns(t *testing.T) {
+	b, _ := testBackend(t)
+	ref := fifoPasswdImage(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sb, err := b.Spawn(ctx, backend.SpawnSpec{Image: ref, Workspace: workspaceDir(t), DisableSetup: true})
+	if err != nil {
+		t.Fatalf("spawn: %v", err)
+	}
+	defer sb.Cleanup()
+	res, err := sb.Exec(ctx, backend.ExecRequest{Shell: "echo hi; test -p /etc/passwd && echo p; id", Timeout: 2 * time.Second})
+	if err != nil || !strings.HasPrefix(res.Stdout, "hi\np\n") || !res.TimedOut {
+		t.Errorf("exec: %+v %v (id reads the FIFO and is killed on time)", res, err)
+	}
+	if res := run(t, sb.(*Sandbox), "echo still usable"); res.Stdout != "still usable\n" {
+		t.Errorf("%+v", res)
+	}
+}
+
+// Defect D: a spawn has a deadline. When libcontainer's init blocks (here:
+// HOME left unset, so it reads the FIFO), the server kills it, the spawn
+// fails with a clear error and nothing is left.
+func TestSpawnDeadlineKillsStuckInit(t *testing.T) {
+	b, _ := testBackend(t)
+	ref := fifoPasswdImage(t, b)
+	b.initEnv = []string{"_SLOPBOX_AGENT=1"}
+	b.startDeadline = time.Second
+	b.KeepReady(false)
+	start := time.Now()
+	_, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, Workspace: workspaceDir(t), DisableSetup: true, Name: "stuck"})
+	if err == nil || !strings.Contains(err.Error(), "did not start within 1s") {
+		t.Fatalf("spawn: %v, want the deadline's error", err)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("the failed spawn took %v", d)
+	}
+	if left := processesUnder(b.state.dir); len(left) > 0 {
+		t.Errorf("left running: %v", left)
+	}
+	if list, _ := b.List(); len(list) != 0 {
+		t.Errorf("left recorded: %+v", list)
+	}
+}
+
+const killedSpawnHelper = "test-killed-spawn"
+
+func init() {
+	reexec.Register(killedSpawnHelper, func() int {
+		b, err := New(os.Getenv("SB_ROOT"))
+		if err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		b.initEnv = []string{"_SLOPBOX_AGENT=1"} // the init blocks on the FIFO
+		b.KeepReady(false)
+		_, err = b.Spawn(context.Background(), backend.SpawnSpec{Image: os.Getenv("SB_IMAGE"), NoWorkspaceMount: true, Name: "victim"})
+		fmt.Println(err)
+		return 1
+	})
+}
+
+// Defect D: a slopbox process SIGKILLed mid-spawn used to leave a
+// libcontainer init that neither `ps -a` nor `prune` could see, and a
+// dangling name. Prune now finds and kills it.
+func TestPruneAfterSpawnKilledMidway(t *testing.T) {
+	b, _ := testBackend(t)
+	ref := fifoPasswdImage(t, b)
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Env = append(os.Environ(), reexec.Env+"="+killedSpawnHelper, "SB_ROOT="+b.root, "SB_IMAGE="+ref)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(20 * time.Second)
+	for len(processesUnder(b.state.dir)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the helper's sandbox init never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	if left := processesUnder(b.state.dir); len(left) == 0 {
+		t.Fatal("nothing survived the kill: the init had not blocked yet, so this run tests nothing")
+	}
+	if _, err := b.Prune(false); err != nil {
+		t.Errorf("prune: %v", err)
+	}
+	if left := processesUnder(b.state.dir); len(left) > 0 {
+		t.Errorf("left running after prune: %v", left)
+	}
+	if _, err := os.Lstat(filepath.Join(b.state.dir, namesDir, "victim")); err == nil {
+		t.Error("the name of the killed spawn is left dangling")
+	}
+	ents, _ := os.ReadDir(filepath.Join(b.state.dir, poolDir))
+	if len(ents) > 0 {
+		t.Errorf("left in %s: %v", poolDir, ents)
+	}
+}
+
+// Defect E: a sandbox whose state file is truncated is listed as broken;
+// every other sandbox keeps working; rm -f and prune kill its processes
+// before deleting anything.
+func TestTruncatedStateIsBroken(t *testing.T) {
+	b, ref := testBackend(t)
+	ok := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, Name: "ok"})
+	var victims []*Sandbox
+	for _, name := range []string{"victim1", "victim2"} {
+		sb, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, Workspace: workspaceDir(t), DisableSetup: true, Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := sb.(*Sandbox)
+		run(t, v, "sleep 3600 & true")
+		if err := os.Truncate(filepath.Join(v.dir, stateFile), 7); err != nil {
+			t.Fatal(err)
+		}
+		victims = append(victims, v)
+	}
+	list, err := b.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := map[string]string{}
+	for _, i := range list {
+		if i.Broken != "" {
+			broken[i.Name] = i.Broken
+		}
+	}
+	if len(list) != 3 || len(broken) != 2 || broken["victim1"] == "" {
+		t.Errorf("list: %+v", list)
+	}
+	if res := run(t, ok, "echo fine"); res.Stdout != "fine\n" {
+		t.Errorf("another sandbox stopped working: %+v", res)
+	}
+	v1, err := b.Open("victim1")
+	if err != nil {
+		t.Fatalf("open a broken sandbox: %v", err)
+	}
+	if _, err := v1.Exec(context.Background(), backend.ExecRequest{Shell: "true"}); err == nil || !strings.Contains(err.Error(), "rm -f victim1") {
+		t.Errorf("exec in a broken sandbox: %v", err)
+	}
+	// rm -f
+	if err := v1.Remove(); err != nil {
+		t.Errorf("rm -f: %v", err)
+	}
+	if victims[0].rec.alive() {
+		t.Error("rm -f of a broken sandbox left its init running")
+	}
+	// prune
+	if _, err := b.Prune(false); err != nil {
+		t.Errorf("prune: %v", err)
+	}
+	if victims[1].rec.alive() {
+		t.Error("prune of a broken sandbox left its init running")
+	}
+	for _, v := range victims {
+		if _, err := os.Stat(v.dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: directory left: %v", v.rec.Name, err)
+		}
+	}
+	if list, _ := b.List(); len(list) != 1 || list[0].Name != "ok" {
+		t.Errorf("after prune: %+v", list)
+	}
+}
+
+// Item 2: one caller's cancelled Spawn ends only that call; every other
+// Spawn on the same Backend goes on, and the cancelled ones leave nothing.
+func TestCancelledSpawnEndsOnlyItself(t *testing.T) {
+	b, ref := testBackend(t)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failures []error
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 8 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%4)*time.Millisecond+200*time.Microsecond)
+				if sb, err := b.Spawn(ctx, backend.SpawnSpec{Image: ref, NoWorkspaceMount: true, DisableSetup: true}); err == nil {
+					sb.Cleanup()
+				}
+				cancel()
+				if g == 0 {
+					sb, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, NoWorkspaceMount: true, DisableSetup: true})
+					if err == nil {
+						_, err = sb.Exec(context.Background(), backend.ExecRequest{Shell: "true"})
+						sb.Cleanup()
+					}
+					if err != nil {
+						mu.Lock()
+						failures = append(failures, err)
+						mu.Unlock()
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(failures) > 0 {
+		t.Errorf("%d spawns failed beside cancelled ones, first: %v", len(failures), failures[0])
+	}
+	b.Close()
+	time.Sleep(200 * time.Millisecond) // late replies are handled in the background
+	b.Prune(true)
+	if list, _ := b.List(); len(list) != 0 {
+		t.Errorf("left: %+v", list)
+	}
+	if left := processesUnder(b.state.dir); len(left) > 0 {
+		t.Errorf("left running: %v", left)
+	}
+}
+
+// Item 3: a sandbox never serves a command before its limits hold (an exec
+// from another process in that window ran outside the cgroup).
+func TestLimitsHoldBeforeClaim(t *testing.T) {
+	b, ref := testBackend(t)
+	var inCgroup string
+	b.claimedHook = func(rec *record) {
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", rec.Pid))
+		inCgroup = string(cg)
+	}
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, Limits: backend.Limits{Pids: 100}})
+	if len(sb.rec.Unenforced) > 0 {
+		if os.Geteuid() == 0 {
+			t.Fatalf("limits not enforced as root: %v", sb.rec.Unenforced)
+		}
+		// Rootless without delegated cgroups there is no cgroup to be
+		// outside of; the limit is reported as unenforced instead.
+		return
+	}
+	if !strings.Contains(inCgroup, cgroupParent+"/"+sb.ID()) {
+		t.Errorf("when the sandbox began to serve, PID 1 was in\n%s\nnot in its cgroup %s/%s", inCgroup, cgroupParent, sb.ID())
+	}
+}
