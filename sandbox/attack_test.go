@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/reexec"
 	"github.com/slopbox/slopbox/oci"
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 const setidProbe = "test-setid-probe"
@@ -257,4 +259,57 @@ func TestCallerFilesNotHandedToSandbox(t *testing.T) {
 	if got, _ := os.ReadFile(inPath); string(got) != "INPUT\n" {
 		t.Errorf("the command changed the caller's stdin file: %q", got)
 	}
+}
+
+// Item 4: user names resolve through the image's own /etc/passwd, looked
+// up as the sandbox sees it: an image whose /etc (or /etc/passwd) is a
+// symlink out of its root must not make slopbox read the host's files,
+// and whiteouts and opaque directories are honoured.
+func TestImageUsersResolveInsideTheImage(t *testing.T) {
+	b, _ := testBackend(t)
+	if !strings.Contains(mustRead(t, "/etc/passwd"), "\n"+"root:") && !strings.HasPrefix(mustRead(t, "/etc/passwd"), "root:") {
+		t.Fatal("the host has no /etc/passwd with root")
+	}
+	cases := []struct {
+		name   string
+		layers []fixtures.Entry
+		user   string
+		want   string // uid:gid, or "" for an unknown user
+	}{
+		{"etc symlink to the host's /etc", []fixtures.Entry{{Name: "etc", Type: tar.TypeSymlink, Linkname: "/etc"}}, "root", ""},
+		{"etc symlink out via ..", []fixtures.Entry{{Name: "etc", Type: tar.TypeSymlink, Linkname: "../../../../../../etc"}}, "root", ""},
+		{"passwd symlink to the host's", []fixtures.Entry{{Name: "etc/passwd", Type: tar.TypeSymlink, Linkname: "/etc/passwd"}}, "root", ""},
+		{"passwd symlink out via ..", []fixtures.Entry{{Name: "etc/passwd", Type: tar.TypeSymlink, Linkname: "../../../../../../../../etc/passwd"}}, "root", ""},
+		{"etc symlink inside the image", []fixtures.Entry{{Name: "real/", Type: tar.TypeDir}, {Name: "real/passwd", Body: "zed:x:77:88::/:/bin/sh\n"}, {Name: "etc", Type: tar.TypeSymlink, Linkname: "/real"}}, "zed", "77:88"},
+		{"whiteout of passwd", []fixtures.Entry{{Name: "etc/.wh.passwd"}}, "app", ""},
+		{"opaque etc", []fixtures.Entry{{Name: "etc/", Type: tar.TypeDir}, {Name: "etc/.wh..wh..opq"}, {Name: "etc/passwd", Body: "neo:x:5:6::/:/bin/sh\n"}}, "app", ""},
+		{"opaque etc keeps its own", []fixtures.Entry{{Name: "etc/", Type: tar.TypeDir}, {Name: "etc/.wh..wh..opq"}, {Name: "etc/passwd", Body: "neo:x:5:6::/:/bin/sh\n"}}, "neo", "5:6"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ref := imageWith(t, b, fmt.Sprintf("users%d", i), fixtures.Layer(t, tc.layers...))
+			img, err := b.Store().Get(ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			who, err := resolveUser(img.Layers, tc.user)
+			got := ""
+			if err == nil {
+				got = fmt.Sprintf("%d:%d", who.UID, who.GID)
+			} else if !errors.Is(err, backend.ErrUnknownUser) {
+				t.Fatalf("resolve %s: %v", tc.user, err)
+			}
+			if got != tc.want {
+				t.Errorf("user %s resolved to %q, want %q", tc.user, got, tc.want)
+			}
+		})
+	}
+}
+
+func mustRead(t *testing.T, p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

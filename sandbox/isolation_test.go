@@ -87,7 +87,7 @@ func TestWritesOutsideMountsStayInside(t *testing.T) {
 			t.Errorf("a write inside reached the image layer %s", l)
 		}
 	}
-	if b, err := os.ReadFile(imageFile(sb.rec.Layers, "etc/passwd")); err != nil || strings.Contains(string(b), "changed") {
+	if b, err := os.ReadFile(imageFile(sb.rec.Layers, "/etc/passwd")); err != nil || strings.Contains(string(b), "changed") {
 		t.Errorf("image /etc/passwd was changed: %q %v", b, err)
 	}
 	// The next sandbox starts from the pristine image.

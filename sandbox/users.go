@@ -3,7 +3,6 @@ package sandbox
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/moby/sys/user"
@@ -17,23 +16,6 @@ type identity struct {
 	GID    uint32   `json:"gid"`
 	Groups []uint32 `json:"groups,omitempty"`
 	Home   string   `json:"home,omitempty"`
-}
-
-// imageFile finds rel (e.g. "etc/passwd") in the image's layers, newest
-// first, honouring whiteouts; "" when the file is absent.
-func imageFile(layers []string, rel string) string {
-	for i := len(layers) - 1; i >= 0; i-- {
-		p := filepath.Join(layers[i], rel)
-		fi, err := os.Lstat(p)
-		if err != nil {
-			continue
-		}
-		if fi.Mode().IsRegular() {
-			return p
-		}
-		return "" // a whiteout (0/0 device) or something that is not a file
-	}
-	return ""
 }
 
 // unknownUserError keeps docker's exact wording ("unable to find user NAME:
@@ -50,7 +32,7 @@ func resolveUser(layers []string, spec string) (identity, error) {
 	if spec == "" {
 		spec = "0:0"
 	}
-	passwd, group := imageFile(layers, "etc/passwd"), imageFile(layers, "etc/group")
+	passwd, group := imageFile(layers, "/etc/passwd"), imageFile(layers, "/etc/group")
 	if passwd == "" {
 		passwd = os.DevNull
 	}
