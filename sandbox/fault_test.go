@@ -285,3 +285,64 @@ func TestLimitsHoldBeforeClaim(t *testing.T) {
 		t.Errorf("when the sandbox began to serve, PID 1 was in\n%s\nnot in its cgroup %s/%s", inCgroup, cgroupParent, sb.ID())
 	}
 }
+
+// Defect F: a timeout, Kill and a cancelled caller reach every process
+// the command started, also those that called setsid (session and process
+// group tracking missed them), and one that kills its supervisor.
+func TestKillReachesProcessesThatLeftTheSession(t *testing.T) {
+	b, ref := testBackend(t)
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
+	left := func(t *testing.T, marks ...string) {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			res := run(t, sb, "ps -o args")
+			var alive []string
+			for _, m := range marks {
+				if strings.Contains(res.Stdout, "sleep "+m) {
+					alive = append(alive, m)
+				}
+			}
+			if len(alive) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("still running: sleep %v\n%s", alive, res.Stdout)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	escape := "busybox setsid sleep 7001 & busybox setsid sh -c 'sleep 7002 & sleep 7003' & (busybox setsid sleep 7004 &); "
+	t.Run("timeout", func(t *testing.T) {
+		res, err := sb.Exec(context.Background(), backend.ExecRequest{Shell: escape + "sleep 60", Timeout: time.Second})
+		if err != nil || !res.TimedOut {
+			t.Fatalf("%+v %v", res, err)
+		}
+		left(t, "7001", "7002", "7003", "7004")
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		sb.Exec(ctx, backend.ExecRequest{Shell: escape + "sleep 60"})
+		left(t, "7001", "7002", "7003", "7004")
+	})
+	t.Run("supervisor-killed", func(t *testing.T) {
+		// Container root may kill the exec's supervisor (its parent): its
+		// tree is killed with it, never left to run unseen.
+		start := time.Now()
+		res, err := sb.Exec(context.Background(), backend.ExecRequest{Shell: escape + "kill -9 $PPID; sleep 60", Timeout: 30 * time.Second})
+		if err != nil || res.TimedOut || time.Since(start) > 10*time.Second {
+			t.Fatalf("%+v %v", res, err)
+		}
+		left(t, "7001", "7002", "7003", "7004")
+	})
+	t.Run("background-survives-normal-exit", func(t *testing.T) {
+		// A server started in one exec serves the next: only a kill ends it.
+		if res := run(t, sb, "busybox setsid sleep 7005 >/dev/null 2>&1 & sleep 7006 >/dev/null 2>&1 &"); res.ExitCode != 0 {
+			t.Fatalf("%+v", res)
+		}
+		if res := run(t, sb, "ps -o args"); !strings.Contains(res.Stdout, "sleep 7005") || !strings.Contains(res.Stdout, "sleep 7006") {
+			t.Errorf("background processes of a finished exec were killed:\n%s", res.Stdout)
+		}
+	})
+}

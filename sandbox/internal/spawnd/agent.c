@@ -21,7 +21,16 @@
 //     on the pipe named by _SLOPBOX_CLAIM_FD (the sandbox's mounts and
 //     hostname are in place), and exits if the pipe closes first (the
 //     server is gone), so an unused pool entry never outlives its server;
-//   - kills an exec's whole session on request, or when the requesting
+//   - runs each exec under a supervisor: a small fork of PID 1 that is a
+//     child subreaper (PR_SET_CHILD_SUBREAPER), so every process the command
+//     starts stays in the supervisor's subtree whatever it does (setsid,
+//     double fork): orphans are re-parented to the supervisor, not to PID 1.
+//     The supervisor reports the command's exit status on a pipe and lives
+//     on while background processes of the command do. Should a supervisor
+//     die another way (a command running as container root may kill it),
+//     the processes re-parented to PID 1 are killed at once: no process can
+//     leave its exec's tree;
+//   - kills an exec's whole tree on request, or when the requesting
 //     connection goes away (the slopbox process died), so no command
 //     outlives its caller's interest.
 //
@@ -75,13 +84,19 @@ struct agent_reply {
 
 struct conn {
 	int fd;
-	pid_t pid;    /* exec leader (and session id), 0 if none */
-	int done;     /* leader reaped */
+	pid_t pid;    /* the exec's supervisor, 0 if none */
+	int statfd;   /* the supervisor reports the command's wait status here */
+	int done;     /* the command exited */
 	int detached; /* leave the command running when the caller goes */
 };
 
 static struct conn conns[MAX_CONNS];
 static int nconns;
+
+/* Supervisors that still run (their exec's tree may outlive its conn). */
+#define MAX_SUPS 4096
+static pid_t sups[MAX_SUPS];
+static int nsups;
 
 static int read_full(int fd, void *buf, size_t n) {
 	char *p = buf;
@@ -105,19 +120,22 @@ static void reply(int fd, uint32_t type, int32_t value) {
 	while (w < 0 && errno == EINTR);
 }
 
-/* kill_session sends sig to every process of session sid: the exec's
- * process group first, then a /proc scan catches members that changed
- * group but not session. */
-static void kill_session(pid_t sid, int sig) {
-	if (sid <= 1)
-		return;
-	kill(-sid, sig);
+struct proc {
+	pid_t pid, ppid;
+};
+
+/* read_procs returns every process's pid and parent (from /proc) in a
+ * malloc'd array, or NULL. */
+static struct proc *read_procs(size_t *n) {
+	*n = 0;
 	DIR *d = opendir("/proc");
 	if (!d)
-		return;
+		return NULL;
+	size_t cap = 256;
+	struct proc *a = malloc(cap * sizeof *a);
 	struct dirent *e;
 	char path[64], buf[512];
-	while ((e = readdir(d)) != NULL) {
+	while (a && (e = readdir(d)) != NULL) {
 		char *end;
 		long pid = strtol(e->d_name, &end, 10);
 		if (*end || pid <= 1)
@@ -126,28 +144,163 @@ static void kill_session(pid_t sid, int sig) {
 		int fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
 			continue;
-		ssize_t n = read(fd, buf, sizeof buf - 1);
+		ssize_t r = read(fd, buf, sizeof buf - 1);
 		close(fd);
-		if (n <= 0)
+		if (r <= 0)
 			continue;
-		buf[n] = 0;
-		/* fields after the last ')': state ppid pgrp session */
+		buf[r] = 0;
+		/* fields after the last ')': state ppid */
 		char *p = strrchr(buf, ')');
-		long ppid, pgrp, session;
+		long pp;
 		char state;
-		if (!p || sscanf(p + 1, " %c %ld %ld %ld", &state, &ppid, &pgrp, &session) != 4)
+		if (!p || sscanf(p + 1, " %c %ld", &state, &pp) != 2)
 			continue;
-		if (session == sid)
-			kill((pid_t)pid, sig);
+		if (*n == cap) {
+			struct proc *b = realloc(a, 2 * cap * sizeof *a);
+			if (!b) {
+				free(a);
+				a = NULL;
+				break;
+			}
+			a = b;
+			cap *= 2;
+		}
+		a[(*n)++] = (struct proc){(pid_t)pid, (pid_t)pp};
 	}
 	closedir(d);
+	return a;
 }
+
+/* kill_tree sends sig to every descendant of root (not root itself), found
+ * through the parent links in /proc. A second pass catches processes
+ * forked while the first ran; the supervisor reaps them all. */
+static void kill_tree(pid_t root, int sig) {
+	if (root <= 1)
+		return;
+	for (int pass = 0; pass < 2; pass++) {
+		size_t n;
+		struct proc *a = read_procs(&n);
+		if (!a)
+			return;
+		char *in = calloc(n + 1, 1);
+		if (!in) {
+			free(a);
+			return;
+		}
+		/* Mark descendants until nothing changes (parents may be listed
+		 * after their children). */
+		for (int changed = 1; changed;) {
+			changed = 0;
+			for (size_t j = 0; j < n; j++) {
+				if (in[j])
+					continue;
+				int hit = a[j].ppid == root;
+				for (size_t k = 0; !hit && k < n; k++)
+					hit = in[k] && a[k].pid == a[j].ppid;
+				if (hit) {
+					in[j] = 1;
+					changed = 1;
+				}
+			}
+		}
+		for (size_t j = 0; j < n; j++)
+			if (in[j])
+				kill(a[j].pid, sig);
+		free(in);
+		free(a);
+	}
+}
+
+/* kill_orphans kills every child of PID 1 that is not a supervisor, with
+ * its tree: it was re-parented here because its supervisor died. */
+static void kill_orphans(void) {
+	size_t n;
+	struct proc *a = read_procs(&n);
+	if (!a)
+		return;
+	for (size_t j = 0; j < n; j++) {
+		if (a[j].ppid != 1)
+			continue;
+		int sup = 0;
+		for (int k = 0; k < nsups; k++)
+			if (sups[k] == a[j].pid)
+				sup = 1;
+		if (!sup) {
+			kill(a[j].pid, SIGSTOP); /* no more forks while its tree goes */
+			kill_tree(a[j].pid, SIGKILL);
+			kill(a[j].pid, SIGKILL);
+		}
+	}
+	free(a);
+}
+
+/* close_except closes every fd from 3 up but the n in keep. */
+static void close_except(const int *keep, int n) {
+	for (int fd = 3; fd < 4096; fd++) {
+		int k = 0;
+		while (k < n && keep[k] != fd)
+			k++;
+		if (k == n)
+			close(fd);
+	}
+}
+
+static void child_exec(int status_fd, int fds[3], struct agent_req *rq, uint32_t *groups,
+		       char *cwd, char **argv, char **envp) __attribute__((noreturn));
 
 static void drop_conn(int i) {
 	if (conns[i].pid > 0 && !conns[i].done && !conns[i].detached)
-		kill_session(conns[i].pid, SIGKILL);
+		kill_tree(conns[i].pid, SIGKILL);
 	close(conns[i].fd);
+	if (conns[i].statfd >= 0)
+		close(conns[i].statfd);
 	conns[i] = conns[--nconns];
+}
+
+/* supervise runs in the exec's supervisor (a fork of PID 1) and never
+ * returns: it starts the command and reaps its tree. */
+static void supervise(int status_fd, int stat_w, int fds[3], struct agent_req *rq, uint32_t *groups,
+		      char *cwd, char **argv, char **envp) {
+	prctl(PR_SET_NAME, "slopbox-exec");
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	/* Nothing of PID 1 stays open here: not its socket, not other execs'
+	 * connections or pipes. */
+	int keep[] = {status_fd, stat_w, fds[0], fds[1], fds[2]};
+	close_except(keep, 5);
+	/* Only SIGKILL and SIGSTOP reach it: the command's signals to its
+	 * process group or session do not. It waits without signals. */
+	sigset_t all;
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	pid_t cmd = fork();
+	if (cmd == 0) {
+		close(stat_w);
+		child_exec(status_fd, fds, rq, groups, cwd, argv, envp);
+	}
+	close(status_fd);
+	for (int i = 0; i < 3; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	if (cmd < 0) {
+		int32_t v = errno;
+		_exit(v == EAGAIN ? 125 : 124);
+	}
+	for (;;) {
+		int st;
+		pid_t p = waitpid(-1, &st, 0);
+		if (p < 0 && errno == EINTR)
+			continue;
+		if (p < 0)
+			_exit(0); /* ECHILD: the whole tree is gone */
+		if (p == cmd) {
+			int32_t v = st;
+			ssize_t w;
+			do
+				w = write(stat_w, &v, sizeof v);
+			while (w < 0 && errno == EINTR);
+			close(stat_w);
+		}
+	}
 }
 
 /* child_exec runs in the forked child and never returns. */
@@ -248,27 +401,49 @@ static void handle_exec(int i, char *buf, uint32_t len, int fds[3]) {
 	}
 	memcpy(cwdbuf, cwd, rq->len_cwd);
 
-	int sp[2];
+	int sp[2], ep[2];
 	if (pipe2(sp, O_CLOEXEC) < 0) {
 		free(argv);
 		free(envp);
 		reply(conns[i].fd, REPLY_FAILED, errno);
 		return;
 	}
+	if (pipe2(ep, O_CLOEXEC) < 0) {
+		close(sp[0]);
+		close(sp[1]);
+		free(argv);
+		free(envp);
+		reply(conns[i].fd, REPLY_FAILED, errno);
+		return;
+	}
+	if (nsups >= MAX_SUPS) {
+		close(sp[0]);
+		close(sp[1]);
+		close(ep[0]);
+		close(ep[1]);
+		free(argv);
+		free(envp);
+		reply(conns[i].fd, REPLY_FAILED, EAGAIN);
+		return;
+	}
 	pid_t pid = fork();
 	if (pid == 0) {
 		close(sp[0]);
-		child_exec(sp[1], fds, rq, groups, cwdbuf, argv, envp);
+		close(ep[0]);
+		supervise(sp[1], ep[1], fds, rq, groups, cwdbuf, argv, envp);
 	}
 	int fork_errno = errno;
 	close(sp[1]);
+	close(ep[1]);
 	free(argv);
 	free(envp);
 	if (pid < 0) {
 		close(sp[0]);
+		close(ep[0]);
 		reply(conns[i].fd, REPLY_FAILED, fork_errno);
 		return;
 	}
+	sups[nsups++] = pid;
 	int32_t child_err = 0;
 	ssize_t n;
 	do
@@ -276,12 +451,14 @@ static void handle_exec(int i, char *buf, uint32_t len, int fds[3]) {
 	while (n < 0 && errno == EINTR);
 	close(sp[0]);
 	if (n == (ssize_t)sizeof child_err) {
-		/* exec failed: the child exits 127; reap it here */
-		waitpid(pid, NULL, 0);
+		/* exec failed: the child exits 127 and its supervisor with it,
+		 * reaped by reap() */
+		close(ep[0]);
 		reply(conns[i].fd, REPLY_FAILED, child_err);
 		return;
 	}
 	conns[i].pid = pid;
+	conns[i].statfd = ep[0];
 	conns[i].done = 0;
 	conns[i].detached = (rq->flags & FLAG_DETACH) != 0;
 	reply(conns[i].fd, REPLY_STARTED, pid);
@@ -333,7 +510,7 @@ static int handle_conn(int i) {
 	if (((uint32_t *)buf)[0] == AGENT_MAGIC && op == OP_KILL && len >= 12) {
 		int sig = ((int32_t *)buf)[2];
 		if (conns[i].pid > 0 && !conns[i].done)
-			kill_session(conns[i].pid, sig);
+			kill_tree(conns[i].pid, sig);
 	} else if (((uint32_t *)buf)[0] == AGENT_MAGIC && op == OP_EXEC && conns[i].pid == 0 && nfds == 3) {
 		handle_exec(i, buf, len, fds);
 	} else {
@@ -347,17 +524,43 @@ out:
 	return ret;
 }
 
+/* exited delivers the command's wait status its supervisor reported (or,
+ * if the supervisor died first, that it was killed). */
+static void exited(int i) {
+	int32_t v;
+	ssize_t n;
+	do
+		n = read(conns[i].statfd, &v, sizeof v);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof v)
+		v = SIGKILL; /* the supervisor died: so did the command */
+	close(conns[i].statfd);
+	conns[i].statfd = -1;
+	conns[i].done = 1;
+	reply(conns[i].fd, REPLY_EXITED, v);
+}
+
 static void reap(void) {
-	int status;
+	int status, orphans = 0;
 	pid_t pid;
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-		for (int i = 0; i < nconns; i++) {
-			if (conns[i].pid == pid && !conns[i].done) {
-				conns[i].done = 1;
-				reply(conns[i].fd, REPLY_EXITED, status);
+		int sup = 0;
+		for (int k = 0; k < nsups; k++) {
+			if (sups[k] == pid) {
+				sups[k] = sups[--nsups];
+				sup = 1;
+				break;
 			}
 		}
+		/* A supervisor exits 0 once its tree is gone; any other end (it
+		 * was killed) leaves its tree re-parented here. */
+		if (sup && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+			orphans = 1;
+		if (!sup)
+			orphans = 1;
 	}
+	if (orphans)
+		kill_orphans();
 }
 
 /* load_seccomp reads the compiled filter from fd and installs it on PID 1,
@@ -434,13 +637,16 @@ static void agent_main(void) {
 		_exit(121);
 	fcntl(LISTEN_FD, F_SETFD, FD_CLOEXEC);
 	for (;;) {
-		struct pollfd pfd[MAX_CONNS + 3];
+		struct pollfd pfd[2 * MAX_CONNS + 3];
 		pfd[0] = (struct pollfd){.fd = sfd, .events = POLLIN};
 		pfd[1] = (struct pollfd){.fd = LISTEN_FD, .events = claimfd < 0 && nconns < MAX_CONNS ? POLLIN : 0};
 		for (int i = 0; i < nconns; i++)
 			pfd[2 + i] = (struct pollfd){.fd = conns[i].fd, .events = POLLIN};
-		/* Negative fds are ignored by poll: this slot is unused once claimed. */
-		int claimslot = 2 + nconns;
+		/* Negative fds are ignored by poll. */
+		for (int i = 0; i < nconns; i++)
+			pfd[2 + nconns + i] = (struct pollfd){.fd = conns[i].done ? -1 : conns[i].statfd, .events = POLLIN};
+		/* This slot is unused once claimed. */
+		int claimslot = 2 + 2 * nconns;
 		pfd[claimslot] = (struct pollfd){.fd = claimfd, .events = POLLIN};
 		int n = poll(pfd, (nfds_t)(claimslot + 1), -1);
 		if (n < 0) {
@@ -454,6 +660,10 @@ static void agent_main(void) {
 				;
 			reap();
 		}
+		/* Exit statuses first, so a reply precedes a hang-up's kill. */
+		for (int i = 0; i < nconns; i++)
+			if (pfd[2 + nconns + i].revents && !conns[i].done && conns[i].statfd >= 0)
+				exited(i);
 		/* Walk connections from the end: drop_conn moves the last one. */
 		for (int i = nconns - 1; i >= 0; i--) {
 			short ev = pfd[2 + i].revents;
@@ -478,7 +688,7 @@ static void agent_main(void) {
 		if (pfd[1].revents & POLLIN) {
 			int c = accept4(LISTEN_FD, NULL, NULL, SOCK_CLOEXEC);
 			if (c >= 0)
-				conns[nconns++] = (struct conn){.fd = c};
+				conns[nconns++] = (struct conn){.fd = c, .statfd = -1};
 		}
 		reap();
 	}
