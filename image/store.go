@@ -1,6 +1,7 @@
 package image
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	imgspecs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/slopbox/slopbox/internal/atomicfile"
 	"github.com/slopbox/slopbox/internal/userns"
 )
 
@@ -224,27 +226,9 @@ func (s *Store) updateIndex(f func(*ocispec.Index) error) error {
 	return s.writeIndex(idx)
 }
 
-// writeFileAtomic writes b to path via a temporary file and rename.
+// writeFileAtomic writes b to path via a synced temporary file and rename.
 func writeFileAtomic(s *Store, path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return atomicfile.Write(path, bytes.NewReader(b), 0o644)
 }
 
 // ParseReference parses an image reference the way docker does

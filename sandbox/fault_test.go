@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -345,4 +346,37 @@ func TestKillReachesProcessesThatLeftTheSession(t *testing.T) {
 			t.Errorf("background processes of a finished exec were killed:\n%s", res.Stdout)
 		}
 	})
+}
+
+// A command that slopbox (timeout) or the kernel (OOM) killed says which
+// on the caller's stderr, rather than exiting 137 in silence.
+func TestAttachSaysWhyItWasKilled(t *testing.T) {
+	b, ref := testBackend(t)
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, Limits: backend.Limits{MemoryBytes: 48 << 20}})
+	attach := func(shell string, timeout time.Duration) (int, string) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		code, err := sb.Attach(context.Background(), backend.ExecRequest{Argv: []string{"sh", "-c", shell}, Timeout: timeout}, nil, w, w, false)
+		w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(r)
+		return code, string(out)
+	}
+	if code, out := attach("sleep 30", 500*time.Millisecond); code != 137 || !strings.Contains(out, "timed out after 500ms and was killed") {
+		t.Errorf("timeout: exit %d, stderr %q", code, out)
+	}
+	if len(sb.Unenforced()) > 0 {
+		if os.Geteuid() == 0 {
+			t.Fatalf("limits not enforced as root: %v", sb.Unenforced())
+		}
+		return // rootless without delegated cgroups: no OOM kill to report
+	}
+	if code, out := attach("head -c 200000000 /dev/zero | tail > /dev/null", 0); code == 0 || !strings.Contains(out, "OOM killer") {
+		t.Errorf("oom: exit %d, stderr %q", code, out)
+	}
 }

@@ -466,6 +466,10 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 		}
 	} else if stdinR, err = os.Open(os.DevNull); err != nil {
 		conn.close()
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
 		return nil, err
 	}
 	p := &proc{conn: conn, exited: make(chan struct{}), killCh: make(chan struct{})}
@@ -479,9 +483,10 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 	errW.Close()
 	if err == nil && execErr != nil {
 		var ee *execError
-		if errors.As(execErr, &ee) && ee.cwd {
+		switch {
+		case !errors.As(execErr, &ee), ee.cwd:
 			err = fmt.Errorf("exec: %w", execErr)
-		} else {
+		default:
 			p.failed = backend.FailedResult(ee.code, ee.msg, rec.Unenforced)
 		}
 	}
@@ -696,10 +701,16 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest, stdin, st
 		defer t.Stop()
 		timeout = t.C
 	}
+	var oomBase uint64
+	if m := s.cgroup(); m != nil {
+		oomBase, _ = m.OOMKillCount()
+	}
 	var r reply
+	timedOut := false
 	select {
 	case r = <-done:
 	case <-timeout:
+		timedOut = true
 	case <-ctx.Done():
 	}
 	if r.typ == 0 && r.err == nil {
@@ -712,5 +723,18 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest, stdin, st
 	}
 	touch(filepath.Join(s.dir, socketFile))
 	p := &proc{lost: r.err != nil || r.typ != replyExited, status: syscall.WaitStatus(r.val)}
+	// A command killed by slopbox or the kernel says why, as docker's
+	// "OOMKilled" does, rather than exiting 137 in silence.
+	switch {
+	case timedOut:
+		fmt.Fprintf(stderr, "slopbox: the command timed out after %v and was killed\n", req.Timeout)
+	case p.exitCode() != 0:
+		// The OOM killer may have hit the command or one of its children.
+		if m := s.cgroup(); m != nil {
+			if n, err := m.OOMKillCount(); err == nil && n > oomBase {
+				fmt.Fprintf(stderr, "slopbox: the command was killed by the kernel's OOM killer (memory limit %d bytes)\n", s.rec.Limits.MemoryBytes)
+			}
+		}
+	}
 	return p.exitCode(), nil
 }

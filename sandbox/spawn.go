@@ -294,7 +294,10 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 		if err == nil {
 			break
 		}
-		b.destroy(rec)
+		if derr := b.destroy(rec); derr != nil {
+			// Say so: the caller was promised that nothing is left.
+			return errors.Join(err, fmt.Errorf("removing the half-made sandbox %s failed too (`slopbox prune` retries): %w", rec.ID, derr))
+		}
 		if !fromPool || ctx.Err() != nil {
 			return err
 		}

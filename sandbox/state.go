@@ -21,6 +21,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/internal/atomicfile"
 	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
 
@@ -102,20 +103,7 @@ func (r stateRoot) writeIn(dir string, rec *record) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".state-")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, stateFile))
+	return atomicfile.Write(filepath.Join(dir, stateFile), bytes.NewReader(b), 0o600)
 }
 
 func (r stateRoot) read(id string) (*record, error) {
