@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/slopbox/slopbox/internal/atomicfile"
 	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
 
@@ -159,7 +161,9 @@ func (b *Backend) prestartEntry(ctx context.Context, srv *spawner, bins binaries
 		return nil, err
 	}
 	start, _, _ := procStart(os.Getpid())
-	err := os.WriteFile(filepath.Join(e.dir, "owner"), fmt.Appendf(nil, "%d %d\n", os.Getpid(), start), 0o644)
+	// Atomically: a concurrent reaper must never read a partial owner file
+	// and take a live owner for a dead one.
+	err := atomicfile.Write(filepath.Join(e.dir, "owner"), bytes.NewReader(fmt.Appendf(nil, "%d %d\n", os.Getpid(), start)), 0o644)
 	if err == nil {
 		err = b.chownToNamespaceRoot(e.dir)
 	}
@@ -232,6 +236,12 @@ func (b *Backend) reapStalePool() error {
 func ownerAlive(dir string) bool {
 	b, err := os.ReadFile(filepath.Join(dir, "owner"))
 	if err != nil {
+		if _, serr := os.Lstat(dir); errors.Is(serr, os.ErrNotExist) {
+			// Gone since it was listed: adopted by its owner (renamed to
+			// the sandbox's own directory) or removed. Not ours to reap:
+			// its id may now be a live sandbox's.
+			return true
+		}
 		return errors.Is(err, os.ErrNotExist) && recentlyCreated(dir)
 	}
 	f := strings.Fields(string(b))

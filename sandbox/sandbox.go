@@ -245,8 +245,10 @@ func (b *Backend) destroy(rec *record) error {
 	} else if err := killStragglers(rec.ID, b.state.sandboxDir(rec.ID)); err != nil {
 		errs = append(errs, err)
 	}
-	if rec.Broken != "" && len(rec.Cgroups) == 0 {
-		// Its cgroup paths were in the lost state: they follow from its id.
+	if len(rec.Cgroups) == 0 && (rec.Broken != "" || rec.Limits.MemoryBytes > 0 || rec.Limits.CPUs > 0 || rec.Limits.Pids > 0) {
+		// The state lost its cgroup paths (broken), or never got them (a
+		// slopbox killed between making the cgroup and recording it): they
+		// follow from the id.
 		cg := &cgroups.Cgroup{Name: rec.ID, Parent: cgroupParent, Resources: &cgroups.Resources{SkipDevices: true}, Rootless: os.Geteuid() != 0}
 		if m, err := cgmanager.New(cg); err == nil {
 			rec.Cgroups = m.GetPaths()

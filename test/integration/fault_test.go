@@ -1,0 +1,201 @@
+package integration
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// leftovers lists what anything slopbox made under e.root still holds on
+// the host: processes (a sandbox's PID 1 carries its id in its
+// environment; others hold files under the root), mounts under the root,
+// and cgroups of the given sandbox ids.
+func (e *env) leftovers(ids map[string]bool) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		for id := range ids {
+			if strings.Contains(string(environ), "_SLOPBOX_SANDBOX="+id+"\x00") {
+				out = append(out, fmt.Sprintf("process %d of sandbox %s", pid, id))
+			}
+		}
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		for _, fd := range fds {
+			if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && strings.HasPrefix(l, e.root+"/") {
+				out = append(out, fmt.Sprintf("process %d holds %s", pid, l))
+				break
+			}
+		}
+	}
+	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
+		s := bufio.NewScanner(f)
+		for s.Scan() {
+			if fields := strings.Fields(s.Text()); len(fields) > 4 && strings.HasPrefix(fields[4], e.root) {
+				out = append(out, "mount "+fields[4])
+			}
+		}
+		f.Close()
+	}
+	for id := range ids {
+		matches, _ := filepath.Glob("/sys/fs/cgroup/*/slopbox/" + id)
+		m2, _ := filepath.Glob("/sys/fs/cgroup/slopbox/" + id)
+		for _, m := range append(matches, m2...) {
+			out = append(out, "cgroup "+m)
+		}
+	}
+	return out
+}
+
+// sandboxDirs returns the ids of every sandbox directory under the root,
+// pool entries included.
+func (e *env) sandboxDirs() map[string]bool {
+	ids := map[string]bool{}
+	for _, dir := range []string{filepath.Join(e.root, "c"), filepath.Join(e.root, "c", ".pool")} {
+		ents, _ := os.ReadDir(dir)
+		for _, ent := range ents {
+			if ent.IsDir() && !strings.HasPrefix(ent.Name(), ".") {
+				ids[ent.Name()] = true
+			}
+		}
+	}
+	return ids
+}
+
+// SIGKILL of slopbox at any point (mid-spawn, mid-exec, mid-rm, mid-prune,
+// mid-pull), then `ps`/`rm -f`/`prune`, leaves the host clean: processes,
+// mounts, cgroups and state.
+func TestSIGKILLAnywhereThenPruneLeavesNothing(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", e.ref)
+	e.must("run", "-d", "--name", "base", "--memory", "64m", e.ref, "sleep", "1000")
+	seen := map[string]bool{}
+	scenarios := [][]string{
+		{"run", "-d", "--name", "victim", "--memory", "64m", e.ref, "sleep", "1000"},
+		{"run", "--rm", "--pids-limit", "50", e.ref, "sh", "-c", "sleep 100 & busybox setsid sleep 100 & sleep 100"},
+		{"exec", "base", "sh", "-c", "sleep 100 & busybox setsid sleep 100 & sleep 100"},
+		{"rm", "-f", "base"},
+		{"prune"},
+		{"pull", e.ref},
+	}
+	for _, args := range scenarios {
+		for _, delay := range []time.Duration{2 * time.Millisecond, 15 * time.Millisecond, 40 * time.Millisecond, 120 * time.Millisecond} {
+			cmd := exec.Command(e.bin, append([]string{"--root", e.root}, args...)...)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(delay)
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+			for id := range e.sandboxDirs() {
+				seen[id] = true
+			}
+			// ps must not fail, whatever state the kill left.
+			if out, code := e.run("", "ps", "-a"); code != 0 {
+				t.Fatalf("ps after killing %v at %v: exit %d: %s", args, delay, code, out)
+			}
+			e.run("", "rm", "-f", "victim")
+			if _, code := e.run("", "inspect", "base"); code != 0 {
+				e.must("run", "-d", "--name", "base", "--memory", "64m", e.ref, "sleep", "1000")
+			}
+		}
+	}
+	for id := range e.sandboxDirs() {
+		seen[id] = true
+	}
+	e.must("prune")
+	for _, id := range strings.Fields(e.must("ps", "-a", "-q")) {
+		e.must("rm", "-f", id)
+	}
+	if out := e.must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("prune and rm -f left sandboxes: %s", out)
+	}
+	if len(seen) < 5 {
+		t.Errorf("only %d sandboxes were started: the kills came too early to test anything", len(seen))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for left := e.leftovers(seen); len(left) > 0; left = e.leftovers(seen) {
+		if time.Now().After(deadline) {
+			t.Fatalf("left on the host after prune:\n%s", strings.Join(left, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, dir := range []string{"c", "c/.pool"} {
+		ents, _ := os.ReadDir(filepath.Join(e.root, dir))
+		for _, ent := range ents {
+			if !strings.HasPrefix(ent.Name(), ".") {
+				t.Errorf("state left: %s/%s", dir, ent.Name())
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(e.root, "oci", "index.json")); err != nil {
+		t.Errorf("the store is damaged: %v", err)
+	}
+	e.must("run", "--rm", e.ref, "true") // and it still works
+}
+
+// 50 loops in separate processes spawn, exec and remove sandboxes on one
+// state root at once: no state is corrupted and no output is lost (each
+// command prints numbered lines; all arrive, in order).
+func TestConcurrentProcessesOnOneRoot(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", e.ref)
+	const loops, rounds, lines = 50, 2, 300
+	want := ""
+	for i := 1; i <= lines; i++ {
+		want += strconv.Itoa(i) + "\n"
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, loops*rounds)
+	for l := range loops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				name := fmt.Sprintf("loop%d-%d", l, r)
+				steps := [][]string{
+					{"run", "-d", "--name", name, e.ref, "sleep", "1000"},
+					{"exec", name, "seq", strconv.Itoa(lines)},
+					{"rm", "-f", name},
+				}
+				for _, args := range steps {
+					cmd := exec.Command(e.bin, append([]string{"--root", e.root}, args...)...)
+					out, err := cmd.Output()
+					if err != nil {
+						errs <- fmt.Sprintf("%v: %v (%s)", args, err, out)
+						break
+					}
+					if args[0] == "exec" && string(out) != want {
+						errs <- fmt.Sprintf("%v: got %d bytes, not the %d numbered lines in order", args, len(out), lines)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	n := 0
+	for err := range errs {
+		if n++; n <= 5 {
+			t.Error(err)
+		}
+	}
+	if n > 5 {
+		t.Errorf("... and %d more", n-5)
+	}
+	if out := e.must("ps", "-a"); strings.Contains(out, "Broken") || strings.Count(out, "\n") != 1 {
+		t.Errorf("after the loops:\n%s", out)
+	}
+}
