@@ -19,6 +19,14 @@ ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestRootOwnedWorkspaceMapsToUnpri
 echo "== tests as root" >&2
 go test -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 30m ./...
 
+# Each fuzz target for a bounded time (its seeds and testdata/fuzz corpus
+# also ran above, as tests).
+echo "== fuzzing, ${FUZZTIME:=10s} a target" >&2
+for target in "FuzzApplyLayer ./image/" "FuzzParseReference ./image/" "FuzzAgentRequest ./sandbox/"; do
+	read -r name pkg <<<"$target"
+	go test -tags "$TAGS" -ldflags "$LDFLAGS" -run '^$' -fuzz "^$name\$" -fuzztime "$FUZZTIME" "$pkg"
+done
+
 [[ $(id -u) -eq 0 ]] || { echo "not root: the rootless run needs root to switch to $TEST_USER" >&2; exit 1; }
 echo "== tests as $TEST_USER (rootless)" >&2
 work=$(mktemp -d /tmp/slopbox-rootless.XXXXXX)
