@@ -31,6 +31,10 @@ type Backend interface {
 	Name() string
 	// Spawn creates a long-lived sandbox over spec.Workspace.
 	Spawn(ctx context.Context, spec SpawnSpec) (Sandbox, error)
+	// Close releases what the backend holds for spawning (sandbox/: the
+	// sandboxes started ahead of need and the spawn server). Sandboxes
+	// already spawned are not touched; Spawn after Close starts anew.
+	Close()
 }
 
 // Sandbox is one long-lived execution environment over a workspace.

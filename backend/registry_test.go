@@ -10,6 +10,7 @@ import (
 type fakeBackend struct{ name string }
 
 func (f fakeBackend) Name() string { return f.name }
+func (f fakeBackend) Close()       {}
 func (f fakeBackend) Spawn(context.Context, SpawnSpec) (Sandbox, error) {
 	return nil, errors.New("not implemented")
 }

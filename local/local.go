@@ -43,6 +43,9 @@ func New() *Backend { return &Backend{} }
 // Name returns "local".
 func (*Backend) Name() string { return Name }
 
+// Close does nothing: the local backend holds nothing between spawns.
+func (*Backend) Close() {}
+
 // Spawn checks the spec and returns a sandbox over spec.Workspace. Nothing
 // runs yet: setup runs with every command, through the entry script.
 func (*Backend) Spawn(ctx context.Context, spec backend.SpawnSpec) (backend.Sandbox, error) {

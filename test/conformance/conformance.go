@@ -97,6 +97,7 @@ func Run(t *testing.T, f Factory) {
 		{"workspace-files", s.workspaceFiles},
 		{"permission-denied", s.permissionDenied},
 		{"is-a-directory", s.isADirectory},
+		{"close", s.close},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
@@ -1062,4 +1063,29 @@ func (s *suite) isADirectory(t *testing.T) {
 	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "Is a directory") {
 		t.Errorf("cat of a directory: exit %d stderr %q", res.ExitCode, res.Stderr)
 	}
+}
+
+// close: Close releases what the backend holds for spawning; sandboxes
+// spawned before keep working, and a Spawn after Close works too.
+func (s *suite) close(t *testing.T) {
+	b, spec := s.f.New(t)
+	spec.DisableSetup = true
+	first, err := b.Spawn(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Cleanup()
+	b.Close()
+	if res := execOK(t, first, backend.ExecRequest{Shell: "echo before"}); res.Stdout != "before\n" {
+		t.Errorf("a sandbox spawned before Close: %+v", res)
+	}
+	second, err := b.Spawn(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("spawn after Close: %v", err)
+	}
+	defer second.Cleanup()
+	if res := execOK(t, second, backend.ExecRequest{Shell: "echo after"}); res.Stdout != "after\n" {
+		t.Errorf("a sandbox spawned after Close: %+v", res)
+	}
+	b.Close()
 }
