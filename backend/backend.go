@@ -10,6 +10,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"os"
 	"time"
 )
 
@@ -110,6 +111,11 @@ type SpawnSpec struct {
 	// User is "uid[:gid]" or "name[:group]"; empty picks the default for Context.
 	User    string
 	Context Context
+	// AgentUser is the agent context's default user when User is empty
+	// (SlopCodeBench: "$HUID:$HGID" when both are set, which
+	// backend.AgentUserFromEnv reads); empty means 0:0. The library reads
+	// no environment variable for it.
+	AgentUser string
 
 	Network string
 	Ports   []PortMapping
@@ -210,4 +216,14 @@ type Event struct {
 	Kind   EventKind
 	Data   string
 	Result *Result
+}
+
+// AgentUserFromEnv returns "$HUID:$HGID" when both are set (SlopCodeBench's
+// default user for agent runs), else "". Front ends (the CLI, dockercompat)
+// pass it as SpawnSpec.AgentUser.
+func AgentUserFromEnv() string {
+	if u, g := os.Getenv("HUID"), os.Getenv("HGID"); u != "" && g != "" {
+		return u + ":" + g
+	}
+	return ""
 }

@@ -26,10 +26,10 @@ type binaries struct {
 //     the server's binary for every sandbox ("runc init"), so a small one
 //     starts sooner;
 //   - otherwise (a binary built without the embedded helper, such as a Go
-//     program using this package, or SLOPBOX_SPAWN_HELPER=self) this binary,
+//     program using this package, or UseSpawnHelper("self")) this binary,
 //     with a copy in the store as PID 1.
 //
-// SLOPBOX_SPAWN_HELPER may also name a slopbox-spawn binary to use.
+// UseSpawnHelper may also name a slopbox-spawn binary to use.
 func (b *Backend) binaries() (binaries, error) {
 	b.binOnce.Do(func() { b.bins, b.binErr = b.installBinaries() })
 	return b.bins, b.binErr
@@ -41,7 +41,7 @@ func (b *Backend) installBinaries() (binaries, error) {
 		return binaries{}, err
 	}
 	os.Chmod(dir, 0o755) // root of the user namespace reads these
-	env := os.Getenv("SLOPBOX_SPAWN_HELPER")
+	env := b.spawnHelper
 	switch {
 	case env != "" && env != "self":
 		p, err := installCopy(dir, "spawn-", env)
@@ -63,9 +63,7 @@ func (b *Backend) installBinaries() (binaries, error) {
 	if err != nil {
 		return binaries{}, err
 	}
-	if env := os.Getenv("SLOPBOX_INIT"); env != "" {
-		self = env
-	}
+
 	p, err := installCopy(dir, "init-", self)
 	return binaries{init: p}, err
 }
@@ -108,3 +106,9 @@ func writeFileAtomic(path string, r io.Reader, mode os.FileMode) error {
 	}
 	return atomicfile.Write(path, r, mode)
 }
+
+// UseSpawnHelper picks the spawn server and PID 1 program before the first
+// spawn: the path of a static slopbox-spawn build, or "self" for this
+// binary (re-executed); "" (the default) uses the embedded helper when the
+// binary carries one. The CLI passes $SLOPBOX_SPAWN_HELPER.
+func (b *Backend) UseSpawnHelper(program string) { b.spawnHelper = program }

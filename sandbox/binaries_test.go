@@ -11,14 +11,14 @@ import (
 
 // TestSpawnServerPrograms: make test builds with the spawn server embedded
 // (slopbox_helper), as bin/slopbox is; a binary without it, or with
-// SLOPBOX_SPAWN_HELPER=self, serves itself. Both give the same sandbox.
+// UseSpawnHelper("self"), serves itself. Both give the same sandbox.
 func TestSpawnServerPrograms(t *testing.T) {
 	for _, mode := range []string{"default", "self"} {
 		t.Run(mode, func(t *testing.T) {
-			if mode == "self" {
-				t.Setenv("SLOPBOX_SPAWN_HELPER", "self")
-			}
 			b, ref := testBackend(t)
+			if mode == "self" {
+				b.UseSpawnHelper("self")
+			}
 			sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
 			res := run(t, sb, "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status; echo ok > out")
 			if !strings.Contains(res.Stdout, "NoNewPrivs:\t1") || !strings.Contains(res.Stdout, "Seccomp:\t2") {

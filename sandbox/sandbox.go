@@ -53,6 +53,8 @@ type Backend struct {
 	initEnv []string
 	// startDeadline bounds the start of a PID 1 (0: the server's default).
 	startDeadline time.Duration
+	// spawnHelper: see UseSpawnHelper.
+	spawnHelper string
 	// claimedHook, for tests, runs as soon as a sandbox serves commands.
 	claimedHook func(*record)
 }

@@ -77,7 +77,7 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	}
 	userSpec := spec.User
 	if userSpec == "" {
-		userSpec = defaultUser(spec.Context, img.Config.Config.User)
+		userSpec = defaultUser(spec, img.Config.Config.User)
 	}
 	who, err := resolveUser(img.Layers, userSpec)
 	if err != nil {
@@ -151,13 +151,13 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 }
 
 // defaultUser is the user when the spawn spec names none: SPEC "User".
-func defaultUser(ctx backend.Context, imageUser string) string {
-	switch ctx {
+func defaultUser(spec backend.SpawnSpec, imageUser string) string {
+	switch spec.Context {
 	case backend.ContextEvaluation:
 		return "1000:1000"
 	case backend.ContextAgent:
-		if u, g := os.Getenv("HUID"), os.Getenv("HGID"); u != "" && g != "" {
-			return u + ":" + g
+		if spec.AgentUser != "" {
+			return spec.AgentUser
 		}
 		return "0:0"
 	}

@@ -141,6 +141,7 @@ func openBackend() (*sandbox.Backend, error) {
 		return nil, err
 	}
 	b.KeepReady(false)
+	b.UseSpawnHelper(os.Getenv("SLOPBOX_SPAWN_HELPER")) // documented in the README
 	return b, nil
 }
 
