@@ -8,7 +8,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -312,4 +314,108 @@ func mustRead(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+const syscallProbe = "test-syscall-probe"
+
+// The probe tries, from inside a sandbox, what a breakout would: each line
+// is name=errno (or name=ok).
+func init() {
+	reexec.Register(syscallProbe, func() int {
+		report := func(name string, err error) {
+			if err == nil {
+				fmt.Printf("%s=ok\n", name)
+				return
+			}
+			if errno, ok := err.(syscall.Errno); ok {
+				fmt.Printf("%s=%s\n", name, unix.ErrnoName(errno))
+			} else {
+				fmt.Printf("%s=%v\n", name, err)
+			}
+		}
+		hostPid, _ := strconv.Atoi(os.Args[1])
+		report("ptrace", unix.PtraceAttach(hostPid))
+		report("ptrace-init", unix.PtraceAttach(1))
+		report("mount", unix.Mount("tmpfs", "/mnt", "tmpfs", 0, ""))
+		report("unshare-user", unix.Unshare(unix.CLONE_NEWUSER))
+		report("unshare-mnt", unix.Unshare(unix.CLONE_NEWNS))
+		_, err := unix.KeyctlJoinSessionKeyring("probe")
+		report("keyctl", err)
+		_, err = unix.AddKey("user", "probe", []byte("x"), unix.KEY_SPEC_PROCESS_KEYRING)
+		report("add_key", err)
+		report("init_module", unix.InitModule([]byte("\x7fELF"), ""))
+		report("finit_module", unix.FinitModule(0, "", 0))
+		report("mknod-char", unix.Mknod("/tmp/mem", unix.S_IFCHR|0o600, int(unix.Mkdev(1, 1))))
+		if f, err := os.OpenFile("/tmp/mem", os.O_RDONLY, 0); err == nil {
+			f.Close()
+			report("open-mknod", nil)
+		}
+		report("open-host-disk", func() error {
+			f, err := os.Open("/dev/vda")
+			if err == nil {
+				f.Close()
+			}
+			return err
+		}())
+		report("sysrq", os.WriteFile("/proc/sysrq-trigger", []byte("h"), 0))
+		report("reboot", unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF))
+		_, _, e := unix.Syscall(unix.SYS_BPF, 0, 0, 0)
+		report("bpf", errnoOrNil(e))
+		_, _, e = unix.Syscall6(unix.SYS_PERF_EVENT_OPEN, 0, 0, ^uintptr(0), ^uintptr(0), 0, 0)
+		report("perf_event_open", errnoOrNil(e))
+		return 0
+	})
+}
+
+func errnoOrNil(e syscall.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
+
+// The attacks of issue 8 that need no limit: each is contained, as root
+// and rootless. (Fork bomb, memory and CPU hogs: TestLimits and
+// TestResourceHogsContained.)
+func TestBreakoutAttemptsContained(t *testing.T) {
+	b, ref := testBackend(t)
+	exe := probeBinary(t)
+	host := exec.Command("sleep", "3600")
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Process.Kill(); host.Wait() })
+	for _, user := range []string{"", "1000:1000"} {
+		t.Run("user="+user, func(t *testing.T) {
+			sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, User: user,
+				Mounts: []backend.Mount{{Source: exe, Target: "/probe", ReadOnly: true}}})
+			res := run(t, sb, reexec.Env+"="+syscallProbe+" /probe "+strconv.Itoa(host.Process.Pid))
+			t.Logf("probe:\n%s", res.Stdout)
+			for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+				name, result, _ := strings.Cut(line, "=")
+				if result == "ok" {
+					t.Errorf("%s succeeded inside the sandbox (user %q)", name, user)
+				}
+			}
+			if !strings.Contains(res.Stdout, "perf_event_open=") {
+				t.Fatalf("the probe did not run: %+v", res)
+			}
+			// Host files behind masked and read-only paths.
+			res = run(t, sb, "cat /proc/1/cmdline; echo; ls /sys/firmware | wc -l; cat /proc/keys 2>&1 | wc -c; "+
+				"cat /proc/kcore 2>/dev/null | head -c 1 | wc -c; echo x > /proc/sys/kernel/hostname 2>&1; hostname")
+			lines := strings.Split(res.Stdout, "\n")
+			if !strings.Contains(lines[0], "slopbox-init") && !strings.Contains(lines[0], ".slopbox-init") {
+				t.Errorf("/proc/1 is not the sandbox's PID 1: %q", lines[0])
+			}
+			if len(lines) < 5 || strings.TrimSpace(lines[1]) != "0" || strings.TrimSpace(lines[2]) != "0" || strings.TrimSpace(lines[3]) != "0" {
+				t.Errorf("/sys/firmware, /proc/keys or /proc/kcore readable:\n%s", res.Stdout)
+			}
+			if h, _ := os.Hostname(); strings.Contains(res.Stdout, "\nx\n") || strings.Contains(res.Stdout, h+"\n") && h != "sandbox" {
+				t.Errorf("hostname changed or the host's visible: %q", res.Stdout)
+			}
+		})
+	}
+	if h, _ := os.ReadFile("/proc/sys/kernel/hostname"); strings.TrimSpace(string(h)) == "x" {
+		t.Error("the host's hostname was changed")
+	}
 }
