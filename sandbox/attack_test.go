@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -418,4 +419,49 @@ func TestBreakoutAttemptsContained(t *testing.T) {
 	if h, _ := os.ReadFile("/proc/sys/kernel/hostname"); strings.TrimSpace(string(h)) == "x" {
 		t.Error("the host's hostname was changed")
 	}
+}
+
+// Resource hogs under limits: a fork bomb under --pids-limit and a CPU hog
+// under --cpus are contained and the sandbox stays usable. (The memory
+// hog and OOM report: TestLimits, TestAttachSaysWhyItWasKilled.)
+func TestResourceHogsContained(t *testing.T) {
+	b, ref := testBackend(t)
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, Limits: backend.Limits{Pids: 64, CPUs: 0.5}})
+	if len(sb.Unenforced()) > 0 {
+		if os.Geteuid() == 0 {
+			t.Fatalf("limits not enforced as root: %v", sb.Unenforced())
+		}
+		// Rootless without delegated cgroups: no hog may be let loose
+		// here, and the result says the limits do not hold.
+		if res := run(t, sb, "true"); len(res.Unenforced) == 0 {
+			t.Error("unenforced limits not reported")
+		}
+		return
+	}
+	t.Run("fork-bomb", func(t *testing.T) {
+		res, err := sb.Exec(context.Background(), backend.ExecRequest{Shell: "bomb() { bomb | bomb & }; bomb; sleep 30", Timeout: 3 * time.Second})
+		if err != nil || !res.TimedOut {
+			t.Fatalf("%+v %v", res, err)
+		}
+		current, _ := os.ReadFile(filepath.Join(sb.rec.Cgroups["pids"], "pids.current"))
+		if n, _ := strconv.Atoi(strings.TrimSpace(string(current))); n > 4 {
+			t.Errorf("after the timeout %d processes are left in the sandbox", n)
+		}
+		if res := run(t, sb, "echo usable"); res.Stdout != "usable\n" {
+			t.Errorf("%+v", res)
+		}
+	})
+	t.Run("cpu-hog", func(t *testing.T) {
+		usage := func() int64 {
+			b, _ := os.ReadFile(filepath.Join(sb.rec.Cgroups["cpuacct"], "cpuacct.usage"))
+			n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			return n
+		}
+		before, start := usage(), time.Now()
+		run(t, sb, "timeout 3 sh -c 'while :; do :; done' & timeout 3 sh -c 'while :; do :; done'; wait")
+		share := float64(usage()-before) / float64(time.Since(start).Nanoseconds())
+		if share > 0.65 || share < 0.1 { // the ceiling is the point; other tests may share the host
+			t.Errorf("two busy loops under --cpus 0.5 used %.2f CPUs", share)
+		}
+	})
 }
