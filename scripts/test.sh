@@ -19,6 +19,10 @@ ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestRootOwnedWorkspaceMapsToUnpri
 echo "== tests as root" >&2
 go test -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 30m ./...
 
+# The race detector over the packages with concurrency.
+echo "== race detector" >&2
+go test -race -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 30m ./backend/ ./image/ ./sandbox/ ./test/conformance/
+
 # Each fuzz target for a bounded time (its seeds and testdata/fuzz corpus
 # also ran above, as tests).
 echo "== fuzzing, ${FUZZTIME:=10s} a target" >&2
