@@ -109,6 +109,9 @@ type StreamSplitter struct {
 	found bool
 }
 
+// DropSetup forgets the bytes before the marker once the caller has them.
+func (s *StreamSplitter) DropSetup() { s.pre = nil }
+
 // Write consumes a chunk and returns the command bytes it contains: nil
 // while the marker has not appeared, then the remainder after the first
 // marker, then whole chunks. The returned slice may alias p.

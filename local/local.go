@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/internal/backendkit"
 )
 
 // Name is the registry name of this backend.
@@ -68,6 +69,9 @@ func (*Backend) Spawn(ctx context.Context, spec backend.SpawnSpec) (backend.Sand
 	}
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("local: spawn: workspace %s is not a directory", ws)
+	}
+	if err := spec.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("local: spawn: %w", err)
 	}
 	unenforced := unenforcedLimits(spec.Limits)
 	if spec.Limits.Strict && len(unenforced) > 0 {
@@ -127,7 +131,7 @@ type Sandbox struct {
 	privDir    string              // holds the entry script; never the workspace
 	unenforced []string
 
-	slot backend.Slot[*proc]
+	slot backendkit.Slot[*proc]
 	mu   sync.Mutex
 	// groups are process groups of finished commands that still had members
 	// (background children); Cleanup kills them.
@@ -151,33 +155,20 @@ func (s *Sandbox) PrivateDir() string { return s.privDir }
 // is cancelled the command is killed and the partial Result is returned
 // together with the context's error.
 func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (*backend.Result, error) {
-	p, err := s.start(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	res := p.wait(ctx, true, nil)
-	s.finish(p, res)
-	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("local: exec: %w", err)
-	}
-	return res, nil
+	return s.runner().Exec(ctx, req)
 }
 
 // Stream runs one command and sends its output as it is read. The caller
 // must drain the channel or cancel ctx; cancelling kills the command.
 func (s *Sandbox) Stream(ctx context.Context, req backend.ExecRequest) (<-chan backend.Event, error) {
-	if req.Stdin != nil {
-		return nil, backend.ErrStdinInStream
-	}
-	p, err := s.start(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return backend.StreamEvents(ctx, func(emit func(backend.EventKind, string)) *backend.Result {
-		res := p.wait(ctx, false, emit)
-		s.finish(p, res)
-		return res
-	}), nil
+	return s.runner().Stream(ctx, req)
+}
+
+func (s *Sandbox) runner() backendkit.Runner[*proc] {
+	return backendkit.Runner[*proc]{What: "local: exec", Start: s.start, Finish: s.finish,
+		Wait: func(ctx context.Context, p *proc, buffered bool, emit func(backend.EventKind, string)) *backend.Result {
+			return p.wait(ctx, buffered, emit)
+		}}
 }
 
 // Poll reports whether a command runs, else the last exit code (nil before
@@ -233,7 +224,7 @@ type proc struct {
 	unenforce []string
 }
 
-// Kill and Done make proc a backend.Command.
+// Kill and Done make proc a backendkit.Command.
 func (p *proc) Kill()                 { p.kill() }
 func (p *proc) Done() <-chan struct{} { return p.exited }
 
@@ -253,6 +244,9 @@ func (s *Sandbox) start(ctx context.Context, req backend.ExecRequest) (*proc, er
 func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 	if len(req.Argv) == 0 && req.Shell == "" {
 		return nil, errors.New("local: exec: empty command (set Argv or Shell)")
+	}
+	if err := req.Validate(); err != nil {
+		return nil, fmt.Errorf("local: exec: %w", err)
 	}
 	cred := s.cred
 	if req.User != "" {
@@ -321,7 +315,7 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 		}
 	}
 	pipe := func() (r, w *os.File, err error) {
-		r, w, err = backend.Pipe()
+		r, w, err = backendkit.Pipe()
 		if err == nil {
 			pipes = append(pipes, r, w)
 		}
@@ -396,7 +390,7 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 }
 
 func failedResult(code int, err error) *backend.Result {
-	return backend.FailedResult(code, err.Error(), nil)
+	return backendkit.FailedResult(code, err.Error(), nil)
 }
 
 // writeScript writes the entry script into the private directory, which is
@@ -466,7 +460,7 @@ func lookPath(file string, env []string, dir string) (string, int, error) {
 	return "", backend.ExitNotFound, fmt.Errorf("%s: command not found", file)
 }
 
-// wait collects the command's output and result (backend.Collect).
+// wait collects the command's output and result (backendkit.Collect).
 func (p *proc) wait(ctx context.Context, buffered bool, emit func(backend.EventKind, string)) *backend.Result {
 	if p.failed != nil {
 		if emit != nil && p.failed.Stderr != "" {
@@ -476,7 +470,7 @@ func (p *proc) wait(ctx context.Context, buffered bool, emit func(backend.EventK
 		res.Unenforced = p.unenforce
 		return &res
 	}
-	return backend.Collect(ctx, &backend.Proc{
+	return backendkit.Collect(ctx, &backendkit.Proc{
 		Stdout: p.outR, Stderr: p.errR, StdinW: p.stdinW, Stdin: p.stdin,
 		Setup: p.setup, Limit: p.limit, Timeout: p.timeout, Started: p.started,
 		Exited: p.exited, KillReq: p.killCh,

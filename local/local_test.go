@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/internal/backendkit"
 )
 
 func spawn(t *testing.T, spec backend.SpawnSpec) *Sandbox {
@@ -139,7 +140,7 @@ func TestBackgroundChildDoesNotHoldExec(t *testing.T) {
 	sb := spawn(t, backend.SpawnSpec{DisableSetup: true})
 	start := time.Now()
 	res := run(t, sb, backend.ExecRequest{Shell: fmt.Sprintf("sleep %d & echo started", n)})
-	if d := time.Since(start); d > backend.DrainMax || res.Stdout != "started\n" || res.ExitCode != 0 {
+	if d := time.Since(start); d > backendkit.DrainMax || res.Stdout != "started\n" || res.ExitCode != 0 {
 		t.Fatalf("took %v: %+v", d, res)
 	}
 	if running, _ := sb.Poll(); running {
@@ -165,7 +166,7 @@ func TestEscapedProcessWaitIsBounded(t *testing.T) {
 	sb := spawn(t, backend.SpawnSpec{DisableSetup: true})
 	start := time.Now()
 	res := run(t, sb, backend.ExecRequest{Shell: fmt.Sprintf("setsid sleep %d & sleep %d", n, n), Timeout: 500 * time.Millisecond})
-	if d := time.Since(start); !res.TimedOut || d > 500*time.Millisecond+backend.DrainMax+time.Second {
+	if d := time.Since(start); !res.TimedOut || d > 500*time.Millisecond+backendkit.DrainMax+time.Second {
 		t.Fatalf("took %v: %+v", d, res)
 	}
 }

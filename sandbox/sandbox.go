@@ -19,6 +19,7 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/internal/backendkit"
 	"github.com/slopbox/slopbox/internal/userns"
 	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
@@ -314,7 +315,7 @@ type Sandbox struct {
 	rec *record
 	dir string
 
-	slot backend.Slot[*proc]
+	slot backendkit.Slot[*proc]
 
 	cgOnce sync.Once
 	cg     cgroups.Manager // nil without limits
@@ -353,11 +354,11 @@ type proc struct {
 	status   syscall.WaitStatus
 	lost     bool // the connection to PID 1 broke before the exit status came
 	failed   *backend.Result
-	p        *backend.Proc
+	p        *backendkit.Proc
 	oomBase  uint64
 }
 
-// Kill and Done make proc a backend.Command.
+// Kill and Done make proc a backendkit.Command.
 func (p *proc) Kill()                 { p.kill() }
 func (p *proc) Done() <-chan struct{} { return p.exited }
 
@@ -388,9 +389,15 @@ func (s *Sandbox) command(req backend.ExecRequest) (cmd *execRequest, setup bool
 	if len(req.Argv) == 0 && req.Shell == "" {
 		return nil, false, errors.New("exec: empty command (set Argv or Shell)")
 	}
+	if err := req.Validate(); err != nil {
+		return nil, false, fmt.Errorf("exec: %w", err)
+	}
 	who := rec.User
 	if req.User != "" {
-		if who, err = resolveUser(rec.Layers, req.User); err != nil {
+		if who, err = resolveUser(rec.Layers, req.User); err == nil {
+			err = checkMapped(who, s.b.store.Mapping())
+		}
+		if err != nil {
 			return nil, false, fmt.Errorf("exec: %w", err)
 		}
 	}
@@ -446,12 +453,12 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	outR, outW, err := backend.Pipe()
+	outR, outW, err := backendkit.Pipe()
 	if err != nil {
 		conn.close()
 		return nil, err
 	}
-	errR, errW, err := backend.Pipe()
+	errR, errW, err := backendkit.Pipe()
 	if err != nil {
 		conn.close()
 		outR.Close()
@@ -491,7 +498,7 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 		case !errors.As(execErr, &ee), ee.cwd:
 			err = fmt.Errorf("exec: %w", execErr)
 		default:
-			p.failed = backend.FailedResult(ee.code, ee.msg, rec.Unenforced)
+			p.failed = backendkit.FailedResult(ee.code, ee.msg, rec.Unenforced)
 		}
 	}
 	if err != nil || p.failed != nil {
@@ -519,7 +526,7 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 		}
 		close(p.exited)
 	}()
-	p.p = &backend.Proc{
+	p.p = &backendkit.Proc{
 		Stdout: outR, Stderr: errR, StdinW: stdinW, Stdin: req.Stdin,
 		Setup: setup, Limit: req.OutputLimit, Timeout: req.Timeout, Started: started,
 		Exited: p.exited, KillReq: p.killCh,
@@ -544,7 +551,7 @@ func (s *Sandbox) wait(ctx context.Context, p *proc, buffered bool, emit func(ba
 		res := *p.failed
 		return &res
 	}
-	res := backend.Collect(ctx, p.p, buffered, emit)
+	res := backendkit.Collect(ctx, p.p, buffered, emit)
 	p.conn.close()
 	if m := s.cgroup(); m != nil {
 		if n, err := m.OOMKillCount(); err == nil && n > p.oomBase {
@@ -562,33 +569,17 @@ func (s *Sandbox) finish(p *proc, res *backend.Result) { s.slot.Finish(p, res.Ex
 // is cancelled the command is killed and the partial Result is returned
 // with the context's error.
 func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (*backend.Result, error) {
-	p, err := s.start(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	res := s.wait(ctx, p, true, nil)
-	s.finish(p, res)
-	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("exec: %w", err)
-	}
-	return res, nil
+	return s.runner().Exec(ctx, req)
 }
 
 // Stream runs one command and sends output chunks as they are read, then
 // one finished event. The caller must drain the channel or cancel ctx.
 func (s *Sandbox) Stream(ctx context.Context, req backend.ExecRequest) (<-chan backend.Event, error) {
-	if req.Stdin != nil {
-		return nil, backend.ErrStdinInStream
-	}
-	p, err := s.start(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return backend.StreamEvents(ctx, func(emit func(backend.EventKind, string)) *backend.Result {
-		res := s.wait(ctx, p, false, emit)
-		s.finish(p, res)
-		return res
-	}), nil
+	return s.runner().Stream(ctx, req)
+}
+
+func (s *Sandbox) runner() backendkit.Runner[*proc] {
+	return backendkit.Runner[*proc]{What: "exec", Start: s.start, Wait: s.wait, Finish: s.finish}
 }
 
 // Poll reports whether a command of this Sandbox value runs, else the last
@@ -721,7 +712,7 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest, stdin, st
 		conn.kill(syscall.SIGKILL)
 		select {
 		case r = <-done:
-		case <-time.After(backend.ReapMax):
+		case <-time.After(backendkit.ReapMax):
 			return -1, errors.New("exec: the command did not exit after SIGKILL")
 		}
 	}

@@ -42,6 +42,9 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	if spec.Image == "" {
 		return nil, errors.New("spawn: no image given")
 	}
+	if err := spec.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("spawn: %w", err)
+	}
 	ws := spec.Workspace
 	if ws != "" {
 		abs, err := filepath.Abs(ws)
@@ -80,6 +83,9 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 		userSpec = defaultUser(spec, img.Config.Config.User)
 	}
 	who, err := resolveUser(img.Layers, userSpec)
+	if err == nil {
+		err = checkMapped(who, b.store.Mapping())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("spawn: %w", err)
 	}

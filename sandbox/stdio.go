@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/internal/backendkit"
 )
 
 // callerStdio stands between a caller's stdio files and a command in a
@@ -91,21 +91,21 @@ func (c *callerStdio) handedOver() {
 }
 
 // finish waits, after the command exited, for the output still in the
-// pipes, as backend.Collect drains: until background children close them,
+// pipes, as backendkit.Collect drains: until background children close them,
 // fall silent for DrainIdle, or DrainMax passes. Then it closes our ends.
 func (c *callerStdio) finish() {
 	c.handedOver()
 	if c.outputs > 0 {
 		done := make(chan struct{})
 		go func() { c.copies.Wait(); close(done) }()
-		deadline := time.Now().Add(backend.DrainMax)
+		deadline := time.Now().Add(backendkit.DrainMax)
 		c.written.CompareAndSwap(0, time.Now().UnixNano())
 		for waiting := true; waiting; {
 			select {
 			case <-done:
 				waiting = false
-			case <-time.After(backend.DrainIdle / 4):
-				idle := time.Since(time.Unix(0, c.written.Load())) > backend.DrainIdle
+			case <-time.After(backendkit.DrainIdle / 4):
+				idle := time.Since(time.Unix(0, c.written.Load())) > backendkit.DrainIdle
 				waiting = !idle && time.Now().Before(deadline)
 			}
 		}

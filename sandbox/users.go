@@ -8,6 +8,7 @@ import (
 	"github.com/moby/sys/user"
 
 	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/internal/userns"
 )
 
 // identity is a resolved container user.
@@ -53,4 +54,57 @@ func resolveUser(layers []string, spec string) (identity, error) {
 		}
 	}
 	return id, nil
+}
+
+// unmappedUserError names the id outside the sandbox's range and matches
+// backend.ErrUnmappedUser.
+type unmappedUserError struct{ msg string }
+
+func (e *unmappedUserError) Error() string        { return e.msg }
+func (e *unmappedUserError) Is(target error) bool { return target == backend.ErrUnmappedUser }
+
+// checkMapped refuses a user whose uid, gid or supplementary groups the
+// sandbox's user namespace (m) does not map: the kernel would only refuse
+// to switch to it ("invalid argument") when a command starts. Sandboxes
+// map container ids 0..65535, or only 0 without a subordinate range.
+func checkMapped(who identity, m userns.Mapping) error {
+	check := func(kind string, maps []userns.IDMap, id uint32) error {
+		if _, ok := userns.ToHost(maps, id); ok {
+			return nil
+		}
+		msg := fmt.Sprintf("%s %d is outside the sandbox's id range %s", kind, id, idRange(maps))
+		if m.Warning != "" {
+			msg += " (" + m.Warning + ")"
+		}
+		return &unmappedUserError{msg: msg}
+	}
+	if err := check("user", m.UIDs, who.UID); err != nil {
+		return err
+	}
+	if err := check("group", m.GIDs, who.GID); err != nil {
+		return err
+	}
+	for _, g := range who.Groups {
+		if err := check("supplementary group", m.GIDs, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// idRange describes the container ids maps covers from 0 on ("0-65535").
+func idRange(maps []userns.IDMap) string {
+	next := uint64(0)
+	for grew := true; grew; {
+		grew = false
+		for _, r := range maps {
+			if uint64(r.ContainerID) <= next && next < uint64(r.ContainerID)+uint64(r.Size) {
+				next, grew = uint64(r.ContainerID)+uint64(r.Size), true
+			}
+		}
+	}
+	if next == 0 {
+		return "(none)"
+	}
+	return fmt.Sprintf("0-%d", next-1)
 }

@@ -1,7 +1,8 @@
-package backend
+package backendkit
 
 import (
 	"context"
+	"github.com/slopbox/slopbox/backend"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -54,14 +55,14 @@ type Proc struct {
 // buffered selects the last-marker split (Exec) over the first (Stream).
 // Waiting is always bounded: after the main process is gone the pipes are
 // drained for at most DrainMax.
-func Collect(ctx context.Context, p *Proc, buffered bool, emit func(EventKind, string)) *Result {
+func Collect(ctx context.Context, p *Proc, buffered bool, emit func(backend.EventKind, string)) *backend.Result {
 	outCap := NewCapture(p.Limit, p.Setup)
 	errCap := NewCapture(p.Limit, p.Setup)
 	outCap.Quiet, errCap.Quiet = emit == nil, emit == nil
 	var pumps sync.WaitGroup
 	pumps.Add(2)
-	go p.pump(&pumps, p.Stdout, outCap, EventStdout, emit)
-	go p.pump(&pumps, p.Stderr, errCap, EventStderr, emit)
+	go p.pump(&pumps, p.Stdout, outCap, backend.EventStdout, emit)
+	go p.pump(&pumps, p.Stderr, errCap, backend.EventStderr, emit)
 	if p.StdinW != nil {
 		go writeStdin(p.StdinW, p.Stdin)
 	}
@@ -115,10 +116,10 @@ func Collect(ctx context.Context, p *Proc, buffered bool, emit func(EventKind, s
 
 	if emit != nil {
 		if s := outCap.Flush(); s != "" {
-			emit(EventStdout, s)
+			emit(backend.EventStdout, s)
 		}
 		if s := errCap.Flush(); s != "" {
-			emit(EventStderr, s)
+			emit(backend.EventStderr, s)
 		}
 	}
 	out, errs := outCap.Result(buffered), errCap.Result(buffered)
@@ -126,7 +127,7 @@ func Collect(ctx context.Context, p *Proc, buffered bool, emit func(EventKind, s
 	if reaped {
 		code = p.ExitCode()
 	}
-	return &Result{
+	return &backend.Result{
 		ExitCode:    code,
 		Stdout:      out.Output,
 		Stderr:      errs.Output,
@@ -142,7 +143,7 @@ func Collect(ctx context.Context, p *Proc, buffered bool, emit func(EventKind, s
 	}
 }
 
-func (p *Proc) pump(wg *sync.WaitGroup, f *os.File, c *Capture, kind EventKind, emit func(EventKind, string)) {
+func (p *Proc) pump(wg *sync.WaitGroup, f *os.File, c *Capture, kind backend.EventKind, emit func(backend.EventKind, string)) {
 	defer wg.Done()
 	bp := readPool.Get().(*[]byte)
 	defer readPool.Put(bp)
@@ -180,8 +181,8 @@ func writeStdin(w *os.File, chunks [][]byte) {
 
 // FailedResult is the result of a command that could not start (not found,
 // not executable): the message goes to stderr, as a shell would print it.
-func FailedResult(code int, msg string, unenforced []string) *Result {
-	return &Result{ExitCode: code, Stderr: msg + "\n", StderrBytes: int64(len(msg) + 1), Unenforced: unenforced}
+func FailedResult(code int, msg string, unenforced []string) *backend.Result {
+	return &backend.Result{ExitCode: code, Stderr: msg + "\n", StderrBytes: int64(len(msg) + 1), Unenforced: unenforced}
 }
 
 // Pipe returns a pipe whose buffer is enlarged (best effort) so a command
@@ -197,11 +198,11 @@ func Pipe() (r, w *os.File, err error) {
 
 // StreamEvents runs collect in a goroutine and turns the chunks it emits and
 // the result it returns into a Stream's events: chunks as they come, then
-// exactly one EventFinished, then the channel closes. A cancelled ctx stops
+// exactly one backend.EventFinished, then the channel closes. A cancelled ctx stops
 // delivery (collect sees the same ctx and kills the command).
-func StreamEvents(ctx context.Context, collect func(emit func(EventKind, string)) *Result) <-chan Event {
-	ch := make(chan Event, 16)
-	send := func(ev Event) {
+func StreamEvents(ctx context.Context, collect func(emit func(backend.EventKind, string)) *backend.Result) <-chan backend.Event {
+	ch := make(chan backend.Event, 16)
+	send := func(ev backend.Event) {
 		select {
 		case ch <- ev:
 		case <-ctx.Done():
@@ -209,8 +210,8 @@ func StreamEvents(ctx context.Context, collect func(emit func(EventKind, string)
 	}
 	go func() {
 		defer close(ch)
-		res := collect(func(kind EventKind, text string) { send(Event{Kind: kind, Data: text}) })
-		send(Event{Kind: EventFinished, Result: res})
+		res := collect(func(kind backend.EventKind, text string) { send(backend.Event{Kind: kind, Data: text}) })
+		send(backend.Event{Kind: backend.EventFinished, Result: res})
 	}()
 	return ch
 }

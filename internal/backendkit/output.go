@@ -1,6 +1,7 @@
-package backend
+package backendkit
 
 import (
+	"github.com/slopbox/slopbox/backend"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -219,7 +220,7 @@ type Capture struct {
 	// Quiet skips decoding chunks for streaming: a buffered result is
 	// decoded once, at the end.
 	Quiet bool
-	split *StreamSplitter // nil: setup disabled, every byte is command output
+	split *backend.StreamSplitter // nil: setup disabled, every byte is command output
 	setup Output
 	cmd   Output
 	dec   UTF8Decoder
@@ -231,7 +232,7 @@ type Capture struct {
 func NewCapture(limit int64, withSetup bool) *Capture {
 	c := &Capture{setup: Output{Limit: limit}, cmd: Output{Limit: limit}}
 	if withSetup {
-		c.split = &StreamSplitter{}
+		c.split = &backend.StreamSplitter{}
 	}
 	return c
 }
@@ -245,7 +246,7 @@ func (c *Capture) Write(p []byte) string {
 		p = c.split.Write(p)
 		if !found && c.split.Found() {
 			c.setup.Write(c.split.Setup())
-			c.split.pre = nil // kept in c.setup now, under the cap
+			c.split.DropSetup() // kept in c.setup now, under the cap
 		}
 		if p == nil {
 			return ""
@@ -264,7 +265,7 @@ func (c *Capture) Flush() string {
 	return c.dec.Flush()
 }
 
-// CaptureResult is what one stream contributed to a Result.
+// CaptureResult is what one stream contributed to a backend.Result.
 type CaptureResult struct {
 	Setup, Output string
 	Size          int64 // size of Output before the cap
@@ -288,10 +289,10 @@ func (c *Capture) Result(buffered bool) CaptureResult {
 		Size:      c.cmd.Size(),
 		Truncated: c.cmd.Truncated() || c.setup.Truncated(),
 	}
-	if buffered && c.split != nil && strings.Contains(res.Output, SplitMarker) {
+	if buffered && c.split != nil && strings.Contains(res.Output, backend.SplitMarker) {
 		// The command printed the marker itself: the buffered contract splits
 		// at the last one, moving the earlier command output into setup.
-		setup, cmd := SplitBuffered(res.Setup + SplitMarker + res.Output)
+		setup, cmd := backend.SplitBuffered(res.Setup + backend.SplitMarker + res.Output)
 		res.Size -= int64(len(res.Output) - len(cmd))
 		res.Setup, res.Output = setup, cmd
 	}

@@ -1,6 +1,7 @@
-package backend
+package backendkit
 
 import (
+	"github.com/slopbox/slopbox/backend"
 	"sync"
 	"time"
 )
@@ -24,17 +25,17 @@ type Slot[C Command] struct {
 	last    *int
 }
 
-// Start runs start, unless the sandbox is closed (ErrClosed) or a command
-// runs (ErrBusy), and records the command it returns as running.
+// Start runs start, unless the sandbox is closed (backend.ErrClosed) or a command
+// runs (backend.ErrBusy), and records the command it returns as running.
 func (s *Slot[C]) Start(start func() (C, error)) (C, error) {
 	var zero C
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return zero, ErrClosed
+		return zero, backend.ErrClosed
 	}
 	if s.running != zero {
-		return zero, ErrBusy
+		return zero, backend.ErrBusy
 	}
 	c, err := start()
 	if err != nil {
@@ -79,7 +80,7 @@ func (s *Slot[C]) Kill() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return ErrClosed
+		return backend.ErrClosed
 	}
 	c := s.running
 	s.mu.Unlock()

@@ -1,7 +1,8 @@
-package backend
+package backendkit
 
 import (
 	"bytes"
+	"github.com/slopbox/slopbox/backend"
 	"strings"
 	"testing"
 )
@@ -91,7 +92,7 @@ func TestOutputAcrossChunks(t *testing.T) {
 }
 
 func TestCaptureBufferedAndStreaming(t *testing.T) {
-	raw := "setup-out\n\n\n" + SplitMarker + "\n\ncmd-out\n"
+	raw := "setup-out\n\n\n" + backend.SplitMarker + "\n\ncmd-out\n"
 	for _, buffered := range []bool{true, false} {
 		c := NewCapture(0, true)
 		var streamed strings.Builder
@@ -110,7 +111,7 @@ func TestCaptureBufferedAndStreaming(t *testing.T) {
 }
 
 func TestCaptureMarkerInCommandOutput(t *testing.T) {
-	raw := "s\n" + SplitMarker + "one" + SplitMarker + "last"
+	raw := "s\n" + backend.SplitMarker + "one" + backend.SplitMarker + "last"
 	c := NewCapture(0, true)
 	c.Write([]byte(raw))
 	if r := c.Result(true); r.Setup != "s\n\none" || r.Output != "last" || r.Size != 4 {
@@ -118,7 +119,7 @@ func TestCaptureMarkerInCommandOutput(t *testing.T) {
 	}
 	c = NewCapture(0, true)
 	c.Write([]byte(raw))
-	if r := c.Result(false); r.Setup != "s\n" || r.Output != "one"+SplitMarker+"last" {
+	if r := c.Result(false); r.Setup != "s\n" || r.Output != "one"+backend.SplitMarker+"last" {
 		t.Fatalf("streaming: %+v", r)
 	}
 }

@@ -1,0 +1,96 @@
+// Package fences checks the import rules of the design card: which
+// packages may import which (the way go-containerregistry's depcheck
+// does), so that a runc upgrade touches one package and the internals of
+// the backends stay internal.
+package fences
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/slopbox/slopbox"
+
+// imports maps each package directory (relative to the repository root)
+// to the import paths of its files, tests included.
+func imports(t *testing.T) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && p != "../.." || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		dir, _ := filepath.Rel("../..", filepath.Dir(p))
+		if out[dir] == nil {
+			out[dir] = map[string]bool{}
+		}
+		for _, imp := range f.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			out[dir][path] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) < 10 {
+		t.Fatalf("found only %d packages: run from test/fences", len(out))
+	}
+	return out
+}
+
+func within(dir string, roots ...string) bool {
+	for _, r := range roots {
+		if dir == r || strings.HasPrefix(dir, r+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func TestImportFences(t *testing.T) {
+	rules := []struct {
+		what    string
+		imports func(string) bool
+		allowed []string // directories that may import it
+	}{
+		{"libcontainer (runc)", func(p string) bool { return strings.HasPrefix(p, "github.com/opencontainers/runc") },
+			[]string{"sandbox"}},
+		{"the backends' internals", func(p string) bool { return p == module+"/internal/backendkit" },
+			[]string{"sandbox", "local", "internal/backendkit"}},
+		{"the spawn server", func(p string) bool { return strings.HasPrefix(p, module+"/sandbox/internal/spawnd") },
+			[]string{"sandbox"}},
+	}
+	all := imports(t)
+	for dir, imps := range all {
+		for imp := range imps {
+			for _, r := range rules {
+				if r.imports(imp) && !within(dir, r.allowed...) {
+					t.Errorf("%s imports %s (%s): only %v may", dir, imp, r.what, r.allowed)
+				}
+			}
+			// oci is a pure spec builder; backend depends on no implementation.
+			if dir == "oci" && strings.HasPrefix(imp, module) {
+				t.Errorf("oci imports %s: it must stay a pure spec builder", imp)
+			}
+			if dir == "backend" && strings.HasPrefix(imp, module) {
+				t.Errorf("backend imports %s: the interface depends on no implementation", imp)
+			}
+		}
+	}
+}
