@@ -1,0 +1,67 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+)
+
+// Sentinel errors for values a backend refuses before it creates anything,
+// checked with errors.Is.
+var (
+	// ErrInvalidLimit is wrapped when a Limits value cannot be applied.
+	ErrInvalidLimit = errors.New("invalid resource limit")
+	// ErrInvalidTimeout is wrapped when ExecRequest.Timeout is negative.
+	ErrInvalidTimeout = errors.New("invalid timeout")
+	// ErrUnmappedUser is wrapped when a user's uid, gid or a supplementary
+	// group lies outside the ids the sandbox's user namespace maps.
+	ErrUnmappedUser = errors.New("user outside the sandbox's id range")
+)
+
+// MinMemoryBytes is the smallest memory limit accepted (Docker's: 6 MiB).
+const MinMemoryBytes = 6 << 20
+
+// MinCPUs is the smallest CPU limit accepted (Docker's): 1 ms of CPU time
+// per 100 ms period, the kernel's smallest CFS quota.
+const MinCPUs = 0.01
+
+// valueError keeps a message as it is (Docker's wording where Docker has
+// one) and matches its sentinel.
+type valueError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *valueError) Error() string        { return e.msg }
+func (e *valueError) Is(target error) bool { return target == e.sentinel }
+
+// Validate reports the first value of l that cannot be applied as it
+// says, wrapping ErrInvalidLimit: a negative memory limit, one below
+// MinMemoryBytes, or a CPU count that is not a number or lies outside
+// MinCPUs..runtime.NumCPU(). Zero means no limit, and a negative Pids
+// means no limit too, as in Docker.
+func (l Limits) Validate() error {
+	switch {
+	case l.MemoryBytes < 0:
+		return &valueError{fmt.Sprintf("invalid memory limit %d: it must not be negative (0 means no limit)", l.MemoryBytes), ErrInvalidLimit}
+	case l.MemoryBytes > 0 && l.MemoryBytes < MinMemoryBytes:
+		return &valueError{"Minimum memory limit allowed is 6MB", ErrInvalidLimit}
+	}
+	if math.IsNaN(l.CPUs) || math.IsInf(l.CPUs, 0) {
+		return &valueError{fmt.Sprintf("invalid CPU limit %v: it must be a number of CPUs (0 means no limit)", l.CPUs), ErrInvalidLimit}
+	}
+	if n := runtime.NumCPU(); l.CPUs != 0 && (l.CPUs < MinCPUs || l.CPUs > float64(n)) {
+		return &valueError{fmt.Sprintf("Range of CPUs is from 0.01 to %d.00, as there are only %d CPUs available", n, n), ErrInvalidLimit}
+	}
+	return nil
+}
+
+// Validate reports a request value that cannot be honoured: a negative
+// Timeout (zero means none) wraps ErrInvalidTimeout.
+func (r ExecRequest) Validate() error {
+	if r.Timeout < 0 {
+		return &valueError{fmt.Sprintf("invalid timeout %v: it must not be negative (0 means no timeout)", r.Timeout), ErrInvalidTimeout}
+	}
+	return nil
+}
