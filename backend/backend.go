@@ -160,6 +160,10 @@ type Limits struct {
 	MemoryBytes int64
 	CPUs        float64
 	Pids        int64
+	// TmpBytes, when set, makes /tmp a tmpfs of that size: a command that
+	// fills it gets ENOSPC, and what it holds counts as the sandbox's
+	// memory. Without it /tmp is the image's, in the root filesystem.
+	TmpBytes int64
 	// Strict turns an unenforceable limit into a Spawn error.
 	Strict bool
 }

@@ -465,3 +465,25 @@ func TestResourceHogsContained(t *testing.T) {
 		}
 	})
 }
+
+// A size-limited /tmp: filling it fails with ENOSPC inside and nothing
+// else fills up; without the limit /tmp is the image's own.
+func TestTmpSizeLimit(t *testing.T) {
+	b, ref := testBackend(t)
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, Limits: backend.Limits{TmpBytes: 4 << 20}})
+	res := run(t, sb, "dd if=/dev/zero of=/tmp/fill bs=1M count=16 2>&1; echo rc=$?; df -k /tmp | tail -1; echo fine > /tmp/after; echo root-ok > /root-ok && cat /root-ok")
+	if !strings.Contains(res.Stdout, "No space left on device") || strings.Contains(res.Stdout, "rc=0") || !strings.Contains(res.Stdout, "root-ok") {
+		t.Errorf("filling a 4 MiB /tmp:\n%s%s", res.Stdout, res.Stderr)
+	}
+	if f := strings.Fields(res.Stdout[strings.Index(res.Stdout, "tmpfs"):]); len(f) < 2 || f[1] != "4096" {
+		t.Errorf("/tmp is not a 4 MiB tmpfs: %q", res.Stdout)
+	}
+	plain := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
+	if res := run(t, plain, "grep -c ' /tmp ' /proc/self/mountinfo"); strings.TrimSpace(res.Stdout) != "0" {
+		t.Errorf("/tmp is a mount without the limit: %q", res.Stdout)
+	}
+	_, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, NoWorkspaceMount: true, Limits: backend.Limits{TmpBytes: -1}})
+	if !errors.Is(err, backend.ErrInvalidLimit) {
+		t.Errorf("negative /tmp size: %v", err)
+	}
+}

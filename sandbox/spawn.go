@@ -344,17 +344,18 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 // template is what a sandbox's PID 1 is started from before it is claimed:
 // everything but the sandbox's own mounts and hostname.
 type template struct {
-	layers  []string
-	mapKey  string
-	network string
+	layers   []string
+	mapKey   string
+	network  string
+	tmpBytes int64 // a tmpfs of this size at /tmp
 }
 
 func templateOf(rec *record) template {
-	return template{layers: rec.Layers, mapKey: rec.MapKey, network: rec.Network}
+	return template{layers: rec.Layers, mapKey: rec.MapKey, network: rec.Network, tmpBytes: rec.Limits.TmpBytes}
 }
 
 func (t template) key() string {
-	return fmt.Sprintf("%q %q %q", t.layers, t.mapKey, t.network)
+	return fmt.Sprintf("%q %q %q %d", t.layers, t.mapKey, t.network, t.tmpBytes)
 }
 
 // prestart starts PID 1 of sandbox id over dir, unclaimed, and returns its
@@ -396,10 +397,10 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 		oci.WithUser(0, 0, nil),
 		oci.WithHostname("sandbox"), // the sandbox's own is set when it is claimed
 		oci.WithNetwork(t.network),
-		oci.WithMounts([]specs.Mount{{
+		oci.WithMounts(append([]specs.Mount{{
 			Destination: agentPath, Type: "bind", Source: bins.init,
 			Options: []string{"bind", "ro", "nosuid", "nodev"},
-		}}),
+		}}, tmpMount(t.tmpBytes)...)),
 	)
 	if err != nil {
 		return 0, err
@@ -511,6 +512,15 @@ func (b *Backend) unprivilegedWorkspace(rec *record) error {
 		return fmt.Errorf("user %d:%d has no unprivileged host id to own the root-owned workspace %s", rec.User.UID, rec.User.GID, rec.Workspace)
 	}
 	return handOverRootOwned(rec.Workspace, int(uid), int(gid))
+}
+
+// tmpMount is /tmp as a tmpfs of size bytes (none for 0).
+func tmpMount(size int64) []specs.Mount {
+	if size <= 0 {
+		return nil
+	}
+	return []specs.Mount{{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs",
+		Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", size)}}}
 }
 
 func specMaps(maps []userns.IDMap) []specs.LinuxIDMapping {
