@@ -120,6 +120,10 @@ type SpawnSpec struct {
 	Network string
 	Ports   []PortMapping
 	Limits  Limits
+	// ReadOnlyRootfs makes the root filesystem read-only (docker run
+	// --read-only): only the workspace, read-write mounts and a TmpBytes
+	// /tmp can be written.
+	ReadOnlyRootfs bool
 
 	Setup        Setup
 	DisableSetup bool

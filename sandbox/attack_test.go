@@ -487,3 +487,26 @@ func TestTmpSizeLimit(t *testing.T) {
 		t.Errorf("negative /tmp size: %v", err)
 	}
 }
+
+// --read-only: the root filesystem cannot be written, the workspace and
+// read-write mounts can, mountpoints missing from the image are still
+// made, and inspect says so.
+func TestReadOnlyRootfs(t *testing.T) {
+	b, ref := testBackend(t)
+	rw := filepath.Join(searchableTempDir(t), "rw")
+	os.Mkdir(rw, 0o777)
+	os.Chmod(rw, 0o777)
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, ReadOnlyRootfs: true,
+		Limits: backend.Limits{TmpBytes: 1 << 20},
+		Mounts: []backend.Mount{{Source: rw, Target: "/not/in/image/rw"}}})
+	res := run(t, sb, "touch /etc/x 2>&1; echo ws > /workspace/f && echo rw > /not/in/image/rw/f && echo tmp > /tmp/f && cat /workspace/f /not/in/image/rw/f /tmp/f")
+	if !strings.Contains(res.Stdout, "Read-only file system") || !strings.HasSuffix(res.Stdout, "ws\nrw\ntmp\n") {
+		t.Errorf("read-only root: %+v", res)
+	}
+	if !sb.Info().ReadonlyRootfs {
+		t.Error("inspect does not say the root filesystem is read-only")
+	}
+	if res := run(t, sb, "touch /etc/y 2>&1"); !strings.Contains(res.Stdout, "Read-only") {
+		t.Errorf("the root became writable: %q", res.Stdout)
+	}
+}

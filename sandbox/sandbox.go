@@ -138,23 +138,24 @@ func (b *Backend) sandbox(rec *record) *Sandbox {
 
 // Info describes a sandbox for `ps` and `inspect`.
 type Info struct {
-	ID         string            `json:"Id"`
-	Name       string            `json:"Name"`
-	Image      string            `json:"Image"`
-	ImageID    string            `json:"ImageId"`
-	Command    []string          `json:"Command,omitempty"`
-	Created    time.Time         `json:"Created"`
-	Running    bool              `json:"Running"`
-	Pid        int               `json:"Pid"`
-	LastExec   time.Time         `json:"LastExec"`
-	Workspace  string            `json:"Workspace,omitempty"`
-	Workdir    string            `json:"Workdir"`
-	User       string            `json:"User"`
-	Network    string            `json:"Network"`
-	Limits     backend.Limits    `json:"Limits"`
-	Unenforced []string          `json:"UnenforcedLimits,omitempty"`
-	Labels     map[string]string `json:"Labels,omitempty"`
-	StateDir   string            `json:"StateDir"`
+	ID             string            `json:"Id"`
+	Name           string            `json:"Name"`
+	Image          string            `json:"Image"`
+	ImageID        string            `json:"ImageId"`
+	Command        []string          `json:"Command,omitempty"`
+	Created        time.Time         `json:"Created"`
+	Running        bool              `json:"Running"`
+	Pid            int               `json:"Pid"`
+	LastExec       time.Time         `json:"LastExec"`
+	Workspace      string            `json:"Workspace,omitempty"`
+	Workdir        string            `json:"Workdir"`
+	User           string            `json:"User"`
+	Network        string            `json:"Network"`
+	Limits         backend.Limits    `json:"Limits"`
+	Unenforced     []string          `json:"UnenforcedLimits,omitempty"`
+	Labels         map[string]string `json:"Labels,omitempty"`
+	StateDir       string            `json:"StateDir"`
+	ReadonlyRootfs bool              `json:"ReadonlyRootfs,omitempty"`
 	// Broken says why the sandbox's state cannot be read; `rm -f` and
 	// `prune` remove it (and kill what it still runs).
 	Broken string `json:"Broken,omitempty"`
@@ -179,6 +180,7 @@ func (b *Backend) info(rec *record) Info {
 		Created: rec.Created, Running: rec.Pid > 0 && rec.alive(), Pid: rec.Pid, LastExec: last,
 		Workspace: rec.Workspace, Workdir: rec.Workdir, User: fmt.Sprintf("%d:%d", rec.User.UID, rec.User.GID),
 		Network: rec.Network, Limits: rec.Limits, Unenforced: rec.Unenforced, Labels: rec.Labels, StateDir: dir,
+		ReadonlyRootfs: rec.ReadOnly,
 	}
 }
 

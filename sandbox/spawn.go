@@ -134,6 +134,7 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 		Keep:      spec.Keep,
 		Labels:    spec.Labels,
 		Network:   network,
+		ReadOnly:  spec.ReadOnlyRootfs,
 		Limits:    spec.Limits,
 		Command:   command,
 	}
@@ -348,14 +349,15 @@ type template struct {
 	mapKey   string
 	network  string
 	tmpBytes int64 // a tmpfs of this size at /tmp
+	readOnly bool
 }
 
 func templateOf(rec *record) template {
-	return template{layers: rec.Layers, mapKey: rec.MapKey, network: rec.Network, tmpBytes: rec.Limits.TmpBytes}
+	return template{layers: rec.Layers, mapKey: rec.MapKey, network: rec.Network, tmpBytes: rec.Limits.TmpBytes, readOnly: rec.ReadOnly}
 }
 
 func (t template) key() string {
-	return fmt.Sprintf("%q %q %q %d", t.layers, t.mapKey, t.network, t.tmpBytes)
+	return fmt.Sprintf("%q %q %q %d %v", t.layers, t.mapKey, t.network, t.tmpBytes, t.readOnly)
 }
 
 // prestart starts PID 1 of sandbox id over dir, unclaimed, and returns its
@@ -392,7 +394,7 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 	}
 	spec, err := oci.New(
 		userNS,
-		oci.WithRootfs(filepath.Join(dir, "rootfs"), false),
+		oci.WithRootfs(filepath.Join(dir, "rootfs"), t.readOnly),
 		oci.WithProcess([]string{agentPath}, append(slices.Clone(b.initEnv), sandboxMarker+id), "/"),
 		oci.WithUser(0, 0, nil),
 		oci.WithHostname("sandbox"), // the sandbox's own is set when it is claimed
@@ -452,7 +454,7 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 // claim gives prestarted PID 1 pid the sandbox's mounts and hostname, lets
 // it serve, and records it with its limits applied.
 func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int) error {
-	req := spawnd.Request{Op: spawnd.OpClaim, ID: rec.ID, Hostname: hostname(rec.Name)}
+	req := spawnd.Request{Op: spawnd.OpClaim, ID: rec.ID, Hostname: hostname(rec.Name), ReadOnlyRoot: rec.ReadOnly}
 	var fds []int
 	for _, m := range rec.Mounts {
 		lm := spawnd.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: slices.Contains(m.Options, "ro")}

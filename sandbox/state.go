@@ -53,6 +53,7 @@ type record struct {
 	Keep       bool              `json:"keep,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	Network    string            `json:"network"`
+	ReadOnly   bool              `json:"readonly_rootfs,omitempty"`
 	Limits     backend.Limits    `json:"limits"`
 	Unenforced []string          `json:"unenforced,omitempty"`
 	Cgroups    map[string]string `json:"cgroups,omitempty"`

@@ -96,6 +96,9 @@ type Request struct {
 	// Claim: the sandbox's hostname and its bind mounts, in order.
 	Hostname string  `json:"hostname,omitempty"`
 	Mounts   []Mount `json:"mounts,omitempty"`
+	// ReadOnlyRoot: the root filesystem is read-only; it is made writable
+	// while the mountpoints are created, then read-only again.
+	ReadOnlyRoot bool `json:"readonly_root,omitempty"`
 }
 
 // Mount is a bind mount made at claim time. Its options are always rbind,
@@ -638,9 +641,19 @@ func configure(pid int, req *Request, files []*os.File) error {
 			}
 			// This thread's root is now the sandbox's: paths, symlinks
 			// included, resolve inside it.
+			if req.ReadOnlyRoot && len(ms) > 0 {
+				if err := remountRoot(false); err != nil {
+					return err
+				}
+			}
 			for _, m := range ms {
 				if err := place(m.fd, m.dst, m.dir); err != nil {
 					return fmt.Errorf("mount on %s: %w", m.dst, err)
+				}
+			}
+			if req.ReadOnlyRoot && len(ms) > 0 {
+				if err := remountRoot(true); err != nil {
+					return err
 				}
 			}
 			if req.Hostname != "" {
@@ -675,6 +688,25 @@ func cloneSource(src string) (int, error) {
 	}
 	defer unix.Close(fd)
 	return unix.OpenTree(fd, "", unix.AT_EMPTY_PATH|unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+}
+
+// remountRoot makes the calling thread's root mount read-only or
+// writable, keeping its other flags (the kernel refuses to drop locked
+// ones).
+func remountRoot(readonly bool) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/", &st); err != nil {
+		return err
+	}
+	keep := uintptr(st.Flags) & (unix.ST_NOSUID | unix.ST_NODEV | unix.ST_NOEXEC | unix.ST_NOATIME | unix.ST_NODIRATIME | unix.ST_RELATIME)
+	flags := unix.MS_REMOUNT | unix.MS_BIND | keep
+	if readonly {
+		flags |= unix.MS_RDONLY
+	}
+	if err := unix.Mount("", "/", "", flags, ""); err != nil {
+		return fmt.Errorf("remount the root filesystem (read-only %v): %w", readonly, err)
+	}
+	return nil
 }
 
 // place creates the mountpoint dst (a directory or a file, like the
