@@ -19,6 +19,9 @@ func execCmd() *cobra.Command {
 		Short: "Run a command in a running sandbox",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := ef.validate(); err != nil {
+				return err
+			}
 			b, err := openBackend()
 			if err != nil {
 				return err

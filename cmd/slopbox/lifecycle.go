@@ -22,6 +22,9 @@ func createCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := signalContext()
 			defer cancel()
+			if _, err := sf.limits(); err != nil {
+				return err
+			}
 			b, err := openBackend()
 			if err != nil {
 				return err

@@ -37,6 +37,9 @@ func runCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := signalContext()
 			defer cancel()
+			if err := checkFlags(&sf, &ef); err != nil {
+				return err
+			}
 			if backendName == local.Name {
 				return runLocal(cmd, sf, ef, args)
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -17,6 +18,9 @@ import (
 func runLocal(cmd *cobra.Command, sf spawnFlags, ef execFlags, args []string) error {
 	if len(args) == 0 {
 		return fmt.Errorf("run --backend local: no command given (slopbox run --backend local -- CMD ...)")
+	}
+	if err := refuseLocal(cmd, sf); err != nil {
+		return err
 	}
 	ws := sf.workspace
 	if ws == "" {
@@ -31,7 +35,8 @@ func runLocal(cmd *cobra.Command, sf spawnFlags, ef execFlags, args []string) er
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
-	sb, err := local.New().Spawn(ctx, backend.SpawnSpec{Workspace: ws, Env: env, User: sf.user, DisableSetup: true})
+	sb, err := local.New().Spawn(ctx, backend.SpawnSpec{Workspace: ws, Env: env, User: sf.user,
+		DisableSetup: len(sf.setup) == 0, Setup: backend.Setup{Commands: sf.setup}})
 	if err != nil {
 		return err
 	}
@@ -45,11 +50,17 @@ func runLocal(cmd *cobra.Command, sf spawnFlags, ef execFlags, args []string) er
 		req.Stdin = [][]byte{in}
 	}
 	var res *backend.Result
-	if ef.asJSON || ef.interactive {
+	if ef.asJSON || ef.interactive || len(sf.setup) > 0 {
+		// Setup output is reported apart, as run does in a sandbox.
 		res, err = sb.Exec(ctx, req)
 		if res != nil && !ef.asJSON {
-			os.Stdout.WriteString(res.Stdout)
-			os.Stderr.WriteString(res.Stderr)
+			for _, s := range []string{res.SetupStdout, res.SetupStderr} {
+				if strings.TrimSpace(s) != "" {
+					fmt.Fprintf(os.Stderr, "--- setup ---\n%s\n--- end of setup ---\n", strings.TrimRight(s, "\n"))
+				}
+			}
+			os.Stdout.WriteString(strings.TrimLeft(res.Stdout, "\n"))
+			os.Stderr.WriteString(strings.TrimLeft(res.Stderr, "\n"))
 		}
 	} else {
 		res, err = stream(ctx, sb, req)
@@ -90,4 +101,29 @@ func stream(ctx context.Context, sb backend.Sandbox, req backend.ExecRequest) (*
 		return nil, fmt.Errorf("stream ended without a result: %w", ctx.Err())
 	}
 	return res, nil
+}
+
+// refuseLocal names the flags the local backend cannot honour: it runs
+// the command on the host, with no isolation to limit, mount into or take
+// the network from. --setup is honoured (the entry script runs it).
+func refuseLocal(cmd *cobra.Command, sf spawnFlags) error {
+	why := map[string]string{
+		"memory":     "it cannot limit memory on the host",
+		"cpus":       "it cannot limit CPUs on the host",
+		"pids-limit": "it cannot limit processes on the host",
+		"volume":     "commands see the host's files at their own paths; there is nothing to mount into",
+	}
+	for _, name := range []string{"memory", "cpus", "pids-limit", "volume"} {
+		if cmd.Flags().Changed(name) {
+			flag := "--" + name
+			if name == "volume" {
+				flag = "-v/--volume"
+			}
+			return fmt.Errorf("run --backend local: %s is not supported: the local backend runs the command on the host, and %s (use the sandbox backend)", flag, why[name])
+		}
+	}
+	if (cmd.Flags().Changed("network") || cmd.Flags().Changed("net")) && sf.network != backend.NetworkHost {
+		return fmt.Errorf("run --backend local: --network %s is not supported: the local backend runs the command on the host, with the host's network (only --network host is accepted; use the sandbox backend)", sf.network)
+	}
+	return nil
 }

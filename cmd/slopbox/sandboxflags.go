@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -77,15 +79,61 @@ func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 		}
 		s.Mounts = append(s.Mounts, m)
 	}
+	s.Limits, err = f.limits()
+	return s, err
+}
+
+// limits parses and checks --memory, --cpus and --pids-limit, so a bad
+// value is refused before anything is pulled or created.
+func (f *spawnFlags) limits() (backend.Limits, error) {
+	l := backend.Limits{CPUs: f.cpus, Pids: f.pids, Strict: f.strict}
 	if f.memory != "" {
-		n, err := units.RAMInBytes(f.memory)
+		n, err := parseMemory(f.memory)
 		if err != nil {
-			return s, fmt.Errorf("--memory %q: %w", f.memory, err)
+			return l, err
 		}
-		s.Limits.MemoryBytes = n
+		l.MemoryBytes = n
 	}
-	s.Limits.CPUs, s.Limits.Pids, s.Limits.Strict = f.cpus, f.pids, f.strict
-	return s, nil
+	return l, l.Validate()
+}
+
+// parseMemory reads a docker-style size (512m, 2g, 1.5GiB, 1048576).
+// go-units converts the number it parses to int64 unchecked, so a value
+// too large for that would wrap to a negative limit: it is refused here.
+func parseMemory(v string) (int64, error) {
+	n, err := units.RAMInBytes(v)
+	if err != nil {
+		return 0, fmt.Errorf("invalid --memory %q: %v (want a size such as 512m or 2g)", v, err)
+	}
+	// Split number and suffix as go-units does.
+	sep := strings.LastIndexAny(v, "0123456789. ")
+	num, sfx := v[:sep+1], strings.ToLower(v[sep+1:])
+	mul := 1.0
+	if sfx != "" {
+		mul = math.Ldexp(1, 10*(strings.IndexByte("bkmgtp", sfx[0])))
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if err != nil || math.IsNaN(f) || f*mul >= math.MaxInt64 {
+		return 0, fmt.Errorf("invalid --memory %q: too large (a limit must be below 8 EiB)", v)
+	}
+	return n, nil
+}
+
+// checkFlags refuses bad --memory, --cpus and --timeout values before
+// anything is pulled or created.
+func checkFlags(sf *spawnFlags, ef *execFlags) error {
+	if _, err := sf.limits(); err != nil {
+		return err
+	}
+	return ef.validate()
+}
+
+// validate checks --timeout: a number of seconds, 0 for none.
+func (f *execFlags) validate() error {
+	if math.IsNaN(f.timeout) || f.timeout < 0 || f.timeout*float64(time.Second) >= math.MaxInt64 {
+		return fmt.Errorf("invalid --timeout %v: want a number of seconds, at most 292 years (0 means no timeout)", f.timeout)
+	}
+	return nil
 }
 
 // parseEnv reads KEY=VALUE pairs; a bare KEY takes the host's value, as
