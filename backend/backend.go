@@ -168,6 +168,10 @@ type Limits struct {
 	// fills it gets ENOSPC, and what it holds counts as the sandbox's
 	// memory. Without it /tmp is the image's, in the root filesystem.
 	TmpBytes int64
+	// RootfsBytes, when set, bounds what can be written to the root
+	// filesystem (its writable layer lives in memory, counted as the
+	// sandbox's, and does not survive a stop).
+	RootfsBytes int64
 	// Strict turns an unenforceable limit into a Spawn error.
 	Strict bool
 }

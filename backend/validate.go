@@ -47,6 +47,8 @@ func (l Limits) Validate() error {
 		return &valueError{fmt.Sprintf("invalid memory limit %d: it must not be negative (0 means no limit)", l.MemoryBytes), ErrInvalidLimit}
 	case l.MemoryBytes > 0 && l.MemoryBytes < MinMemoryBytes:
 		return &valueError{"Minimum memory limit allowed is 6MB", ErrInvalidLimit}
+	case l.RootfsBytes < 0:
+		return &valueError{fmt.Sprintf("invalid root filesystem size %d: it must not be negative (0 means no limit)", l.RootfsBytes), ErrInvalidLimit}
 	case l.TmpBytes < 0:
 		return &valueError{fmt.Sprintf("invalid /tmp size %d: it must not be negative (0 means no tmpfs)", l.TmpBytes), ErrInvalidLimit}
 	}

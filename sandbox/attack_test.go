@@ -510,3 +510,24 @@ func TestReadOnlyRootfs(t *testing.T) {
 		t.Errorf("the root became writable: %q", res.Stdout)
 	}
 }
+
+// A size-limited root filesystem: filling it fails with ENOSPC inside,
+// the host's disk is untouched, and the sandbox keeps working.
+func TestRootfsSizeLimit(t *testing.T) {
+	b, ref := testBackend(t)
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, Limits: backend.Limits{RootfsBytes: 8 << 20}})
+	res := run(t, sb, "dd if=/dev/zero of=/fill bs=1M count=32 2>&1; echo rc=$?; rm /fill; echo small > /etc/small && cat /etc/small /etc/passwd | head -2")
+	if !strings.Contains(res.Stdout, "No space left on device") || strings.Contains(res.Stdout, "rc=0") || !strings.Contains(res.Stdout, "small\nroot:") {
+		t.Errorf("filling an 8 MiB root filesystem:\n%s%s", res.Stdout, res.Stderr)
+	}
+	var used int64
+	filepath.WalkDir(sb.dir, func(p string, d fs.DirEntry, err error) error {
+		if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
+			used += fi.Size()
+		}
+		return nil
+	})
+	if used > 1<<20 {
+		t.Errorf("the sandbox's writes reached the host's disk: %d bytes under %s", used, sb.dir)
+	}
+}

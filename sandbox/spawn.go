@@ -345,19 +345,21 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 // template is what a sandbox's PID 1 is started from before it is claimed:
 // everything but the sandbox's own mounts and hostname.
 type template struct {
-	layers   []string
-	mapKey   string
-	network  string
-	tmpBytes int64 // a tmpfs of this size at /tmp
-	readOnly bool
+	layers      []string
+	mapKey      string
+	network     string
+	tmpBytes    int64 // a tmpfs of this size at /tmp
+	rootfsBytes int64 // the writable layer on a tmpfs of this size
+	readOnly    bool
 }
 
 func templateOf(rec *record) template {
-	return template{layers: rec.Layers, mapKey: rec.MapKey, network: rec.Network, tmpBytes: rec.Limits.TmpBytes, readOnly: rec.ReadOnly}
+	return template{layers: rec.Layers, mapKey: rec.MapKey, network: rec.Network, tmpBytes: rec.Limits.TmpBytes,
+		rootfsBytes: rec.Limits.RootfsBytes, readOnly: rec.ReadOnly}
 }
 
 func (t template) key() string {
-	return fmt.Sprintf("%q %q %q %d %v", t.layers, t.mapKey, t.network, t.tmpBytes, t.readOnly)
+	return fmt.Sprintf("%q %q %q %d %d %v", t.layers, t.mapKey, t.network, t.tmpBytes, t.rootfsBytes, t.readOnly)
 }
 
 // prestart starts PID 1 of sandbox id over dir, unclaimed, and returns its
@@ -408,7 +410,7 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 		return 0, err
 	}
 	req := spawnd.Request{Op: spawnd.OpPrestart, ID: id, Dir: dir, LayersRoot: filepath.Dir(filepath.Dir(t.layers[0])), Spec: spec,
-		StartDeadline: b.startDeadline}
+		StartDeadline: b.startDeadline, RootfsBytes: t.rootfsBytes}
 	if req.Seccomp, err = b.seccomp.get(spec.Linux.Seccomp); err != nil {
 		return 0, err
 	}

@@ -86,6 +86,8 @@ type Request struct {
 	LayersRoot string      `json:"layers_root,omitempty"`
 	Layers     []string    `json:"layers,omitempty"` // relative to LayersRoot, oldest first
 	Spec       *specs.Spec `json:"spec,omitempty"`
+	// RootfsBytes, when set, bounds the root filesystem's writable layer.
+	RootfsBytes int64 `json:"rootfs_bytes,omitempty"`
 	// StartDeadline bounds the start of PID 1 (DefaultStartDeadline when 0).
 	StartDeadline time.Duration `json:"start_deadline,omitempty"`
 	// Seccomp is Spec's seccomp profile compiled by the host (u32 flags,
@@ -309,6 +311,20 @@ func (s *server) prestart(req *Request, listener *os.File) (int, error) {
 		return 0, errors.New("prestart: incomplete request")
 	}
 	upper, work, rootfs := filepath.Join(req.Dir, "upper"), filepath.Join(req.Dir, "work"), filepath.Join(req.Dir, "rootfs")
+	if req.RootfsBytes > 0 {
+		// The writable layer lives on a tmpfs of that size: writes past it
+		// fail with ENOSPC, and it does not outlive the sandbox's PID 1.
+		scratch := filepath.Join(req.Dir, "scratch")
+		if err := os.MkdirAll(scratch, 0o700); err != nil {
+			return 0, err
+		}
+		if err := unix.Mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0755", req.RootfsBytes)); err != nil {
+			return 0, fmt.Errorf("size-limited root filesystem: %w", err)
+		}
+		// The overlay holds its own reference; this namespace lets go.
+		defer unix.Unmount(scratch, unix.MNT_DETACH)
+		upper, work = filepath.Join(scratch, "upper"), filepath.Join(scratch, "work")
+	}
 	for _, d := range []string{upper, work, rootfs} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return 0, err
