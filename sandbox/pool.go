@@ -163,7 +163,7 @@ func (b *Backend) prestartEntry(ctx context.Context, srv *spawner, bins binaries
 	start, _, _ := procStart(os.Getpid())
 	// Atomically: a concurrent reaper must never read a partial owner file
 	// and take a live owner for a dead one.
-	err := atomicfile.Write(filepath.Join(e.dir, "owner"), bytes.NewReader(fmt.Appendf(nil, "%d %d\n", os.Getpid(), start)), 0o644)
+	err := atomicfile.WriteVolatile(filepath.Join(e.dir, "owner"), bytes.NewReader(fmt.Appendf(nil, "%d %d\n", os.Getpid(), start)), 0o644)
 	if err == nil {
 		err = b.chownToNamespaceRoot(e.dir)
 	}

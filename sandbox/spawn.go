@@ -320,7 +320,8 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 // dir, which becomes rec's directory.
 func (b *Backend) adopt(rec *record, dir string) error {
 	return b.recordNamed(rec, func() error {
-		if err := b.state.writeIn(dir, rec); err != nil {
+		// Volatile: claim rewrites it, synced, a millisecond later.
+		if err := b.state.writeIn(dir, rec, false); err != nil {
 			return err
 		}
 		return os.Rename(dir, b.state.sandboxDir(rec.ID))

@@ -96,13 +96,25 @@ func (r stateRoot) lockNew() (*flock.Flock, error) {
 	return l, nil
 }
 
-func (r stateRoot) write(rec *record) error { return r.writeIn(r.sandboxDir(rec.ID), rec) }
+// write records rec atomically. It is synced to disk (0.5 ms, a quarter
+// of a ready spawn) only when the record must outlive a crash of the
+// machine: a sandbox created to be started later, or kept for inspection.
+// A running sandbox does not survive such a crash anyway, and a state file
+// the crash truncated shows as broken and goes with prune.
+func (r stateRoot) write(rec *record) error {
+	return r.writeIn(r.sandboxDir(rec.ID), rec, rec.Keep || rec.Pid == 0)
+}
 
 // writeIn writes rec's state file into dir.
-func (r stateRoot) writeIn(dir string, rec *record) error {
+// A durable write survives a crash of the machine; a volatile one is
+// atomic for readers only.
+func (r stateRoot) writeIn(dir string, rec *record, durable bool) error {
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
 		return err
+	}
+	if !durable {
+		return atomicfile.WriteVolatile(filepath.Join(dir, stateFile), bytes.NewReader(b), 0o600)
 	}
 	return atomicfile.Write(filepath.Join(dir, stateFile), bytes.NewReader(b), 0o600)
 }

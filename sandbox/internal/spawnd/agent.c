@@ -234,14 +234,27 @@ static void kill_orphans(void) {
 	free(a);
 }
 
-/* close_except closes every fd from 3 up but the n in keep. */
+/* close_except closes every fd from 3 up but the n (at most 8) in keep:
+ * close_range over the gaps, a handful of system calls. */
 static void close_except(const int *keep, int n) {
-	for (int fd = 3; fd < 4096; fd++) {
-		int k = 0;
-		while (k < n && keep[k] != fd)
-			k++;
-		if (k == n)
-			close(fd);
+	int k[8], m = 0;
+	for (int i = 0; i < n && m < 8; i++)
+		if (keep[i] >= 3)
+			k[m++] = keep[i];
+	for (int i = 1; i < m; i++) /* insertion sort */
+		for (int j = i; j > 0 && k[j - 1] > k[j]; j--) {
+			int t = k[j];
+			k[j] = k[j - 1];
+			k[j - 1] = t;
+		}
+	unsigned lo = 3;
+	for (int i = 0; i <= m; i++) {
+		unsigned hi = i < m ? (unsigned)k[i] : ~0u;
+		if (hi > lo && syscall(SYS_close_range, lo, hi - 1, 0) < 0)
+			for (unsigned fd = lo; fd < hi && fd < 4096; fd++)
+				close((int)fd);
+		if (i < m)
+			lo = (unsigned)k[i] + 1;
 	}
 }
 
@@ -272,7 +285,9 @@ static void supervise(int status_fd, int stat_w, int fds[3], struct agent_req *r
 	sigset_t all;
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, NULL);
-	pid_t cmd = fork();
+	/* vfork: the command replaces this copy at once (exec), so nothing
+	 * of the supervisor needs copying. */
+	pid_t cmd = vfork();
 	if (cmd == 0) {
 		close(stat_w);
 		child_exec(status_fd, fds, rq, groups, cwd, argv, envp);
