@@ -29,10 +29,10 @@ const (
 // spawnFlags are the docker-style flags of run and create.
 type spawnFlags struct {
 	name, workdir, user, network, workspace, memory string
-	volumes, env, setup                             []string
+	volumes, env, setup, tmpfs, storageOpts         []string
 	cpus                                            float64
 	pids                                            int64
-	keep, strict                                    bool
+	keep, strict, readOnly                          bool
 }
 
 func (f *spawnFlags) register(fs *pflag.FlagSet) {
@@ -50,13 +50,16 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.setup, "setup", nil, "run this setup command first, through the HANDLE_ENTRY.sh entry script (repeatable); its output is reported apart")
 	fs.BoolVar(&f.keep, "keep", false, "keep the sandbox after the command (for inspection)")
 	fs.BoolVar(&f.strict, "strict-limits", false, "fail when a limit cannot be enforced on this host")
+	fs.BoolVar(&f.readOnly, "read-only", false, "mount the root filesystem read-only")
+	fs.StringArrayVar(&f.tmpfs, "tmpfs", nil, "mount a tmpfs at /tmp: /tmp[:size=64m] (the only path supported)")
+	fs.StringArrayVar(&f.storageOpts, "storage-opt", nil, "size=N: bound what the root filesystem can hold (kept in memory, lost at stop)")
 	fs.Lookup("net").Hidden = true
 }
 
 // spec turns the flags into a SpawnSpec for image.
 func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 	s := backend.SpawnSpec{Image: img, Name: f.name, User: f.user, Network: f.network, Keep: f.keep,
-		DisableSetup: len(f.setup) == 0, Setup: backend.Setup{Commands: f.setup}}
+		DisableSetup: len(f.setup) == 0, Setup: backend.Setup{Commands: f.setup}, ReadOnlyRootfs: f.readOnly}
 	if f.workspace != "" {
 		ws, err := filepath.Abs(f.workspace)
 		if err != nil {
@@ -93,6 +96,32 @@ func (f *spawnFlags) limits() (backend.Limits, error) {
 			return l, err
 		}
 		l.MemoryBytes = n
+	}
+	for _, t := range f.tmpfs {
+		dst, opts, _ := strings.Cut(t, ":")
+		if filepath.Clean(dst) != "/tmp" {
+			return l, fmt.Errorf("--tmpfs %q: only /tmp can be a tmpfs for now", t)
+		}
+		l.TmpBytes = 64 << 20 // as a tmpfs without size= would get half the RAM
+		for _, o := range strings.Split(opts, ",") {
+			if v, ok := strings.CutPrefix(o, "size="); ok {
+				n, err := units.RAMInBytes(v)
+				if err != nil || n <= 0 {
+					return l, fmt.Errorf("--tmpfs %q: invalid size %q (want e.g. size=64m)", t, v)
+				}
+				l.TmpBytes = n
+			} else if o != "" && o != "rw" && o != "nosuid" && o != "nodev" {
+				return l, fmt.Errorf("--tmpfs %q: option %q is not supported (size= only)", t, o)
+			}
+		}
+	}
+	for _, o := range f.storageOpts {
+		v, ok := strings.CutPrefix(o, "size=")
+		n, err := units.RAMInBytes(v)
+		if !ok || err != nil || n <= 0 {
+			return l, fmt.Errorf("--storage-opt %q: only size=N is supported (e.g. size=1g)", o)
+		}
+		l.RootfsBytes = n
 	}
 	return l, l.Validate()
 }

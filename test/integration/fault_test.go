@@ -199,3 +199,25 @@ func TestConcurrentProcessesOnOneRoot(t *testing.T) {
 		t.Errorf("after the loops:\n%s", out)
 	}
 }
+
+// --read-only, --tmpfs /tmp:size= and --storage-opt size= as docker users
+// write them; what cannot be honoured is refused with a clear message.
+func TestReadOnlyAndSizeFlags(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	out, code := e.run("", "run", "--rm", "--read-only", "--tmpfs", "/tmp:rw,size=2m", e.ref, "sh", "-c",
+		"touch /x 2>&1; dd if=/dev/zero of=/tmp/f bs=1M count=8 2>&1 | grep -c 'No space'; df -k /tmp | tail -1")
+	if code != 0 || !strings.Contains(out, "Read-only file system") || !strings.Contains(out, "\n1\n") || !strings.Contains(out, " 2048 ") {
+		t.Errorf("--read-only --tmpfs: exit %d\n%s", code, out)
+	}
+	out, code = e.run("", "run", "--rm", "--storage-opt", "size=4m", e.ref, "sh", "-c", "dd if=/dev/zero of=/f bs=1M count=8 2>&1 | grep -c 'No space'")
+	if code != 0 || strings.TrimSpace(out) != "1" {
+		t.Errorf("--storage-opt size=4m: exit %d %q", code, out)
+	}
+	for _, args := range [][]string{{"--tmpfs", "/run"}, {"--tmpfs", "/tmp:size=lots"}, {"--tmpfs", "/tmp:exec"}, {"--storage-opt", "dm.basesize=1g"}} {
+		out, code := e.run("", append(append([]string{"run", "--rm"}, args...), e.ref, "true")...)
+		if code != 125 || !strings.Contains(out, args[0]) {
+			t.Errorf("%v: exit %d %q, want 125 naming the flag", args, code, out)
+		}
+	}
+}
