@@ -379,4 +379,7 @@ func TestAttachSaysWhyItWasKilled(t *testing.T) {
 	if code, out := attach("head -c 200000000 /dev/zero | tail > /dev/null", 0); code == 0 || !strings.Contains(out, "OOM killer") {
 		t.Errorf("oom: exit %d, stderr %q", code, out)
 	}
+	if n := sb.Info().OOMKills; n == 0 {
+		t.Error("inspect does not count the OOM kill")
+	}
 }

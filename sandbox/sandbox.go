@@ -156,6 +156,9 @@ type Info struct {
 	Labels         map[string]string `json:"Labels,omitempty"`
 	StateDir       string            `json:"StateDir"`
 	ReadonlyRootfs bool              `json:"ReadonlyRootfs,omitempty"`
+	// OOMKills counts the processes the kernel's OOM killer ended in the
+	// sandbox (its memory cgroup's count; 0 without a memory limit).
+	OOMKills uint64 `json:"OOMKills"`
 	// Broken says why the sandbox's state cannot be read; `rm -f` and
 	// `prune` remove it (and kill what it still runs).
 	Broken string `json:"Broken,omitempty"`
@@ -180,8 +183,21 @@ func (b *Backend) info(rec *record) Info {
 		Created: rec.Created, Running: rec.Pid > 0 && rec.alive(), Pid: rec.Pid, LastExec: last,
 		Workspace: rec.Workspace, Workdir: rec.Workdir, User: fmt.Sprintf("%d:%d", rec.User.UID, rec.User.GID),
 		Network: rec.Network, Limits: rec.Limits, Unenforced: rec.Unenforced, Labels: rec.Labels, StateDir: dir,
-		ReadonlyRootfs: rec.ReadOnly,
+		ReadonlyRootfs: rec.ReadOnly, OOMKills: oomKills(rec),
 	}
+}
+
+// oomKills reads the OOM kill count of rec's memory cgroup, if any.
+func oomKills(rec *record) uint64 {
+	if rec.Limits.MemoryBytes == 0 {
+		return 0
+	}
+	m, err := cgroupManager(rec)
+	if err != nil || m == nil {
+		return 0
+	}
+	n, _ := m.OOMKillCount()
+	return n
 }
 
 // List returns every sandbox of this user, oldest first, then the broken
