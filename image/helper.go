@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/slopbox/slopbox/internal/reexec"
 	"github.com/slopbox/slopbox/internal/userns"
@@ -23,14 +24,15 @@ const helperName = "image-store"
 func init() { reexec.Register(helperName, helperMain) }
 
 type helperRequest struct {
-	Op       string   `json:"op"` // pull, load, gc
-	Root     string   `json:"root"`
-	Ref      string   `json:"ref,omitempty"`
-	Path     string   `json:"path,omitempty"`
-	FD       int      `json:"fd,omitempty"`  // an open archive passed to the child
-	Key      string   `json:"key,omitempty"` // id mapping variant, for extract
-	Insecure []string `json:"insecure,omitempty"`
-	Progress Progress `json:"progress"`
+	Op       string        `json:"op"` // pull, load, gc
+	Root     string        `json:"root"`
+	Ref      string        `json:"ref,omitempty"`
+	Path     string        `json:"path,omitempty"`
+	FD       int           `json:"fd,omitempty"`  // an open archive passed to the child
+	Key      string        `json:"key,omitempty"` // id mapping variant, for extract
+	Insecure []string      `json:"insecure,omitempty"`
+	Progress Progress      `json:"progress"`
+	Stall    time.Duration `json:"stall,omitempty"`
 }
 
 type helperResponse struct {
@@ -53,6 +55,7 @@ func (s *Store) runHelper(ctx context.Context, req helperRequest) error {
 func (s *Store) runHelperNames(ctx context.Context, req helperRequest, file *os.File) ([]string, error) {
 	req.Root = s.root
 	req.Progress = s.progress
+	req.Stall = s.stall
 	for r := range s.insecure {
 		req.Insecure = append(req.Insecure, r)
 	}
@@ -129,7 +132,7 @@ func helperMain() int {
 		m, _ := os.ReadFile("/proc/self/uid_map")
 		fmt.Fprintf(logs, "helper uid=%d euid=%d map=%q\n", os.Getuid(), os.Geteuid(), m)
 	}
-	s, err := Open(req.Root, WithInsecureRegistries(req.Insecure...), WithProgress(req.Progress),
+	s, err := Open(req.Root, WithInsecureRegistries(req.Insecure...), WithProgress(req.Progress), WithStallTimeout(req.Stall),
 		WithLogger(func(f string, a ...any) { fmt.Fprintf(logs, f+"\n", a...) }))
 	if err == nil {
 		ctx, cancel := context.WithCancel(context.Background())

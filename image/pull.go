@@ -1,6 +1,7 @@
 package image
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,7 +33,7 @@ func (s *Store) remoteOptions(ctx context.Context) []remote.Option {
 		remote.WithContext(ctx),
 		remote.WithAuthFromKeychain(authn.DefaultKeychain),
 		remote.WithPlatform(HostPlatform()),
-		remote.WithTransport(&httpPolicy{base: tr, insecure: s.insecure}),
+		remote.WithTransport(&httpPolicy{base: stallGuard{base: tr, timeout: cmp.Or(s.stall, DefaultStallTimeout)}, insecure: s.insecure}),
 		remote.WithRetryBackoff(remote.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 4}),
 		remote.WithUserAgent("slopbox"),
 	}

@@ -46,6 +46,7 @@ type Store struct {
 	logf     func(string, ...any)
 	insecure map[string]bool
 	progress Progress
+	stall    time.Duration // see WithStallTimeout
 }
 
 // Option configures a Store.
