@@ -120,6 +120,14 @@ type SpawnSpec struct {
 	Network string
 	Ports   []PortMapping
 	Limits  Limits
+	// CapAdd and CapDrop change Docker's default capability set (docker
+	// run --cap-add/--cap-drop names, or ALL). SeccompUnconfined runs
+	// without the syscall filter. Weakenings the policy refuses
+	// (CheckPolicy) need an explicit entry in Unsafe: "cap-add=NAME",
+	// "seccomp=unconfined". All of it shows in inspect.
+	CapAdd, CapDrop   []string
+	SeccompUnconfined bool
+	Unsafe            []string
 	// ReadOnlyRootfs makes the root filesystem read-only (docker run
 	// --read-only): only the workspace, read-write mounts and a TmpBytes
 	// /tmp can be written.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -529,5 +530,51 @@ func TestRootfsSizeLimit(t *testing.T) {
 	})
 	if used > 1<<20 {
 		t.Errorf("the sandbox's writes reached the host's disk: %d bytes under %s", used, sb.dir)
+	}
+}
+
+// Weakenings are explicit: an unsafe capability or an unconfined seccomp
+// profile is refused unless allowed, and what was granted shows in
+// inspect and takes effect.
+func TestWeakeningIsExplicit(t *testing.T) {
+	b, ref := testBackend(t)
+	for _, spec := range []backend.SpawnSpec{
+		{CapAdd: []string{"SYS_ADMIN"}},
+		{CapAdd: []string{"all"}},
+		{CapAdd: []string{"CAP_SYS_PTRACE"}, Unsafe: []string{"cap-add=SYS_ADMIN"}},
+		{SeccompUnconfined: true},
+	} {
+		spec.Image, spec.NoWorkspaceMount = ref, true
+		if _, err := b.Spawn(context.Background(), spec); !errors.Is(err, backend.ErrUnsafe) || !strings.Contains(err.Error(), "--allow-unsafe") {
+			t.Errorf("%+v: %v, want it refused naming --allow-unsafe", spec.CapAdd, err)
+		}
+	}
+	if _, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, NoWorkspaceMount: true, CapAdd: []string{"NO_SUCH_CAP"}}); err == nil || !strings.Contains(err.Error(), "unknown capability") {
+		t.Errorf("unknown capability: %v", err)
+	}
+	if list, _ := b.List(); len(list) != 0 {
+		t.Errorf("refused spawns left sandboxes: %d", len(list))
+	}
+	// Allowed: SYS_ADMIN lets container root mount a tmpfs (in its own
+	// namespaces), dropping CHOWN takes chown away; inspect says so.
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, CapAdd: []string{"sys_admin"}, CapDrop: []string{"CHOWN"},
+		Unsafe: []string{"cap-add=SYS_ADMIN"}})
+	res := run(t, sb, "mkdir -p /m && mount -t tmpfs t /m && echo mounted; touch /f && chown 5 /f 2>&1; grep CapEff /proc/self/status")
+	if !strings.Contains(res.Stdout, "mounted") || !strings.Contains(res.Stdout, "Operation not permitted") {
+		t.Errorf("cap-add SYS_ADMIN, cap-drop CHOWN: %+v", res)
+	}
+	if i := sb.Info(); !slices.Equal(i.CapAdd, []string{"sys_admin"}) || !slices.Equal(i.CapDrop, []string{"CHOWN"}) || i.SeccompProfile != "default" {
+		t.Errorf("inspect: add %v drop %v seccomp %q", i.CapAdd, i.CapDrop, i.SeccompProfile)
+	}
+	// The setid rule holds with any capability set.
+	if res := run(t, sb, "touch /workspace/s && chmod 4755 /workspace/s; echo rc=$?"); !strings.Contains(res.Stdout, "rc=1") {
+		t.Errorf("chmod u+s with SYS_ADMIN: %+v", res)
+	}
+	open := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, SeccompUnconfined: true, Unsafe: []string{"seccomp=unconfined"}})
+	if res := run(t, open, "grep Seccomp: /proc/self/status"); !strings.Contains(res.Stdout, "Seccomp:\t0") {
+		t.Errorf("unconfined: %q", res.Stdout)
+	}
+	if open.Info().SeccompProfile != "unconfined" {
+		t.Error("inspect does not show the unconfined profile")
 	}
 }

@@ -159,6 +159,11 @@ type Info struct {
 	// OOMKills counts the processes the kernel's OOM killer ended in the
 	// sandbox (its memory cgroup's count; 0 without a memory limit).
 	OOMKills uint64 `json:"OOMKills"`
+	// CapAdd, CapDrop and SeccompProfile show how the sandbox departs
+	// from the defaults ("default", or "unconfined").
+	CapAdd         []string `json:"CapAdd,omitempty"`
+	CapDrop        []string `json:"CapDrop,omitempty"`
+	SeccompProfile string   `json:"SeccompProfile"`
 	// Broken says why the sandbox's state cannot be read; `rm -f` and
 	// `prune` remove it (and kill what it still runs).
 	Broken string `json:"Broken,omitempty"`
@@ -184,7 +189,15 @@ func (b *Backend) info(rec *record) Info {
 		Workspace: rec.Workspace, Workdir: rec.Workdir, User: fmt.Sprintf("%d:%d", rec.User.UID, rec.User.GID),
 		Network: rec.Network, Limits: rec.Limits, Unenforced: rec.Unenforced, Labels: rec.Labels, StateDir: dir,
 		ReadonlyRootfs: rec.ReadOnly, OOMKills: oomKills(rec),
+		CapAdd: rec.CapAdd, CapDrop: rec.CapDrop, SeccompProfile: seccompProfileName(rec),
 	}
+}
+
+func seccompProfileName(rec *record) string {
+	if rec.Unconfined {
+		return "unconfined"
+	}
+	return "default"
 }
 
 // oomKills reads the OOM kill count of rec's memory cgroup, if any.

@@ -45,6 +45,14 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	if err := spec.Limits.Validate(); err != nil {
 		return nil, fmt.Errorf("spawn: %w", err)
 	}
+	if err := spec.CheckPolicy(); err != nil {
+		return nil, fmt.Errorf("spawn: %w", err)
+	}
+	for _, c := range append(slices.Clone(spec.CapAdd), spec.CapDrop...) {
+		if _, err := oci.CapabilityName(c); err != nil {
+			return nil, fmt.Errorf("spawn: %w", err)
+		}
+	}
 	ws := spec.Workspace
 	if ws != "" {
 		abs, err := filepath.Abs(ws)
@@ -135,8 +143,9 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 		Labels:    spec.Labels,
 		Network:   network,
 		ReadOnly:  spec.ReadOnlyRootfs,
-		Limits:    spec.Limits,
-		Command:   command,
+		CapAdd:    spec.CapAdd, CapDrop: spec.CapDrop, Unconfined: spec.SeccompUnconfined,
+		Limits:  spec.Limits,
+		Command: command,
 	}
 	if !spec.DisableSetup {
 		rec.Setup = backend.SetupCommands(spec.Setup, spec.Context)
@@ -352,15 +361,18 @@ type template struct {
 	tmpBytes    int64 // a tmpfs of this size at /tmp
 	rootfsBytes int64 // the writable layer on a tmpfs of this size
 	readOnly    bool
+	caps        [2][]string // added, dropped
+	unconfined  bool        // no seccomp profile
 }
 
 func templateOf(rec *record) template {
 	return template{layers: rec.Layers, mapKey: rec.MapKey, network: rec.Network, tmpBytes: rec.Limits.TmpBytes,
-		rootfsBytes: rec.Limits.RootfsBytes, readOnly: rec.ReadOnly}
+		rootfsBytes: rec.Limits.RootfsBytes, readOnly: rec.ReadOnly,
+		caps: [2][]string{rec.CapAdd, rec.CapDrop}, unconfined: rec.Unconfined}
 }
 
 func (t template) key() string {
-	return fmt.Sprintf("%q %q %q %d %d %v", t.layers, t.mapKey, t.network, t.tmpBytes, t.rootfsBytes, t.readOnly)
+	return fmt.Sprintf("%q %q %q %d %d %v %q %v", t.layers, t.mapKey, t.network, t.tmpBytes, t.rootfsBytes, t.readOnly, t.caps, t.unconfined)
 }
 
 // prestart starts PID 1 of sandbox id over dir, unclaimed, and returns its
@@ -406,6 +418,8 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 			Destination: agentPath, Type: "bind", Source: bins.init,
 			Options: []string{"bind", "ro", "nosuid", "nodev"},
 		}}, tmpMount(t.tmpBytes)...)),
+		oci.WithCapabilities(t.caps[0], t.caps[1]),
+		unconfined(t.unconfined),
 	)
 	if err != nil {
 		return 0, err
@@ -517,6 +531,14 @@ func (b *Backend) unprivilegedWorkspace(rec *record) error {
 		return fmt.Errorf("user %d:%d has no unprivileged host id to own the root-owned workspace %s", rec.User.UID, rec.User.GID, rec.Workspace)
 	}
 	return handOverRootOwned(rec.Workspace, int(uid), int(gid))
+}
+
+// unconfined removes the seccomp profile when asked (and allowed).
+func unconfined(on bool) oci.Opt {
+	if on {
+		return oci.WithoutSeccomp()
+	}
+	return nil
 }
 
 // tmpMount is /tmp as a tmpfs of size bytes (none for 0).

@@ -54,6 +54,9 @@ type record struct {
 	Labels     map[string]string `json:"labels,omitempty"`
 	Network    string            `json:"network"`
 	ReadOnly   bool              `json:"readonly_rootfs,omitempty"`
+	CapAdd     []string          `json:"cap_add,omitempty"`
+	CapDrop    []string          `json:"cap_drop,omitempty"`
+	Unconfined bool              `json:"seccomp_unconfined,omitempty"`
 	Limits     backend.Limits    `json:"limits"`
 	Unenforced []string          `json:"unenforced,omitempty"`
 	Cgroups    map[string]string `json:"cgroups,omitempty"`

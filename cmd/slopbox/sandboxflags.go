@@ -30,6 +30,7 @@ const (
 type spawnFlags struct {
 	name, workdir, user, network, workspace, memory string
 	volumes, env, setup, tmpfs, storageOpts         []string
+	capAdd, capDrop, securityOpts, allowUnsafe      []string
 	cpus                                            float64
 	pids                                            int64
 	keep, strict, readOnly                          bool
@@ -53,13 +54,30 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.readOnly, "read-only", false, "mount the root filesystem read-only")
 	fs.StringArrayVar(&f.tmpfs, "tmpfs", nil, "mount a tmpfs at /tmp: /tmp[:size=64m] (the only path supported)")
 	fs.StringArrayVar(&f.storageOpts, "storage-opt", nil, "size=N: bound what the root filesystem can hold (kept in memory, lost at stop)")
+	fs.StringArrayVar(&f.capAdd, "cap-add", nil, "add a capability to Docker's default set (unsafe ones need --allow-unsafe cap-add=NAME)")
+	fs.StringArrayVar(&f.capDrop, "cap-drop", nil, "drop a capability (or ALL)")
+	fs.StringArrayVar(&f.securityOpts, "security-opt", nil, "seccomp=unconfined (needs --allow-unsafe seccomp=unconfined), no-new-privileges (always on)")
+	fs.StringArrayVar(&f.allowUnsafe, "allow-unsafe", nil, "allow one weakening the policy refuses: cap-add=NAME or seccomp=unconfined")
 	fs.Lookup("net").Hidden = true
 }
 
 // spec turns the flags into a SpawnSpec for image.
 func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 	s := backend.SpawnSpec{Image: img, Name: f.name, User: f.user, Network: f.network, Keep: f.keep,
-		DisableSetup: len(f.setup) == 0, Setup: backend.Setup{Commands: f.setup}, ReadOnlyRootfs: f.readOnly}
+		DisableSetup: len(f.setup) == 0, Setup: backend.Setup{Commands: f.setup}, ReadOnlyRootfs: f.readOnly,
+		CapAdd: f.capAdd, CapDrop: f.capDrop, Unsafe: f.allowUnsafe}
+	for _, o := range f.securityOpts {
+		switch strings.ReplaceAll(o, ":", "=") {
+		case "seccomp=unconfined":
+			s.SeccompUnconfined = true
+		case "no-new-privileges", "no-new-privileges=true":
+		default:
+			return s, fmt.Errorf("--security-opt %q is not supported (seccomp=unconfined, no-new-privileges)", o)
+		}
+	}
+	if err := s.CheckPolicy(); err != nil {
+		return s, err
+	}
 	if f.workspace != "" {
 		ws, err := filepath.Abs(f.workspace)
 		if err != nil {

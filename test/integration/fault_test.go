@@ -221,3 +221,22 @@ func TestReadOnlyAndSizeFlags(t *testing.T) {
 		}
 	}
 }
+
+// Weakening flags are refused by default, naming what to allow; allowed,
+// they show in inspect.
+func TestWeakeningFlags(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	for _, args := range [][]string{{"--cap-add", "SYS_ADMIN"}, {"--cap-add=ALL"}, {"--security-opt", "seccomp=unconfined"}, {"--security-opt", "seccomp:unconfined"}} {
+		out, code := e.run("", append(append([]string{"run", "--rm"}, args...), e.ref, "true")...)
+		if code != 125 || !strings.Contains(out, "--allow-unsafe") {
+			t.Errorf("%v: exit %d %q, want 125 naming --allow-unsafe", args, code, out)
+		}
+	}
+	e.must("run", "-d", "--name", "weak", "--cap-add", "SYS_ADMIN", "--allow-unsafe", "cap-add=SYS_ADMIN", "--cap-drop", "NET_RAW", e.ref, "sleep", "100")
+	out := e.must("inspect", "weak")
+	if !strings.Contains(out, `"SYS_ADMIN"`) || !strings.Contains(out, `"NET_RAW"`) || !strings.Contains(out, `"SeccompProfile": "default"`) {
+		t.Errorf("inspect:\n%s", out)
+	}
+	e.must("rm", "-f", "weak")
+}
