@@ -2,6 +2,7 @@ package image
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -198,6 +199,9 @@ func (s *Store) fromLayout(dir string) ([]namedImage, error) {
 			if err != nil {
 				return nil, err
 			}
+			if err := verifyRaw(child.RawManifest, d.Digest, "index"); err != nil {
+				return nil, err
+			}
 			cm, err := child.IndexManifest()
 			if err != nil {
 				return nil, err
@@ -206,6 +210,9 @@ func (s *Store) fromLayout(dir string) ([]namedImage, error) {
 			for _, c := range cm.Manifests {
 				if c.Platform == nil || c.Platform.Satisfies(HostPlatform()) {
 					img, err := child.Image(c.Digest)
+					if err == nil {
+						err = verifyImage(img, c.Digest)
+					}
 					if err != nil {
 						return nil, err
 					}
@@ -220,12 +227,46 @@ func (s *Store) fromLayout(dir string) ([]namedImage, error) {
 			continue
 		}
 		img, err := idx.Image(d.Digest)
+		if err == nil {
+			err = verifyImage(img, d.Digest)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrBadArchive, err)
 		}
 		out = append(out, namedImage{layoutNames(d, img), img})
 	}
 	return out, nil
+}
+
+// verifyImage checks an OCI layout image's manifest bytes against the
+// digest that names them, and its config against the manifest (layers are
+// checked as they are stored). go-containerregistry's layout reader
+// trusts the files it is given.
+func verifyImage(img v1.Image, want v1.Hash) error {
+	if err := verifyRaw(img.RawManifest, want, "manifest"); err != nil {
+		return err
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return err
+	}
+	return verifyRaw(img.RawConfigFile, m.Config.Digest, "config")
+}
+
+// verifyRaw checks that the bytes raw returns have digest want.
+func verifyRaw(raw func() ([]byte, error), want v1.Hash, what string) error {
+	b, err := raw()
+	if err != nil {
+		return err
+	}
+	got, _, err := v1.SHA256(bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	if want.Algorithm == "sha256" && got != want {
+		return fmt.Errorf("%w: the %s's bytes have digest %s, but it is named %s", ErrBadArchive, what, got, want)
+	}
+	return nil
 }
 
 // layoutNames reads an image's name from the annotations buildkit, skopeo

@@ -178,18 +178,26 @@ func (s *Store) storeLayer(ctx context.Context, layer v1.Layer, diffID v1.Hash, 
 	}
 	defer blobFile.Close()
 	bw := bufio.NewWriterSize(blobFile, 1<<20)
-	compressed := io.TeeReader(src, bw)
+	// Every blob is checked here, whatever its source (a registry, a
+	// layout, a docker-save archive): its own digest, and its content
+	// against the diffID, also when that layer is already extracted.
+	blobHash := sha256.New()
+	compressed := io.TeeReader(src, io.MultiWriter(bw, blobHash))
 
 	if !haveDir {
 		if err := s.unpack(compressed, diffID, tmp, dir, nil); err != nil {
 			return fmt.Errorf("layer %s: %w", dgst, err)
 		}
-	} else if _, err := io.Copy(io.Discard, compressed); err != nil {
-		return fmt.Errorf("fetch layer %s: %w", dgst, err)
+	} else if err := checkDiffID(compressed, diffID); err != nil {
+		return fmt.Errorf("layer %s: %w", dgst, err)
 	}
-	// The verifying reader reports a digest mismatch at EOF, or on Close.
+	// A verifying reader (remote) reports a digest mismatch at EOF, or on
+	// Close; the hash above covers the others.
 	if err := rc.Close(); err != nil {
 		return fmt.Errorf("fetch layer %s: %w", dgst, err)
+	}
+	if got := hex.EncodeToString(blobHash.Sum(nil)); dgst.Algorithm == "sha256" && got != dgst.Hex {
+		return fmt.Errorf("layer blob has digest sha256:%s, but the manifest says %s: refused", got, dgst)
 	}
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("write layer blob %s: %w", dgst, err)
@@ -201,6 +209,27 @@ func (s *Store) storeLayer(ctx context.Context, layer v1.Layer, diffID v1.Hash, 
 		return fmt.Errorf("commit layer blob %s: %w", dgst, err)
 	}
 	rep.done(short, size, false)
+	return nil
+}
+
+// checkDiffID reads the compressed layer r to EOF and checks that its
+// uncompressed content has digest diffID.
+func checkDiffID(r io.Reader, diffID v1.Hash) error {
+	tar, closeTar, err := decompress(bufio.NewReaderSize(r, 1<<20))
+	if err != nil {
+		return err
+	}
+	defer closeTar()
+	h := sha256.New()
+	if _, err := io.Copy(h, tar); err != nil {
+		return err
+	}
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != diffID.Hex {
+		return fmt.Errorf("uncompressed content has digest sha256:%s, but the image config says %s", got, diffID)
+	}
 	return nil
 }
 
