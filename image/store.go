@@ -456,7 +456,10 @@ func (s *Store) Inspect(ref string) (map[string]any, error) {
 		size += l.Size
 	}
 	var names []string
-	idx, _ := s.readIndex()
+	idx, err := s.readIndex()
+	if err != nil {
+		return nil, fmt.Errorf("inspect %s: %w", ref, err)
+	}
 	for _, e := range idx.Manifests {
 		if e.Digest == d.Digest {
 			names = append(names, e.Annotations[AnnotationRefName])

@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -107,7 +108,9 @@ func ApplyLayer(dir string, r io.Reader, opts ApplyOptions) (ApplyStats, error) 
 			return a.stats, fmt.Errorf("unpack: reading layer tar: %w", err)
 		}
 		if err := a.entry(hdr, tr); err != nil {
-			return a.stats, fmt.Errorf("unpack: entry %q: %w", hdr.Name, err)
+			// A hostile layer's paths can be kilobytes long: the message
+			// keeps their two ends.
+			return a.stats, fmt.Errorf("unpack: entry %s: %w", elide(strconv.Quote(hdr.Name), 160), shortError{err})
 		}
 	}
 	if err := a.finishDirs(); err != nil {
@@ -726,3 +729,19 @@ func (w fdWriter) Write(p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// elide shortens s to about max bytes, keeping both ends.
+func elide(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	keep := max / 2
+	return fmt.Sprintf("%s…(%d bytes)…%s", s[:keep], len(s)-2*keep, s[len(s)-keep:])
+}
+
+// shortError is err with its message elided to 400 bytes; errors.Is and
+// errors.As still see err.
+type shortError struct{ err error }
+
+func (e shortError) Error() string { return elide(e.err.Error(), 400) }
+func (e shortError) Unwrap() error { return e.err }
