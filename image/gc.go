@@ -59,6 +59,10 @@ func (s *Store) gcInside() error {
 			diffs[diff.Hex] = true
 		}
 	}
+	// Layers a sandbox still uses stay, whatever names are gone.
+	for d := range s.leasedLayers() {
+		diffs[d] = true
+	}
 	var errs []string
 	sweep := func(dir string, keep map[string]bool) {
 		ents, err := os.ReadDir(dir)

@@ -409,10 +409,23 @@ func setRef(idx *ocispec.Index, d ocispec.Descriptor, refName, source string) {
 
 // Remove deletes the name ref (or, given an id or digest, every name of that
 // image), then garbage-collects what no name references.
-func (s *Store) Remove(ref string) ([]string, error) {
+// It refuses, wrapping ErrInUse and naming them, while sandboxes use the
+// image's layers (see Lease).
+func (s *Store) Remove(ref string) ([]string, error) { return s.remove(ref, false) }
+
+// ForceRemove is Remove for an image sandboxes still use: the name goes,
+// and the layers they hold stay until the last of them is removed.
+func (s *Store) ForceRemove(ref string) ([]string, error) { return s.remove(ref, true) }
+
+func (s *Store) remove(ref string, force bool) ([]string, error) {
 	d, err := s.resolveLocal(ref)
 	if err != nil {
 		return nil, err
+	}
+	if !force {
+		if err := s.inUse(ref, d.Digest.String()); err != nil {
+			return nil, err
+		}
 	}
 	byName := false
 	if r, err := s.ParseReference(ref); err == nil && d.Annotations[AnnotationRefName] == r.Name() {

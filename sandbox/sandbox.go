@@ -306,8 +306,13 @@ func (b *Backend) destroy(rec *record) error {
 	}
 	if err := b.removeDir(b.state.sandboxDir(rec.ID)); err != nil {
 		errs = append(errs, err)
-	} else if rec.Name != "" {
-		b.state.releaseName(rec.Name, rec.ID)
+	} else {
+		if rec.Name != "" {
+			b.state.releaseName(rec.Name, rec.ID)
+		}
+		if err := b.store.Release(rec.ID); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -270,6 +271,10 @@ func (b *Backend) recordNamed(rec *record, place func() error) error {
 	if err := place(); err != nil {
 		b.state.releaseName(rec.Name, rec.ID)
 		return err
+	}
+	// Its layers stay in the store while it exists (rmi -f, GC).
+	if err := b.store.Lease(rec.ID, cmp.Or(rec.Name, rec.ID), rec.Layers); err != nil {
+		return fmt.Errorf("lease the image's layers: %w", err)
 	}
 	return nil
 }

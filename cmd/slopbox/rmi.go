@@ -22,7 +22,11 @@ func rmiCmd() *cobra.Command {
 			}
 			var errs []error
 			for _, ref := range args {
-				names, err := s.Remove(ref)
+				remove := s.Remove
+				if force {
+					remove = s.ForceRemove // in use: the name goes, the layers stay
+				}
+				names, err := remove(ref)
 				if err != nil {
 					if force && errors.Is(err, image.ErrNotFound) {
 						continue
@@ -37,6 +41,6 @@ func rmiCmd() *cobra.Command {
 			return errors.Join(errs...)
 		},
 	}
-	c.Flags().BoolVarP(&force, "force", "f", false, "ignore images that do not exist")
+	c.Flags().BoolVarP(&force, "force", "f", false, "remove the name even while sandboxes use the image (they keep its layers); ignore images that do not exist")
 	return c
 }

@@ -536,7 +536,18 @@ func (s *server) mountRootfs(req *Request, upper, work, rootfs string) error {
 		data = opts(lower)
 	}
 	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NODEV, data); err != nil {
-		return fmt.Errorf("mount overlay root filesystem (kernel 5.11 or later is needed for overlayfs in a user namespace): %w", err)
+		// Say what is wrong: a layer gone from the store is the likely
+		// cause; an old kernel only when nothing else is.
+		for _, l := range abs {
+			if _, serr := os.Stat(l); serr != nil {
+				return fmt.Errorf("mount the root filesystem: the image's layer %s is missing from the store (%v): pull the image again", l, serr)
+			}
+		}
+		hint := ""
+		if errors.Is(err, unix.EINVAL) {
+			hint = " (overlayfs in a user namespace needs Linux 5.11 or later)"
+		}
+		return fmt.Errorf("mount the root filesystem (overlay of %d layers): %w%s", len(abs), err, hint)
 	}
 	return nil
 }
