@@ -12,7 +12,10 @@ BIN       := bin/slopbox
 HELPER    := sandbox/slopbox-spawn.bin
 export CGO_ENABLED := 1
 
-.PHONY: all deps helper build test test-root test-rootless demo bench vet fmt clean
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := .work/bin/staticcheck-$(STATICCHECK_VERSION)
+
+.PHONY: all deps helper build test test-one demo bench vet lint fmt clean
 
 all: build
 
@@ -31,8 +34,25 @@ vet: helper
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet -tags "$(TAGS)" ./...
 
-test: build vet
+# go mod tidy must change nothing; staticcheck (pinned) and shellcheck
+# must find nothing.
+lint: vet $(STATICCHECK)
+	$(GO) mod tidy -diff
+	$(STATICCHECK) -tags "$(TAGS)" ./...
+	shellcheck scripts/*.sh .ci/run bench/*.sh
+
+$(STATICCHECK):
+	mkdir -p .work/bin
+	GOBIN=$(CURDIR)/.work/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv .work/bin/staticcheck $@
+
+test: build lint
 	@scripts/test.sh
+
+# One package or test, with the tags and static linking the tests need:
+#   make test-one PKG=./sandbox RUN=TestNoSetidFilesOnTheHost
+test-one: helper
+	$(GO) test -tags "$(TAGS)" -ldflags "-extldflags -static" -count=1 -v -run '$(RUN)' $(PKG)
 
 demo: build
 	@scripts/demo.sh

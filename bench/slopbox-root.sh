@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # an adapter sourced by the bench harness, which reads A_*
 # slopbox as root (container root is still not host root: a user namespace
 # maps it into root's subordinate range).
 A_USER=root

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # an adapter sourced by the bench harness, which reads A_*
 # slopbox, rootless as $BENCH_USER (the project's own adapter; see
 # ../shared/bench/adapters/README.md). SLOPBOX_BIN defaults to the repo's build.
 A_USER=bench

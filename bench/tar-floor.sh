@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # an adapter sourced by the bench harness, which reads A_*
 # The pull floor: sequential `tar -xzf` of pyslim's layer blobs (already on
 # disk, so no network) into a fresh directory on the same disk, as the bench
 # user. Any real pull also downloads and verifies, so this is a lower bound.

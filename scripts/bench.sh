@@ -14,6 +14,7 @@ export BENCH_WORK=${BENCH_WORK:-$REPO/.work/bench}
 export BENCH_RESULTS=${BENCH_RESULTS:-$REPO/.work/bench-results}
 export BENCH_ADAPTERS_DIR=$REPO/bench
 export SLOPBOX_BIN=$REPO/bin/slopbox
+# shellcheck source=/dev/null # the harness's, outside this repository
 source "$HARNESS/lib/common.sh"
 
 "$HARNESS/00-install.sh"
@@ -23,7 +24,7 @@ source "$HARNESS/lib/common.sh"
 
 OUT=$BENCH_RESULTS/$(date +%Y%m%d-%H%M%S)
 mkdir -p "$OUT"
-PEERS=(${BENCH_PEERS:-slopbox slopbox-root tar-floor crun crun-rootless runc runc-rootless docker docker-nonet podman podman-rootless skopeo-umoci skopeo-umoci-rootless host host-unshare-Urnm-user})
+read -ra PEERS <<<"${BENCH_PEERS:-slopbox slopbox-root tar-floor crun crun-rootless runc runc-rootless docker docker-nonet podman podman-rootless skopeo-umoci skopeo-umoci-rootless host host-unshare-Urnm-user}"
 "$HARNESS/40-bench.sh" -o "$OUT" "${PEERS[@]}"
 
 # The Go API, rootless and as root, on the same machine right after.

@@ -22,6 +22,7 @@ print("wrote result.json:", json.dumps(result))
 PY
 echo "workspace: $(ls "$WS")"
 set -x
+# shellcheck disable=SC2016 # the setup commands are expanded in the sandbox, not here
 "$SLOPBOX" --root "$ROOT" run --rm --workspace "$WS" \
 	--setup 'echo "setting up in $(pwd) as $(id -un)"' \
 	--setup 'echo "prepared by setup" > /tmp/setup-note' \
