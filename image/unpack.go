@@ -55,7 +55,7 @@ const (
 
 var errPathEscapes = errors.New("path escapes the layer root")
 
-// unpackBufPool holds the 1 MiB copy buffers shared by ApplyLayer and Flatten.
+// unpackBufPool holds the 1 MiB copy buffers of ApplyLayer (and the tests' Flatten).
 var unpackBufPool = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
 // ApplyLayer extracts one uncompressed layer tar read from r into dir (which

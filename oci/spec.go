@@ -3,8 +3,6 @@ package oci
 import (
 	"errors"
 	"fmt"
-	"maps"
-	"math"
 	"path"
 	"slices"
 	"strings"
@@ -22,7 +20,7 @@ var ErrBadOption = errors.New("invalid spec option")
 const (
 	DefaultHostname = "slopbox"
 	DefaultPath     = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	// CPUPeriod is the CFS period (µs) used by WithCPUs.
+	// CPUPeriod is the CFS period (µs) of --cpus quotas.
 	CPUPeriod = 100000
 )
 
@@ -348,87 +346,6 @@ func WithMounts(ms []specs.Mount) Opt {
 	}
 }
 
-// WithMemory limits memory to bytes (swap included, so the container cannot
-// swap). Zero removes the limit.
-func WithMemory(bytes int64) Opt {
-	return func(s *specs.Spec) error {
-		if bytes < 0 {
-			return badOption("negative memory limit %d", bytes)
-		}
-		r := ensureResources(s)
-		if bytes == 0 {
-			r.Memory = nil
-			return nil
-		}
-		limit, swap := bytes, bytes
-		r.Memory = &specs.LinuxMemory{Limit: &limit, Swap: &swap}
-		return nil
-	}
-}
-
-// WithCPUs limits CPU time to cpus CPUs (CFS quota over a 100000µs period).
-// Zero removes the limit; the smallest accepted value is 0.01.
-func WithCPUs(cpus float64) Opt {
-	return func(s *specs.Spec) error {
-		if math.IsNaN(cpus) || math.IsInf(cpus, 0) || cpus < 0 {
-			return badOption("invalid CPU limit %v", cpus)
-		}
-		r := ensureResources(s)
-		if cpus == 0 {
-			r.CPU = nil
-			return nil
-		}
-		quota := int64(math.Round(cpus * CPUPeriod))
-		if quota < CPUPeriod/100 {
-			return badOption("CPU limit %v is below the minimum of 0.01", cpus)
-		}
-		period := uint64(CPUPeriod)
-		r.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
-		return nil
-	}
-}
-
-// WithPidsLimit limits the number of tasks in the container. Zero removes
-// the limit.
-func WithPidsLimit(n int64) Opt {
-	return func(s *specs.Spec) error {
-		if n < 0 {
-			return badOption("negative pids limit %d", n)
-		}
-		r := ensureResources(s)
-		if n == 0 {
-			r.Pids = nil
-			return nil
-		}
-		r.Pids = &specs.LinuxPids{Limit: &n}
-		return nil
-	}
-}
-
-// WithCgroupsPath sets the cgroup path (a path, or "slice:prefix:name" for
-// the systemd driver). Empty lets the runtime choose.
-func WithCgroupsPath(p string) Opt {
-	return func(s *specs.Spec) error {
-		ensureLinux(s)
-		s.Linux.CgroupsPath = p
-		return nil
-	}
-}
-
-// WithAnnotations merges a into the spec's annotations (later values win).
-func WithAnnotations(a map[string]string) Opt {
-	return func(s *specs.Spec) error {
-		if len(a) == 0 {
-			return nil
-		}
-		if s.Annotations == nil {
-			s.Annotations = make(map[string]string, len(a))
-		}
-		maps.Copy(s.Annotations, a)
-		return nil
-	}
-}
-
 // WithoutSeccomp removes the seccomp profile. For tests and doctor only.
 func WithoutSeccomp() Opt {
 	return func(s *specs.Spec) error {
@@ -449,14 +366,6 @@ func ensureLinux(s *specs.Spec) {
 	if s.Linux == nil {
 		s.Linux = &specs.Linux{}
 	}
-}
-
-func ensureResources(s *specs.Spec) *specs.LinuxResources {
-	ensureLinux(s)
-	if s.Linux.Resources == nil {
-		s.Linux.Resources = &specs.LinuxResources{}
-	}
-	return s.Linux.Resources
 }
 
 // setNamespace adds (present) or removes (!present) a namespace of type t,

@@ -98,18 +98,10 @@ func TestGolden(t *testing.T) {
 			WithHostname("sb1"),
 			WithIDMappings(uids, gids),
 			WithMounts(binds),
-			WithCgroupsPath("/user.slice/slopbox-sb1"),
-			WithAnnotations(map[string]string{"org.slopbox.name": "sb1", "org.slopbox.workspace": "/home/u/ws"}),
 		}},
 		{"host_network", []Opt{
 			WithIDMappings(uids, gids),
 			WithNetwork(NetworkHost),
-		}},
-		{"limits", []Opt{
-			WithMemory(512 << 20),
-			WithCPUs(1.5),
-			WithPidsLimit(256),
-			WithCgroupsPath("slopbox-limits"),
 		}},
 		{"no_seccomp_readonly", []Opt{
 			WithRootfs("rootfs", true),
@@ -337,38 +329,14 @@ func TestWithNetwork(t *testing.T) {
 	}
 }
 
-func TestLimits(t *testing.T) {
-	s, err := New(WithMemory(1<<30), WithCPUs(0.5), WithPidsLimit(100))
+// Devices: deny all but the standard set, whatever else is asked.
+func TestDevicesDenyAll(t *testing.T) {
+	s, err := New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := s.Linux.Resources
-	if *r.Memory.Limit != 1<<30 || *r.Memory.Swap != 1<<30 {
-		t.Errorf("memory %d swap %d", *r.Memory.Limit, *r.Memory.Swap)
-	}
-	if *r.CPU.Quota != 50000 || *r.CPU.Period != 100000 {
-		t.Errorf("cpu %d/%d", *r.CPU.Quota, *r.CPU.Period)
-	}
-	if *r.Pids.Limit != 100 {
-		t.Errorf("pids %d", *r.Pids.Limit)
-	}
-	if len(r.Devices) != 1 || r.Devices[0].Allow {
-		t.Errorf("device rules %v, want deny-all", r.Devices)
-	}
-
-	s, err = New(WithCPUs(2.25), WithMemory(1), WithMemory(0), WithPidsLimit(5), WithPidsLimit(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r = s.Linux.Resources
-	if *r.CPU.Quota != 225000 || r.Memory != nil || r.Pids != nil {
-		t.Errorf("quota %d memory %+v pids %+v", *r.CPU.Quota, r.Memory, r.Pids)
-	}
-
-	for _, o := range []Opt{WithMemory(-1), WithCPUs(-1), WithCPUs(0.001), WithPidsLimit(-2)} {
-		if _, err := New(o); !errors.Is(err, ErrBadOption) {
-			t.Errorf("err = %v, want ErrBadOption", err)
-		}
+	if r := s.Linux.Resources; r == nil || len(r.Devices) != 1 || r.Devices[0].Allow {
+		t.Errorf("device rules %+v, want deny-all", r)
 	}
 }
 
@@ -415,16 +383,14 @@ func TestWithProcessAndUser(t *testing.T) {
 func TestOptionsDoNotAlias(t *testing.T) {
 	args := []string{"a"}
 	ms := []specs.Mount{{Destination: "/x", Type: "bind", Source: "/y", Options: []string{"rbind", "ro"}}}
-	ann := map[string]string{"k": "v"}
-	s, err := New(WithProcess(args, nil, "/"), WithMounts(ms), WithAnnotations(ann))
+	s, err := New(WithProcess(args, nil, "/"), WithMounts(ms))
 	if err != nil {
 		t.Fatal(err)
 	}
 	args[0] = "b"
 	ms[0].Options[1] = "rw"
-	ann["k"] = "w"
-	if s.Process.Args[0] != "a" || mountAt(s, "/x").Options[1] != "ro" || s.Annotations["k"] != "v" {
-		t.Errorf("spec aliases caller data: %v %v %v", s.Process.Args, mountAt(s, "/x").Options, s.Annotations)
+	if s.Process.Args[0] != "a" || mountAt(s, "/x").Options[1] != "ro" {
+		t.Errorf("spec aliases caller data: %v %v", s.Process.Args, mountAt(s, "/x").Options)
 	}
 	// Two specs do not share default slices.
 	a, _ := New()

@@ -225,16 +225,6 @@ func Start(cmd *exec.Cmd, m Mapping) error {
 	return err
 }
 
-// Run runs this binary with args inside the namespace and waits for it.
-func Run(args []string, m Mapping) error {
-	cmd := Command(args)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	if err := Start(cmd, m); err != nil {
-		return err
-	}
-	return cmd.Wait()
-}
-
 func toSys(maps []IDMap) []syscall.SysProcIDMap {
 	var out []syscall.SysProcIDMap
 	for _, m := range maps {

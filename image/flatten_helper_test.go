@@ -11,10 +11,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Flatten merges overlay-ready layer dirs (oldest first) into dst, applying
+// Flatten, a test helper (tests compare applied layers as one tree), merges
+// overlay-ready layer dirs (oldest first) into dst, applying
 // whiteouts and opaque dirs, copying file contents (never hardlinking into
-// the layer dirs) — the fallback when overlayfs is unavailable, and what
-// tests use to check the composed view.
+// the layer dirs).
 //
 // dst is created if missing. A 0/0 character device in a layer deletes that
 // name from dst; a directory carrying user.overlay.opaque=y first has dst's
