@@ -12,7 +12,8 @@ import (
 	"time"
 )
 
-// Wire constants shared with agent.c.
+// Wire constants shared with agent.c; TestProtocolMatchesAgent reads
+// agent.c and fails when the two differ.
 const (
 	agentMagic    = 0x534c4f50
 	opExec        = 1

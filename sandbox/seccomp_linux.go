@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -30,8 +32,16 @@ import (
 // (including its -ENOSYS stub for syscalls newer than the profile), caches
 // it, and has the sandbox's PID 1 load it before it serves any command.
 //
-// These are libcontainer's unexported helpers, pinned with the runc version
-// in go.mod; TestSeccompProgram checks the compiled program's behaviour.
+// These are libcontainer's unexported helpers, whose signatures the
+// compiler does not check. They are kept (libseccomp-golang's own BPF
+// export would not give runc's -ENOSYS stub) behind two tests:
+// TestLinknameRuncVersion fails on any runc upgrade until the signatures
+// below have been checked against it and linknameRuncVersion updated, and
+// TestSeccompProgram checks the compiled program's behaviour.
+
+// linknameRuncVersion is the runc release the declarations below were
+// checked against.
+const linknameRuncVersion = "v1.5.2"
 
 //go:linkname lcGetAction github.com/opencontainers/runc/libcontainer/seccomp.getAction
 func lcGetAction(act configs.Action, errnoRet *uint) (libseccomp.ScmpAction, error)
@@ -118,8 +128,9 @@ func compileSeccomp(profile *specs.LinuxSeccomp) (seccompProgram, error) {
 }
 
 // seccompCache keeps compiled programs in memory and under dir, keyed by the
-// profile, this binary's libseccomp and the running kernel (libseccomp
-// probes the kernel for the actions it may use).
+// profile, this binary's libseccomp, runc and slopbox versions and the
+// running kernel (libseccomp probes the kernel for the actions it may
+// use), and checked against their hash when read.
 type seccompCache struct {
 	dir string
 	mu  sync.Mutex
@@ -140,18 +151,35 @@ func (c *seccompCache) get(profile *specs.LinuxSeccomp) (seccompProgram, error) 
 		return p, nil
 	}
 	path := filepath.Join(c.dir, "seccomp-"+key+".bpf")
-	p, err := os.ReadFile(path)
-	if err != nil || !validProgram(p) {
+	p, ok := readCachedProgram(path)
+	if !ok {
 		if p, err = compileSeccomp(profile); err != nil {
 			return nil, err
 		}
-		writeFileAtomic(path, bytes.NewReader(p), 0o644) // a cache: failing to keep it is harmless
+		sum := sha256.Sum256(p)
+		// A cache: failing to keep it is harmless.
+		writeFileAtomic(path, bytes.NewReader(append(sum[:], p...)), 0o644)
 	}
 	if c.mem == nil {
 		c.mem = map[string]seccompProgram{}
 	}
 	c.mem[key] = p
 	return p, nil
+}
+
+// readCachedProgram reads a cached program (its sha256, then the
+// program) and returns it only when the content matches its hash: a
+// truncated or altered file is compiled again, not loaded.
+func readCachedProgram(path string) (seccompProgram, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) < sha256.Size {
+		return nil, false
+	}
+	p := b[sha256.Size:]
+	if sum := sha256.Sum256(p); !bytes.Equal(sum[:], b[:sha256.Size]) || !validProgram(p) {
+		return nil, false
+	}
+	return p, true
 }
 
 func validProgram(p []byte) bool {
@@ -169,7 +197,31 @@ func seccompKey(profile *specs.LinuxSeccomp) (string, error) {
 	maj, min, mic := libseccomp.GetLibraryVersion()
 	api, _ := libseccomp.GetAPI()
 	h := sha256.New()
-	fmt.Fprintf(h, "slopbox-seccomp-1 %s %s %d.%d.%d api%d\n", unix.ByteSliceToString(uts.Release[:]), unix.ByteSliceToString(uts.Machine[:]), maj, min, mic, api)
+	fmt.Fprintf(h, "slopbox-seccomp-2 %s %s %d.%d.%d api%d %s\n", unix.ByteSliceToString(uts.Release[:]), unix.ByteSliceToString(uts.Machine[:]), maj, min, mic, api, buildVersions())
 	h.Write(j)
 	return hex.EncodeToString(h.Sum(nil))[:32], nil
 }
+
+// buildVersions names what compiled the program: runc's module version,
+// this binary's module version and VCS revision, and the Go toolchain,
+// so that an upgrade of any of them compiles the profile again.
+var buildVersions = sync.OnceValue(func() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	// Test binaries carry no dependency list: runc's version is also the
+	// one TestLinknameRuncVersion keeps equal to go.mod's.
+	v := []string{bi.GoVersion, bi.Main.Path + "@" + bi.Main.Version, "runc-linkname@" + linknameRuncVersion}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" || s.Key == "vcs.modified" {
+			v = append(v, s.Key+"="+s.Value)
+		}
+	}
+	for _, d := range bi.Deps {
+		if d.Path == "github.com/opencontainers/runc" || d.Path == "github.com/seccomp/libseccomp-golang" {
+			v = append(v, d.Path+"@"+d.Version)
+		}
+	}
+	return strings.Join(v, " ")
+})

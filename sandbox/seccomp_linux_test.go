@@ -3,10 +3,13 @@
 package sandbox
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unsafe"
@@ -75,4 +78,59 @@ func TestSeccompProgram(t *testing.T) {
 	if _, err := os.Stat(c.dir); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Item 6: a cached program whose bytes were altered is compiled again,
+// not loaded; and the cache key changes with the runc and slopbox build.
+func TestSeccompCacheIsChecked(t *testing.T) {
+	spec, err := oci.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := seccompCache{dir: t.TempDir()}
+	p, err := c.get(spec.Linux.Seccomp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(c.dir, "seccomp-*.bpf"))
+	if len(files) != 1 {
+		t.Fatalf("cache files: %v", files)
+	}
+	// An old filter of the same length, as a stale cache would hold: an
+	// allow-everything program (the length check alone let it through).
+	b, _ := os.ReadFile(files[0])
+	forged := append([]byte(nil), b...)
+	for i := sha256.Size + 4; i+8 <= len(forged); i += 8 {
+		copy(forged[i:], []byte{0x06, 0, 0, 0, 0, 0, 0xff, 0x7f}) // BPF_RET SECCOMP_RET_ALLOW
+	}
+	os.WriteFile(files[0], forged, 0o644)
+	c2 := seccompCache{dir: c.dir}
+	p2, err := c2.get(spec.Linux.Seccomp)
+	if err != nil || !bytes.Equal(p2, p) {
+		t.Errorf("an altered cache file was loaded (%v)", err)
+	}
+	if v := buildVersions(); !strings.Contains(v, "runc-linkname@"+linknameRuncVersion) {
+		t.Errorf("the cache key does not name runc's version: %q", v)
+	}
+}
+
+// TestLinknameRuncVersion: the go:linkname declarations in seccomp_linux.go
+// reach runc internals the compiler does not check. An upgrade of runc in
+// go.mod fails here until they are checked against it (see
+// linknameRuncVersion).
+func TestLinknameRuncVersion(t *testing.T) {
+	mod, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatalf("go.mod (the test runs in sandbox/): %v", err)
+	}
+	for _, line := range strings.Split(string(mod), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "github.com/opencontainers/runc" {
+			if f[1] != linknameRuncVersion {
+				t.Fatalf("go.mod has runc %s, the go:linkname declarations were checked against %s: check getAction, setFlag, matchCall, enosysPatchFilter and filterFlags in the new runc, then update linknameRuncVersion", f[1], linknameRuncVersion)
+			}
+			return
+		}
+	}
+	t.Fatal("runc is not in go.mod")
 }

@@ -34,7 +34,8 @@
 //     connection goes away (the slopbox process died), so no command
 //     outlives its caller's interest.
 //
-// Wire format (host byte order; see sandbox/protocol.go):
+// Wire format (host byte order; see sandbox/protocol.go, and
+// TestProtocolMatchesAgent, which fails when the two differ):
 //   request  := u32 length, then `length` bytes:
 //               struct agent_req, groups[ngroups] (u32), cwd (len_cwd bytes),
 //               argv (argc NUL-terminated), env (envc NUL-terminated)
