@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"fmt"
+	"github.com/slopbox/slopbox/image/archive/archivetest"
 	"github.com/slopbox/slopbox/internal/reexec"
 	"io"
 	"io/fs"
@@ -53,7 +54,7 @@ func flattenInNS(t *testing.T, s *Store, dst string, layers []string) {
 
 func init() {
 	reexec.Register("test-flatten", func() int {
-		if err := Flatten(os.Getenv("FLATTEN_DST"), strings.Split(os.Getenv("FLATTEN_LAYERS"), ":")); err != nil {
+		if err := archivetest.Flatten(os.Getenv("FLATTEN_DST"), strings.Split(os.Getenv("FLATTEN_LAYERS"), ":")); err != nil {
 			fmt.Println(err)
 			return 1
 		}

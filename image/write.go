@@ -22,6 +22,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/slopbox/slopbox/image/archive"
 )
 
 // layerAttempts bounds retries of one layer after a transient network error
@@ -296,7 +298,7 @@ func (s *Store) unpack(r io.Reader, diffID v1.Hash, tmp, dir string, ids func(ui
 		return err
 	}
 	short := diffID.Hex[:12]
-	if _, err := ApplyLayer(root, io.TeeReader(tar, h), ApplyOptions{IDs: ids, Logf: func(f string, a ...any) {
+	if _, err := archive.ApplyLayer(root, io.TeeReader(tar, h), archive.ApplyOptions{IDs: ids, Logf: func(f string, a ...any) {
 		s.logf("layer %s: "+f, append([]any{short}, a...)...)
 	}}); err != nil {
 		return fmt.Errorf("unpack: %w", err)

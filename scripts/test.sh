@@ -12,7 +12,7 @@ LDFLAGS="-extldflags -static"
 make -s helper
 TEST_USER=${SLOPBOX_TEST_USER:-slopbox-test}
 # Packages whose behaviour depends on the caller's privileges run twice.
-ROOTLESS_PKGS=(./image/ ./local/ ./backend/ ./test/conformance/ ./sandbox/ ./test/integration/)
+ROOTLESS_PKGS=(./image/ ./image/archive/ ./local/ ./backend/ ./test/conformance/ ./sandbox/ ./test/integration/)
 # Tests that need root by nature; they ran in the root pass above.
 ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestRootOwnedWorkspaceMapsToUnprivilegedID)$'
 
@@ -26,7 +26,7 @@ go test -race -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 30m ./backend/
 # Each fuzz target for a bounded time (its seeds and testdata/fuzz corpus
 # also ran above, as tests).
 echo "== fuzzing, ${FUZZTIME:=10s} a target" >&2
-for target in "FuzzApplyLayer ./image/" "FuzzParseReference ./image/" "FuzzAgentRequest ./sandbox/"; do
+for target in "FuzzApplyLayer ./image/archive/" "FuzzParseReference ./image/" "FuzzAgentRequest ./sandbox/"; do
 	read -r name pkg <<<"$target"
 	go test -tags "$TAGS" -ldflags "$LDFLAGS" -run '^$' -fuzz "^$name\$" -fuzztime "$FUZZTIME" "$pkg"
 done

@@ -85,6 +85,9 @@ func TestImportFences(t *testing.T) {
 				}
 			}
 			// oci is a pure spec builder; backend depends on no implementation.
+			if dir == "image/archive" && strings.HasPrefix(imp, module) && !strings.HasPrefix(imp, module+"/test/") && imp != module+"/image/archive/archivetest" {
+				t.Errorf("image/archive imports %s: the layer applier knows nothing of the store", imp)
+			}
 			if dir == "oci" && strings.HasPrefix(imp, module) {
 				t.Errorf("oci imports %s: it must stay a pure spec builder", imp)
 			}

@@ -1,15 +1,24 @@
-package image
+// Package archivetest helps tests check applied layers: Flatten composes
+// overlay-ready layer directories into one tree, as overlayfs would show
+// them. It is for tests only; slopbox itself always uses overlayfs.
+package archivetest
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
 )
+
+// opaqueXattr is archive.OpaqueXattr (not imported: archive's own tests
+// use this package).
+const opaqueXattr = "user.overlay.opaque"
 
 // Flatten, a test helper (tests compare applied layers as one tree), merges
 // overlay-ready layer dirs (oldest first) into dst, applying
@@ -31,9 +40,7 @@ func Flatten(dst string, layers []string) error {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return fmt.Errorf("flatten: %w", err)
 	}
-	bp := unpackBufPool.Get().(*[]byte)
-	defer unpackBufPool.Put(bp)
-	f := &flattener{dst: root, buf: *bp, dirs: map[string]unix.Stat_t{}}
+	f := &flattener{dst: root, buf: make([]byte, 1<<20), dirs: map[string]unix.Stat_t{}}
 	for _, l := range layers {
 		src, err := filepath.Abs(l)
 		if err != nil {
@@ -93,7 +100,7 @@ func (f *flattener) walk(dir string) error {
 		return err
 	}
 	for _, name := range names {
-		rel := unpackJoin(dir, name)
+		rel := join(dir, name)
 		if err := f.entry(rel); err != nil {
 			return fmt.Errorf("%q: %w", rel, err)
 		}
@@ -150,7 +157,7 @@ func (f *flattener) entry(rel string) error {
 			if err := unix.Mkdir(dp, 0o700); err != nil {
 				return err
 			}
-		case isOverlayOpaque(sp):
+		case IsOverlayOpaque(sp):
 			if err := f.clearDir(rel); err != nil {
 				return err
 			}
@@ -188,7 +195,7 @@ func (f *flattener) entry(rel string) error {
 			return err
 		}
 	case unix.S_IFLNK:
-		target, err := unpackReadlink(sp)
+		target, err := os.Readlink(sp)
 		if err != nil {
 			return err
 		}
@@ -225,9 +232,10 @@ func (f *flattener) entry(rel string) error {
 	return nil
 }
 
-func isOverlayOpaque(p string) bool {
+// IsOverlayOpaque reports whether layer directory p is marked opaque.
+func IsOverlayOpaque(p string) bool {
 	var b [4]byte
-	n, err := unix.Lgetxattr(p, overlayOpaqueXattr, b[:])
+	n, err := unix.Lgetxattr(p, opaqueXattr, b[:])
 	return err == nil && n == 1 && b[0] == 'y'
 }
 
@@ -243,7 +251,7 @@ func (f *flattener) clearDir(rel string) error {
 		return err
 	}
 	for _, name := range names {
-		if err := f.removeDst(unpackJoin(rel, name)); err != nil {
+		if err := f.removeDst(join(rel, name)); err != nil {
 			return err
 		}
 	}
@@ -301,7 +309,7 @@ func (f *flattener) copyXattrs(rel string) {
 }
 
 func (f *flattener) finishDirs() error {
-	for _, rel := range unpackDeepestFirst(f.dirs) {
+	for _, rel := range deepestFirst(f.dirs) {
 		st := f.dirs[rel]
 		dp := f.dstPath(rel)
 		var cur unix.Stat_t
@@ -317,4 +325,27 @@ func (f *flattener) finishDirs() error {
 		}
 	}
 	return nil
+}
+
+func join(parent, base string) string {
+	if parent == "." || parent == "" {
+		return base
+	}
+	return parent + "/" + base
+}
+
+// deepestFirst returns m's keys (relative paths), deepest first.
+func deepestFirst[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	depth := func(k string) int {
+		if k == "." {
+			return -1
+		}
+		return strings.Count(k, "/")
+	}
+	slices.SortFunc(keys, func(x, y string) int { return cmp.Compare(depth(y), depth(x)) })
+	return keys
 }

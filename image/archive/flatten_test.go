@@ -1,8 +1,9 @@
-package image
+package archive
 
 import (
 	"archive/tar"
 	"bytes"
+	"github.com/slopbox/slopbox/image/archive/archivetest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,7 +35,7 @@ func TestUnpackFlattenLowerSymlinks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := Flatten(e.layer, []string{d1, d2}); err != nil {
+	if err := archivetest.Flatten(e.layer, []string{d1, d2}); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.RemoveAll(d1); err != nil {
@@ -67,7 +68,7 @@ func TestUnpackFlattenTypeChanges(t *testing.T) {
 	l3 := newLayer(t).dir("x/", 0o755).file("x/z", "z", 0o644).bytes()
 	dst, dirs := flattenTestLayers(t, l1, l2, l3)
 	for _, n := range []string{"d", "e"} {
-		if !isOverlayOpaque(filepath.Join(dirs[1], n)) {
+		if !archivetest.IsOverlayOpaque(filepath.Join(dirs[1], n)) {
 			t.Errorf("layer 2 %s (whiteout then directory) is not opaque", n)
 		}
 	}

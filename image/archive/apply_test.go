@@ -1,4 +1,4 @@
-package image
+package archive
 
 import (
 	"archive/tar"
@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/slopbox/slopbox/image/archive/archivetest"
 	"io"
 	"os"
 	"path/filepath"
@@ -373,7 +374,7 @@ func TestUnpackModes(t *testing.T) {
 	}
 	// The composed view keeps them too.
 	dst := filepath.Join(t.TempDir(), "rootfs")
-	if err := Flatten(dst, []string{dir}); err != nil {
+	if err := archivetest.Flatten(dst, []string{dir}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Chmod(filepath.Join(dst, "ro"), 0o755) })
@@ -463,7 +464,7 @@ func TestUnpackRestrictiveDirModes(t *testing.T) {
 func flattenDirs(t testing.TB, layers ...string) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "rootfs")
-	if err := Flatten(dst, layers); err != nil {
+	if err := archivetest.Flatten(dst, layers); err != nil {
 		t.Fatalf("Flatten: %v", err)
 	}
 	return dst
@@ -525,11 +526,11 @@ func TestUnpackOpaque(t *testing.T) {
 		bytes()
 	dst, dirs := flattenTestLayers(t, l1, l2)
 	for _, n := range []string{"d", "e"} {
-		if !isOverlayOpaque(filepath.Join(dirs[1], n)) {
+		if !archivetest.IsOverlayOpaque(filepath.Join(dirs[1], n)) {
 			t.Errorf("layer 2 %s lacks %s=y", n, overlayOpaqueXattr)
 		}
 	}
-	if isOverlayOpaque(filepath.Join(dirs[0], "d")) {
+	if archivetest.IsOverlayOpaque(filepath.Join(dirs[0], "d")) {
 		t.Errorf("layer 1 d is opaque")
 	}
 	if _, err := os.Lstat(filepath.Join(dirs[1], "d/.wh..wh..opq")); err == nil {
@@ -543,7 +544,7 @@ func TestUnpackOpaque(t *testing.T) {
 	if m := got["d"].mode.Perm(); m != 0o750 {
 		t.Errorf("d mode %o", m)
 	}
-	if isOverlayOpaque(filepath.Join(dst, "d")) {
+	if archivetest.IsOverlayOpaque(filepath.Join(dst, "d")) {
 		t.Errorf("flattened d carries the overlay xattr")
 	}
 }

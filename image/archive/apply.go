@@ -1,4 +1,4 @@
-package image
+package archive
 
 import (
 	"archive/tar"
@@ -43,17 +43,23 @@ type ApplyStats struct {
 	ChownDegraded                               bool
 }
 
+// OpaqueXattr marks an opaque directory in the on-disk (overlayfs) form:
+// "y" hides what lower layers hold under it.
+const OpaqueXattr = "user.overlay.opaque"
+
 // Overlay conventions used for the on-disk layer form.
 const (
 	whiteoutPrefix     = ".wh."
 	whiteoutMetaPrefix = ".wh..wh."
 	whiteoutOpaqueDir  = ".wh..wh..opq"
-	overlayOpaqueXattr = "user.overlay.opaque"
+	overlayOpaqueXattr = OpaqueXattr
 	paxXattrPrefix     = "SCHILY.xattr."
 	maxSymlinkHops     = 40
 )
 
-var errPathEscapes = errors.New("path escapes the layer root")
+// ErrPathEscapes is wrapped when a layer entry would resolve outside the
+// layer's directory.
+var ErrPathEscapes = errors.New("path escapes the layer root")
 
 // unpackBufPool holds the 1 MiB copy buffers of ApplyLayer (and the tests' Flatten).
 var unpackBufPool = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
@@ -173,13 +179,13 @@ func cleanEntryPath(name string) (string, error) {
 		return "", errors.New("empty path")
 	}
 	if name[0] == '/' {
-		return "", fmt.Errorf("absolute path: %w", errPathEscapes)
+		return "", fmt.Errorf("absolute path: %w", ErrPathEscapes)
 	}
 	for rest := name; rest != ""; {
 		var c string
 		c, rest, _ = strings.Cut(rest, "/")
 		if c == ".." {
-			return "", errPathEscapes
+			return "", ErrPathEscapes
 		}
 	}
 	return path.Clean(name), nil
@@ -207,7 +213,7 @@ func (a *applier) resolveDir(rel string, create bool) (string, error) {
 			// Only reachable through a relative symlink target; cur holds no
 			// symlinks, so the lexical parent is the physical one.
 			if cur == "." {
-				return "", errPathEscapes
+				return "", ErrPathEscapes
 			}
 			cur = path.Dir(cur)
 			continue
@@ -242,7 +248,7 @@ func (a *applier) resolveDir(rel string, create bool) (string, error) {
 				return "", fmt.Errorf("resolving %q: %w", next, err)
 			}
 			if strings.HasPrefix(target, "/") || symlinkClimbsOut(cur, target) {
-				return "", fmt.Errorf("parent %q is a symlink to %q: %w", next, target, errPathEscapes)
+				return "", fmt.Errorf("parent %q is a symlink to %q: %w", next, target, ErrPathEscapes)
 			}
 			if rest != "" {
 				rest = target + "/" + rest
@@ -547,7 +553,7 @@ func (a *applier) whiteout(parentRel, base string) error {
 	}
 	name := strings.TrimPrefix(base, whiteoutPrefix)
 	if !validWhiteoutName(name) {
-		return fmt.Errorf("invalid whiteout of %q: %w", name, errPathEscapes)
+		return fmt.Errorf("invalid whiteout of %q: %w", name, ErrPathEscapes)
 	}
 	d, err := a.resolveDir(parentRel, true)
 	if err != nil {

@@ -1,10 +1,11 @@
-package image
+package archive
 
 import (
 	"archive/tar"
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/slopbox/slopbox/image/archive/archivetest"
 	"io"
 	"os"
 	"path/filepath"
@@ -125,7 +126,7 @@ func flattenTestLayers(t testing.TB, layers ...[]byte) (string, []string) {
 		dirs = append(dirs, d)
 	}
 	dst := filepath.Join(t.TempDir(), "rootfs")
-	if err := Flatten(dst, dirs); err != nil {
+	if err := archivetest.Flatten(dst, dirs); err != nil {
 		t.Fatalf("Flatten: %v", err)
 	}
 	return dst, dirs
