@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -239,4 +240,48 @@ func TestWeakeningFlags(t *testing.T) {
 		t.Errorf("inspect:\n%s", out)
 	}
 	e.must("rm", "-f", "weak")
+}
+
+// doctor: every check passes or warns on a host that runs the tests (as
+// root and rootless), each warning has a remedy, --json works, and a
+// failing check exits 1.
+func TestDoctor(t *testing.T) {
+	e := newEnv(t)
+	out, code := e.run("", "doctor", "--json")
+	if code != 0 {
+		t.Fatalf("doctor: exit %d\n%s", code, out)
+	}
+	var checks []struct{ Name, Status, Detail, Remedy string }
+	if err := json.Unmarshal([]byte(out), &checks); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	names := map[string]string{}
+	for _, c := range checks {
+		names[c.Name] = c.Status
+		if c.Status == "warn" && c.Remedy == "" {
+			t.Errorf("%s warns without a remedy: %s", c.Name, c.Detail)
+		}
+	}
+	for _, n := range []string{"kernel", "user namespaces", "subordinate ids", "overlayfs in a user namespace", "seccomp", "cgroups", "store", "network helper"} {
+		if s := names[n]; s != "pass" && s != "warn" {
+			t.Errorf("check %q: %q", n, s)
+		}
+	}
+	if os.Geteuid() == 0 && names["cgroups"] != "pass" {
+		t.Errorf("as root the cgroup check must pass: %v", names)
+	}
+	out, code = e.runRoot("/proc/no-store-here", "doctor")
+	if code != 1 || !strings.Contains(out, "fail") || !strings.Contains(out, "store") {
+		t.Errorf("doctor with an unusable store: exit %d\n%s", code, out)
+	}
+}
+
+// runRoot is run with another --root.
+func (e *env) runRoot(root string, args ...string) (string, int) {
+	cmd := exec.Command(e.bin, append([]string{"--root", root}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	}
+	return string(out), 0
 }

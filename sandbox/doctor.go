@@ -1,0 +1,239 @@
+package sandbox
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slopbox/slopbox/internal/reexec"
+	"github.com/slopbox/slopbox/internal/userns"
+	"github.com/slopbox/slopbox/oci"
+)
+
+// Check is one host check of Doctor.
+type Check struct {
+	Name   string `json:"name"`
+	Status string `json:"status"` // pass, warn or fail
+	Detail string `json:"detail"`
+	Remedy string `json:"remedy,omitempty"`
+}
+
+// Check statuses.
+const (
+	Pass = "pass"
+	Warn = "warn"
+	Fail = "fail"
+)
+
+const doctorOverlay = "sandbox-doctor-overlay"
+
+func init() {
+	// Inside a user namespace with the sandboxes' mapping: mount an
+	// overlay as a sandbox's root filesystem is mounted.
+	reexec.Register(doctorOverlay, func() int {
+		dir := os.Args[1]
+		for _, d := range []string{"lower", "upper", "work", "merged"} {
+			if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+				fmt.Println(err)
+				return 1
+			}
+		}
+		data := fmt.Sprintf("lowerdir=%s/lower,upperdir=%s/upper,workdir=%s/work,userxattr", dir, dir, dir)
+		if err := unix.Mount("overlay", filepath.Join(dir, "merged"), "overlay", 0, data); err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		unix.Unmount(filepath.Join(dir, "merged"), unix.MNT_DETACH)
+		return 0
+	})
+}
+
+// Doctor checks what sandboxes need of this host, for this user: user
+// namespaces, subordinate ids, newuidmap, overlayfs in a user namespace,
+// the seccomp filter, cgroups (which limits hold), the store, and the
+// network helpers. It changes nothing.
+func (b *Backend) Doctor() []Check {
+	rootless := os.Geteuid() != 0
+	var out []Check
+	add := func(name, status, detail, remedy string) {
+		out = append(out, Check{Name: name, Status: status, Detail: detail, Remedy: remedy})
+	}
+
+	var uts unix.Utsname
+	unix.Uname(&uts)
+	release := unix.ByteSliceToString(uts.Release[:])
+	if kernelAtLeast(release, 5, 11) {
+		add("kernel", Pass, "Linux "+release, "")
+	} else {
+		add("kernel", Fail, "Linux "+release+": overlayfs in a user namespace needs 5.11", "run a newer kernel")
+	}
+
+	switch {
+	case readInt("/proc/sys/user/max_user_namespaces") == 0:
+		add("user namespaces", Fail, "user.max_user_namespaces is 0", "sysctl -w user.max_user_namespaces=15000")
+	case rootless && readInt("/proc/sys/kernel/unprivileged_userns_clone") == 0:
+		add("user namespaces", Fail, "unprivileged user namespaces are off (kernel.unprivileged_userns_clone=0)", "sysctl -w kernel.unprivileged_userns_clone=1")
+	case rootless && readInt("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == 1:
+		add("user namespaces", Fail, "AppArmor restricts unprivileged user namespaces (Ubuntu 23.10+)",
+			"allow them for slopbox with an AppArmor profile granting \"userns,\", or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0")
+	default:
+		add("user namespaces", Pass, "available", "")
+	}
+
+	m, err := userns.Current()
+	switch {
+	case err != nil:
+		add("subordinate ids", Fail, err.Error(), "give the user a range in /etc/subuid and /etc/subgid")
+	case m.Degraded:
+		add("subordinate ids", Warn, m.Warning, "usermod --add-subuids 100000-165535 --add-subgids 100000-165535 "+currentUser())
+	default:
+		add("subordinate ids", Pass, fmt.Sprintf("uids %s, gids %s", idRange(m.UIDs), idRange(m.GIDs)), "")
+	}
+	if rootless {
+		if p, err := exec.LookPath("newuidmap"); err != nil {
+			add("newuidmap", Fail, "newuidmap/newgidmap not found", "apt-get install uidmap")
+		} else {
+			add("newuidmap", Pass, p, "")
+		}
+	}
+
+	if err == nil {
+		if msg := b.overlayInUserns(m); msg != "" {
+			add("overlayfs in a user namespace", Fail, msg, "use Linux 5.11 or later, with overlayfs (modprobe overlay)")
+		} else {
+			add("overlayfs in a user namespace", Pass, "mounts with userxattr", "")
+		}
+	}
+
+	if spec, err := oci.New(); err != nil {
+		add("seccomp", Fail, err.Error(), "")
+	} else if _, err := b.seccomp.get(spec.Linux.Seccomp); err != nil {
+		add("seccomp", Fail, "compiling Docker's profile: "+err.Error(), "build slopbox with the seccomp tag and libseccomp (make build)")
+	} else {
+		add("seccomp", Pass, "Docker's profile compiles and loads (native architecture)", "")
+	}
+
+	add(cgroupCheck(rootless))
+
+	if err := writable(b.root); err != nil {
+		add("store", Fail, err.Error(), "choose a --root this user can write (and others can traverse)")
+	} else {
+		add("store", Pass, b.root, "")
+	}
+
+	helper := ""
+	for _, h := range []string{"pasta", "slirp4netns"} {
+		if _, err := exec.LookPath(h); err == nil {
+			helper = h
+			break
+		}
+	}
+	var st unix.Stat_t
+	tun := unix.Stat("/dev/net/tun", &st) == nil
+	switch {
+	case helper == "":
+		add("network helper", Warn, "neither pasta nor slirp4netns is installed: bridge networking is not available (none and host are)", "apt-get install passt")
+	case rootless && tun && st.Mode&0o006 != 0o006:
+		add("network helper", Warn, fmt.Sprintf("/dev/net/tun is mode %#o: %s cannot open it as this user", st.Mode&0o777, helper), "chmod 0666 /dev/net/tun (as most distributions ship it)")
+	default:
+		add("network helper", Pass, helper, "")
+	}
+	return out
+}
+
+// overlayInUserns mounts an overlay in a user namespace with mapping m, as
+// the spawn server does; "" when it works.
+func (b *Backend) overlayInUserns(m userns.Mapping) string {
+	dir, err := os.MkdirTemp(b.root, ".doctor-")
+	if err != nil {
+		return err.Error()
+	}
+	defer os.RemoveAll(dir)
+	b.chownToNamespaceRoot(dir)
+	cmd := userns.Command([]string{dir})
+	cmd.Env = append(cmd.Env, reexec.Env+"="+doctorOverlay)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := userns.Start(cmd, m); err != nil {
+		return err.Error()
+	}
+	if err := cmd.Wait(); err != nil {
+		return strings.TrimSpace("mount: " + out.String())
+	}
+	return ""
+}
+
+// cgroupCheck says which limits hold for this user.
+func cgroupCheck(rootless bool) (name, status, detail, remedy string) {
+	name = "cgroups"
+	var fs unix.Statfs_t
+	v2 := unix.Statfs("/sys/fs/cgroup", &fs) == nil && fs.Type == unix.CGROUP2_SUPER_MAGIC
+	version := "v1 (hybrid)"
+	if v2 {
+		version = "v2"
+	}
+	if !rootless {
+		return name, Pass, version + ": memory, cpus and pids limits are enforced", ""
+	}
+	if v2 {
+		own, _ := os.ReadFile("/proc/self/cgroup")
+		path := strings.TrimSpace(strings.TrimPrefix(string(own), "0::"))
+		ctrl, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup", path, "..", "cgroup.controllers"))
+		missing := []string{}
+		for _, c := range []string{"memory", "cpu", "pids"} {
+			if !strings.Contains(string(ctrl), c) {
+				missing = append(missing, c)
+			}
+		}
+		if unix.Access(filepath.Join("/sys/fs/cgroup", path, "cgroup.procs"), unix.W_OK) == nil && len(missing) == 0 {
+			return name, Pass, "v2, delegated to this user: limits are enforced", ""
+		}
+		return name, Warn, "v2, not delegated to this user (missing: " + strings.Join(missing, ", ") + "): memory, cpus and pids limits are not enforced (results say so; --strict-limits refuses)",
+			"run under a systemd user session with Delegate=cpu cpuset io memory pids"
+	}
+	return name, Warn, "v1 (hybrid): a user gets no cgroup, so memory, cpus and pids limits are not enforced rootless (results say so; --strict-limits refuses); /tmp and root filesystem sizes hold",
+		"run as root, or on a cgroup v2 host that delegates controllers to the user"
+}
+
+func kernelAtLeast(release string, major, minor int) bool {
+	var ma, mi int
+	fmt.Sscanf(release, "%d.%d", &ma, &mi)
+	return ma > major || ma == major && mi >= minor
+}
+
+func readInt(p string) int {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return -1 // absent: not restricted
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func writable(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".doctor-")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+func currentUser() string {
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return strconv.Itoa(os.Getuid())
+}
