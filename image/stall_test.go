@@ -22,9 +22,28 @@ func TestStalledRegistryEndsThePull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	reg := stallingRegistry(t)
+	fixtures.Push(t, reg+"/slow:v1", fixtures.Image(t, HostPlatform(), nil, l1))
+	s := openTestStore(t)
+	WithStallTimeout(time.Second)(s)
+	start := time.Now()
+	_, err = s.Pull(context.Background(), reg+"/slow:v1")
+	if err == nil || !strings.Contains(err.Error(), "stopped sending data") {
+		t.Fatalf("pull of a stalled registry: %v, want it to give up", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("gave up after %v", d)
+	}
+	time.Sleep(200 * time.Millisecond)
+	assertConsistent(t, s)
+}
+
+// stallingRegistry serves images whose blob downloads send one byte and
+// then hang until the test ends.
+func stallingRegistry(t *testing.T) string {
 	stall := make(chan struct{})
 	t.Cleanup(func() { close(stall) })
-	reg := fixtures.Registry(t, func(h http.Handler) http.Handler {
+	return fixtures.Registry(t, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") && !strings.Contains(r.URL.Path, "uploads") {
 				w.WriteHeader(http.StatusOK)
@@ -39,17 +58,4 @@ func TestStalledRegistryEndsThePull(t *testing.T) {
 			h.ServeHTTP(w, r)
 		})
 	})
-	fixtures.Push(t, reg+"/slow:v1", fixtures.Image(t, HostPlatform(), nil, l1))
-	s := openTestStore(t)
-	WithStallTimeout(time.Second)(s)
-	start := time.Now()
-	_, err = s.Pull(context.Background(), reg+"/slow:v1")
-	if err == nil || !strings.Contains(err.Error(), "stopped sending data") {
-		t.Fatalf("pull of a stalled registry: %v, want it to give up", err)
-	}
-	if d := time.Since(start); d > 30*time.Second {
-		t.Errorf("gave up after %v", d)
-	}
-	time.Sleep(200 * time.Millisecond)
-	assertConsistent(t, s)
 }

@@ -465,24 +465,7 @@ func TestCancelledPullLeavesStoreConsistent(t *testing.T) {
 		t.Fatal(err)
 	}
 	img := fixtures.Image(t, HostPlatform(), nil, l1)
-	stall := make(chan struct{})
-	t.Cleanup(func() { close(stall) })
-	reg := fixtures.Registry(t, func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") && !strings.Contains(r.URL.Path, "uploads") {
-				// Send part of the blob, then hang.
-				w.WriteHeader(http.StatusOK)
-				w.Write(bytes.Repeat([]byte{0x1f}, 1))
-				w.(http.Flusher).Flush()
-				select {
-				case <-stall:
-				case <-r.Context().Done():
-				}
-				return
-			}
-			h.ServeHTTP(w, r)
-		})
-	})
+	reg := stallingRegistry(t)
 	fixtures.Push(t, reg+"/slow:v1", img)
 	s := openTestStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
