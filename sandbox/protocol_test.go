@@ -1,10 +1,13 @@
 package sandbox
 
 import (
+	"encoding/binary"
+	"net"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -53,4 +56,50 @@ func TestProtocolMatchesAgent(t *testing.T) {
 	if len(req) != 4+4*len(want)+2 {
 		t.Errorf("encode writes a %d-byte frame for one one-letter argument, want %d", len(req), 4+4*len(want)+2)
 	}
+	// struct agent_reply: what reply() reads.
+	if !regexp.MustCompile(`struct agent_reply \{\s*uint32_t type;\s*int32_t value;\s*\};`).MatchString(c) {
+		t.Error("struct agent_reply in agent.c is not {uint32_t type; int32_t value;}, which reply() reads")
+	}
+	// The kill frame: agent.c reads the signal as the third u32 of a
+	// frame at least as long as kill() sends.
+	kill := killFrame(t, syscall.SIGTERM)
+	m = regexp.MustCompile(`op == OP_KILL && len >= (\d+)\) \{\s*int sig = \(\(int32_t \*\)buf\)\[(\d+)\];`).FindStringSubmatch(c)
+	if m == nil {
+		t.Fatal("the OP_KILL frame check was not found in agent.c")
+	}
+	minLen, _ := strconv.Atoi(m[1])
+	sigIdx, _ := strconv.Atoi(m[2])
+	n := int(binary.NativeEndian.Uint32(kill))
+	if n != len(kill)-4 || n < minLen || 4+4*sigIdx+4 > len(kill) ||
+		binary.NativeEndian.Uint32(kill[4+4*sigIdx:]) != uint32(syscall.SIGTERM) ||
+		binary.NativeEndian.Uint32(kill[4:]) != agentMagic || binary.NativeEndian.Uint32(kill[8:]) != opKill {
+		t.Errorf("kill() sends % x; agent.c wants at least %d bytes with the signal at u32 %d", kill, minLen, sigIdx)
+	}
+}
+
+// killFrame returns the bytes agentConn.kill writes.
+func killFrame(t *testing.T, sig syscall.Signal) []byte {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "agent-test")
+	defer f.Close()
+	peer := os.NewFile(uintptr(fds[1]), "agent-test-peer")
+	defer peer.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &agentConn{c: c.(*net.UnixConn)}
+	defer a.close()
+	if err := a.kill(sig); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, err := peer.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf[:n]
 }

@@ -141,7 +141,7 @@ func (c *seccompCache) get(profile *specs.LinuxSeccomp) (seccompProgram, error) 
 	if profile == nil {
 		return nil, nil
 	}
-	key, err := seccompKey(profile)
+	key, err := seccompKey(profile, buildVersions())
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +187,9 @@ func validProgram(p []byte) bool {
 	return n > 0 && n%8 == 0 && n/8 <= unix.BPF_MAXINSNS
 }
 
-func seccompKey(profile *specs.LinuxSeccomp) (string, error) {
+// seccompKey names a compiled program by what it depends on: the profile,
+// the kernel, libseccomp, and versions (buildVersions: Go, slopbox, runc).
+func seccompKey(profile *specs.LinuxSeccomp, versions string) (string, error) {
 	j, err := json.Marshal(profile)
 	if err != nil {
 		return "", err
@@ -197,7 +199,7 @@ func seccompKey(profile *specs.LinuxSeccomp) (string, error) {
 	maj, min, mic := libseccomp.GetLibraryVersion()
 	api, _ := libseccomp.GetAPI()
 	h := sha256.New()
-	fmt.Fprintf(h, "slopbox-seccomp-2 %s %s %d.%d.%d api%d %s\n", unix.ByteSliceToString(uts.Release[:]), unix.ByteSliceToString(uts.Machine[:]), maj, min, mic, api, buildVersions())
+	fmt.Fprintf(h, "slopbox-seccomp-2 %s %s %d.%d.%d api%d %s\n", unix.ByteSliceToString(uts.Release[:]), unix.ByteSliceToString(uts.Machine[:]), maj, min, mic, api, versions)
 	h.Write(j)
 	return hex.EncodeToString(h.Sum(nil))[:32], nil
 }

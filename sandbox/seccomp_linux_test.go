@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"unsafe"
@@ -109,8 +110,24 @@ func TestSeccompCacheIsChecked(t *testing.T) {
 	if err != nil || !bytes.Equal(p2, p) {
 		t.Errorf("an altered cache file was loaded (%v)", err)
 	}
-	if v := buildVersions(); !strings.Contains(v, "runc-linkname@"+linknameRuncVersion) {
-		t.Errorf("the cache key does not name runc's version: %q", v)
+	// A stale program cannot even be found: another runc, slopbox or Go
+	// gives another key.
+	v := buildVersions()
+	if !strings.Contains(v, "runc-linkname@"+linknameRuncVersion) || !strings.Contains(v, runtime.Version()) {
+		t.Errorf("the cache key does not name runc's and Go's versions: %q", v)
+	}
+	key, err := seccompKey(spec.Linux.Seccomp, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range []string{
+		strings.Replace(v, "runc-linkname@"+linknameRuncVersion, "runc-linkname@v1.5.3", 1),
+		strings.Replace(v, runtime.Version(), "go1.0", 1),
+		v + " vcs.revision=0123abc",
+	} {
+		if k, _ := seccompKey(spec.Linux.Seccomp, other); k == key {
+			t.Errorf("versions %q and %q give the same cache key %s", v, other, key)
+		}
 	}
 }
 

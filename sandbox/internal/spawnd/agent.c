@@ -40,7 +40,7 @@
 //               struct agent_req, groups[ngroups] (u32), cwd (len_cwd bytes),
 //               argv (argc NUL-terminated), env (envc NUL-terminated)
 //               with 3 fds attached to the first byte: stdin, stdout, stderr
-//   control  := u32 length == 8, u32 op (OP_KILL), i32 signal
+//   control  := u32 length == 12, then u32 magic, u32 op (OP_KILL), i32 signal
 //   reply    := struct agent_reply
 #define _GNU_SOURCE
 #include <dirent.h>
