@@ -85,6 +85,9 @@ func TestImportFences(t *testing.T) {
 				}
 			}
 			// oci is a pure spec builder; backend depends on no implementation.
+			if dir == "dockercompat" && strings.HasPrefix(imp, module) && imp != module+"/backend" {
+				t.Errorf("dockercompat imports %s: it depends on the backend interface only", imp)
+			}
 			if dir == "image/archive" && strings.HasPrefix(imp, module) && !strings.HasPrefix(imp, module+"/test/") && imp != module+"/image/archive/archivetest" {
 				t.Errorf("image/archive imports %s: the layer applier knows nothing of the store", imp)
 			}
