@@ -401,3 +401,35 @@ func (s *Spec) SpawnSpec(opts SpawnOptions) (backend.SpawnSpec, error) {
 	}
 	return sp, nil
 }
+
+// ResolvePlaceholders replaces each {{static:NAME}} in s with where asset
+// NAME is seen: /static/<save_path> in a sandbox, its absolute host path
+// for a local run (resolve_static_placeholders). An unknown name is an
+// error.
+func ResolvePlaceholders(s string, assets []StaticAsset, sandboxed bool) (string, error) {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "{{static:")
+		if i < 0 {
+			b.WriteString(s)
+			return b.String(), nil
+		}
+		j := strings.Index(s[i:], "}}")
+		if j < 0 {
+			b.WriteString(s)
+			return b.String(), nil
+		}
+		name := s[i+len("{{static:") : i+j]
+		k := slices.IndexFunc(assets, func(a StaticAsset) bool { return a.Name == name })
+		if k < 0 {
+			return "", fmt.Errorf("%w: unknown static asset placeholder: %s", ErrBadSpec, name)
+		}
+		b.WriteString(s[:i])
+		if sandboxed {
+			b.WriteString(path.Join("/static", assets[k].SavePath))
+		} else {
+			b.WriteString(assets[k].Source)
+		}
+		s = s[i+j+2:]
+	}
+}

@@ -190,3 +190,26 @@ func FuzzParseSpec(f *testing.F) {
 		s.IgnoreGlobs(nil)
 	})
 }
+
+func TestResolvePlaceholders(t *testing.T) {
+	assets := []StaticAsset{{Name: "data", Source: "/host/assets/data", SavePath: "tests/data"}}
+	for _, c := range []struct {
+		in        string
+		sandboxed bool
+		want, err string
+	}{
+		{"cat {{static:data}}/x", true, "cat /static/tests/data/x", ""},
+		{"cat {{static:data}}/x {{static:data}}", false, "cat /host/assets/data/x /host/assets/data", ""},
+		{"no placeholder {{", true, "no placeholder {{", ""},
+		{"{{static:nope}}", true, "", "unknown static asset placeholder: nope"},
+	} {
+		got, err := ResolvePlaceholders(c.in, assets, c.sandboxed)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: %q %v", c.in, got, err)
+			}
+		} else if err != nil || got != c.want {
+			t.Errorf("%q: %q %v, want %q", c.in, got, err, c.want)
+		}
+	}
+}

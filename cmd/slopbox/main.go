@@ -52,7 +52,7 @@ func main() {
 	root.PersistentFlags().StringSliceVar(&globals.insecure, "insecure-registry", nil, "allow plain HTTP for this registry (host:port); loopback registries always may")
 	root.AddCommand(pullCmd(), imagesCmd(), rmiCmd(), tagCmd(), inspectCmd(), loadCmd(), saveCmd(),
 		runCmd(), createCmd(), startCmd(), execCmd(), psCmd(), killCmd(), stopCmd(), rmCmd(), pruneCmd(),
-		versionCmd(), infoCmd(), doctorCmd())
+		versionCmd(), infoCmd(), doctorCmd(), envCmd())
 	if err := root.Execute(); err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) {

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/dockercompat"
+	"github.com/slopbox/slopbox/local"
+	"github.com/slopbox/slopbox/sandbox"
+)
+
+func envCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "env",
+		Short: "Run SlopCodeBench environment specs (configs/environments/*.yaml)",
+	}
+	c.AddCommand(envRunCmd(), envShellCmd())
+	return c
+}
+
+// envFlags are what env run and env shell take besides the spec.
+type envFlags struct {
+	workspace, image, entry string
+	eval                    bool
+	assets, ports, env      []string
+}
+
+func (f *envFlags) register(c *cobra.Command) {
+	c.Flags().StringVar(&f.workspace, "workspace", "", "host workspace directory (required)")
+	c.Flags().BoolVar(&f.eval, "eval", false, "evaluation context: eval_commands run, the user defaults to 1000:1000")
+	c.Flags().StringVar(&f.image, "image", "", "run this image instead of docker.image")
+	c.Flags().StringArrayVar(&f.assets, "asset", nil, "static asset NAME=PATH, mounted read-only at /static/NAME ({{static:NAME}} in the command)")
+	c.Flags().StringArrayVar(&f.ports, "port", nil, "publish HOST:CONTAINER (needs bridge networking, not supported yet)")
+	c.Flags().StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE")
+}
+
+// open loads the spec and makes the sandbox it describes, or the local
+// runtime for type: local.
+func (f *envFlags) open(cmd *cobra.Command, file string) (*dockercompat.Spec, backend.Sandbox, []dockercompat.StaticAsset, func(), error) {
+	spec, err := dockercompat.LoadSpec(file)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if f.workspace == "" {
+		return nil, nil, nil, nil, fmt.Errorf("--workspace DIR is required")
+	}
+	if len(f.ports) > 0 {
+		return nil, nil, nil, nil, fmt.Errorf("--port: published ports need bridge networking, which slopbox does not support yet")
+	}
+	var assets []dockercompat.StaticAsset
+	for _, a := range f.assets {
+		name, p, ok := strings.Cut(a, "=")
+		if !ok || name == "" || p == "" {
+			return nil, nil, nil, nil, fmt.Errorf("--asset %q: want NAME=PATH", a)
+		}
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		fi, err := os.Stat(abs)
+		if err != nil {
+			return nil, nil, nil, nil, fmt.Errorf("--asset %s: %w", name, err)
+		}
+		assets = append(assets, dockercompat.StaticAsset{Name: name, Source: abs, SavePath: name, IsDir: fi.IsDir()})
+	}
+	env, err := parseEnv(f.env)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	ws, err := filepath.Abs(f.workspace)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	sp, err := spec.SpawnSpec(dockercompat.SpawnOptions{Workspace: ws, Evaluation: f.eval, Image: f.image,
+		Assets: assets, Env: env, AgentUser: backend.AgentUserFromEnv()})
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	var b backend.Backend
+	if spec.Type == "local" {
+		b = local.New()
+	} else {
+		sb, err := openBackend()
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		if sp.Network == backend.NetworkBridge {
+			return nil, nil, nil, nil, fmt.Errorf("%s: docker.network is bridge (SlopCodeBench's default when unset), which slopbox does not support yet: set network: none or network: host in the spec", file)
+		}
+		if _, err := ensureImage(ctx, sb, sp.Image); err != nil {
+			return nil, nil, nil, nil, err
+		}
+		b = sb
+	}
+	s, err := b.Spawn(ctx, sp)
+	if err != nil {
+		b.Close()
+		return nil, nil, nil, nil, err
+	}
+	done := func() {
+		if err := s.Cleanup(); err != nil {
+			fmt.Fprintln(os.Stderr, "slopbox: cleanup:", err)
+		}
+		if sp.Keep {
+			name := s.ID()
+			if i, ok := s.(*sandbox.Sandbox); ok {
+				name = i.Name()
+			}
+			fmt.Fprintf(os.Stderr, "slopbox: kept sandbox %s (keep_container_after_clean): slopbox exec -it %s sh; remove it with slopbox rm -f %s\n", name, name, name)
+		}
+		b.Close()
+	}
+	return spec, s, assets, done, nil
+}
+
+func envRunCmd() *cobra.Command {
+	var f envFlags
+	var ef execFlags
+	c := &cobra.Command{
+		Use:   "run SPEC.yaml --workspace DIR [flags] [--entry FILE | -- CMD...]",
+		Short: "Run a command in the environment a spec describes (setup per context, then the command)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := ef.validate(); err != nil {
+				return err
+			}
+			if (f.entry == "") == (len(args) == 1) {
+				return fmt.Errorf("give either --entry FILE or -- CMD...")
+			}
+			spec, sb, assets, done, err := f.open(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			defer done()
+			var shell string
+			if f.entry != "" {
+				shell, err = spec.Command(f.entry, !f.eval)
+			} else {
+				shell = backend.ShellQuote(args[1:])
+			}
+			if err == nil {
+				shell, err = dockercompat.ResolvePlaceholders(shell, assets, spec.Type == "docker")
+			}
+			if err != nil {
+				return err
+			}
+			req := backend.ExecRequest{Shell: shell, Timeout: seconds(ef.timeout)}
+			ctx, cancel := signalContext()
+			defer cancel()
+			if ef.asJSON || ef.interactive {
+				if ef.interactive {
+					in, err := io.ReadAll(os.Stdin)
+					if err != nil {
+						return err
+					}
+					req.Stdin = [][]byte{in}
+				}
+				res, err := sb.Exec(ctx, req)
+				if res == nil {
+					return err
+				}
+				if ef.asJSON {
+					printJSON(res)
+				} else {
+					os.Stdout.WriteString(res.Stdout)
+					os.Stderr.WriteString(res.Stderr)
+				}
+				return exitWith(res.ExitCode)
+			}
+			events, err := sb.Stream(ctx, req)
+			if err != nil {
+				return err
+			}
+			code := 0
+			for ev := range events {
+				switch ev.Kind {
+				case backend.EventStdout:
+					os.Stdout.WriteString(ev.Data)
+				case backend.EventStderr:
+					os.Stderr.WriteString(ev.Data)
+				case backend.EventFinished:
+					code = ev.Result.ExitCode
+				}
+			}
+			return exitWith(code)
+		},
+	}
+	f.register(c)
+	c.Flags().StringVar(&f.entry, "entry", "", "entry file: runs commands.command (agent_command for agent runs) with it, as commands.entry_file names it")
+	ef.register(c)
+	return c
+}
+
+func envShellCmd() *cobra.Command {
+	var f envFlags
+	c := &cobra.Command{
+		Use:   "shell SPEC.yaml --workspace DIR [flags]",
+		Short: "Open a shell in the environment a spec describes",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, sb, _, done, err := f.open(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx, cancel := signalContext()
+			defer cancel()
+			if s, ok := sb.(*sandbox.Sandbox); ok {
+				code, err := s.Attach(ctx, backend.ExecRequest{Argv: []string{"/bin/sh"}}, os.Stdin, os.Stdout, os.Stderr, false)
+				if err != nil {
+					return err
+				}
+				return exitWith(code)
+			}
+			return fmt.Errorf("env shell: a local spec runs on this host: use your own shell in %s", f.workspace)
+		},
+	}
+	f.register(c)
+	return c
+}
+
+func exitWith(code int) error {
+	if code != 0 {
+		return &exitError{code: code, silent: true}
+	}
+	return nil
+}
