@@ -133,7 +133,7 @@ func envRunCmd() *cobra.Command {
 				return err
 			}
 			if (f.entry == "") == (len(args) == 1) {
-				return fmt.Errorf("give either --entry FILE or -- CMD...")
+				return fmt.Errorf("give either --entry FILE or -- CMD (one of them)")
 			}
 			spec, sb, assets, done, err := f.open(cmd, args[0])
 			if err != nil {
