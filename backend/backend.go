@@ -137,6 +137,9 @@ type SpawnSpec struct {
 	DisableSetup bool
 	// Keep leaves the sandbox in place at Cleanup (for inspection).
 	Keep bool
+	// AutoRemove removes the sandbox when it is stopped or killed (docker
+	// run -d --rm).
+	AutoRemove bool
 }
 
 // Setup holds the commands run before each command (reference §1.5).

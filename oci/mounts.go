@@ -53,6 +53,10 @@ type MountPlan struct {
 	// Static are static assets; Target is the save_path, and each one is
 	// mounted read-only at /static/<save_path> whatever ReadOnly says.
 	Static []BindSource
+	// AnyTarget lifts the workdir rule for a sandbox whose workspace is
+	// not mounted and that names no workdir (docker's -v knows no such
+	// rule; SlopCodeBench's extra_mounts do).
+	AnyTarget bool
 	// AllowedRoots, when non-empty, restricts every bind source (the
 	// workspace included) to these absolute host directories.
 	AllowedRoots []string
@@ -145,7 +149,7 @@ func (p MountPlan) Resolve() ([]specs.Mount, error) {
 		if target == "/" {
 			return fmt.Errorf("%w: %s mount %q -> %q: the target must not be /", ErrBadMount, kind, b.Source, b.Target)
 		}
-		if within(target, workdir) && target != workdir {
+		if !p.AnyTarget && within(target, workdir) && target != workdir {
 			return fmt.Errorf("%w: %s mount %q -> %q: %q is inside the workdir %q; mount it elsewhere or put the files in the workspace",
 				ErrMountInWorkdir, kind, b.Source, b.Target, target, workdir)
 		}

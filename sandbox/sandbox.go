@@ -156,6 +156,7 @@ type Info struct {
 	Labels         map[string]string `json:"Labels,omitempty"`
 	StateDir       string            `json:"StateDir"`
 	ReadonlyRootfs bool              `json:"ReadonlyRootfs,omitempty"`
+	AutoRemove     bool              `json:"AutoRemove,omitempty"`
 	// OOMKills counts the processes the kernel's OOM killer ended in the
 	// sandbox (its memory cgroup's count; 0 without a memory limit).
 	OOMKills uint64 `json:"OOMKills"`
@@ -188,7 +189,7 @@ func (b *Backend) info(rec *record) Info {
 		Created: rec.Created, Running: rec.Pid > 0 && rec.alive(), Pid: rec.Pid, LastExec: last,
 		Workspace: rec.Workspace, Workdir: rec.Workdir, User: fmt.Sprintf("%d:%d", rec.User.UID, rec.User.GID),
 		Network: rec.Network, Limits: rec.Limits, Unenforced: rec.Unenforced, Labels: rec.Labels, StateDir: dir,
-		ReadonlyRootfs: rec.ReadOnly, OOMKills: oomKills(rec),
+		ReadonlyRootfs: rec.ReadOnly, OOMKills: oomKills(rec), AutoRemove: rec.AutoRemove,
 		CapAdd: rec.CapAdd, CapDrop: rec.CapDrop, SeccompProfile: seccompProfileName(rec),
 	}
 }
@@ -652,8 +653,16 @@ func (s *Sandbox) Remove() error {
 func (s *Sandbox) Running() bool { return s.rec.alive() }
 
 // Stop kills the sandbox's init (and so every process in it) but keeps its
-// state, like `docker stop`.
-func (s *Sandbox) Stop() error { return s.rec.killInit(5 * time.Second) }
+// state, like `docker stop`; a sandbox made with AutoRemove is removed.
+func (s *Sandbox) Stop() error {
+	if err := s.rec.killInit(5 * time.Second); err != nil {
+		return err
+	}
+	if s.rec.AutoRemove {
+		return s.Remove()
+	}
+	return nil
+}
 
 // Start starts a created or stopped sandbox (its files are kept) and runs
 // its recorded command, if any, detached.

@@ -140,11 +140,11 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 		MapKey:    mapKey,
 		Env:       spawnEnv(img.Config.Config.Env, spec),
 		NoSetup:   spec.DisableSetup,
-		Keep:      spec.Keep,
-		Labels:    spec.Labels,
-		Network:   network,
-		ReadOnly:  spec.ReadOnlyRootfs,
-		CapAdd:    spec.CapAdd, CapDrop: spec.CapDrop, Unconfined: spec.SeccompUnconfined,
+		Keep:      spec.Keep, AutoRemove: spec.AutoRemove,
+		Labels:   spec.Labels,
+		Network:  network,
+		ReadOnly: spec.ReadOnlyRootfs,
+		CapAdd:   spec.CapAdd, CapDrop: spec.CapDrop, Unconfined: spec.SeccompUnconfined,
 		Limits:  spec.Limits,
 		Command: command,
 	}
@@ -219,6 +219,7 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 		AllowedRoots:   spec.AllowedMountRoots,
 		EvalSource:     filepath.EvalSymlinks,
 		EvalBeneath:    resolveBeneath,
+		AnyTarget:      spec.NoWorkspaceMount && spec.Workdir == "",
 	}
 	for _, m := range spec.Mounts {
 		plan.Extra = append(plan.Extra, oci.BindSource{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})

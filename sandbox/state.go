@@ -54,6 +54,7 @@ type record struct {
 	Labels     map[string]string `json:"labels,omitempty"`
 	Network    string            `json:"network"`
 	ReadOnly   bool              `json:"readonly_rootfs,omitempty"`
+	AutoRemove bool              `json:"auto_remove,omitempty"`
 	CapAdd     []string          `json:"cap_add,omitempty"`
 	CapDrop    []string          `json:"cap_drop,omitempty"`
 	Unconfined bool              `json:"seccomp_unconfined,omitempty"`

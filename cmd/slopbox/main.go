@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -52,7 +55,16 @@ func main() {
 	root.PersistentFlags().StringSliceVar(&globals.insecure, "insecure-registry", nil, "allow plain HTTP for this registry (host:port); loopback registries always may")
 	root.AddCommand(pullCmd(), imagesCmd(), rmiCmd(), tagCmd(), inspectCmd(), loadCmd(), saveCmd(),
 		runCmd(), createCmd(), startCmd(), execCmd(), psCmd(), killCmd(), stopCmd(), rmCmd(), pruneCmd(),
-		versionCmd(), infoCmd(), doctorCmd(), envCmd())
+		versionCmd(), infoCmd(), doctorCmd(), envCmd(), imageCmd())
+	// One argv parser for both spellings: invoked as `docker` (a symlink,
+	// or `binary:` in a harness spec) or as `slopbox docker …`, the
+	// arguments are the same verbs and flags.
+	if args, ok := dockerArgs(os.Args[1:]); ok {
+		root.SetArgs(args)
+	}
+	if filepath.Base(os.Args[0]) == "docker" {
+		root.Use = "docker"
+	}
 	if err := root.Execute(); err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) {
@@ -81,4 +93,21 @@ func openStore() (*image.Store, error) {
 		image.WithInsecureRegistries(globals.insecure...),
 		image.WithProgress(progressMode()),
 		image.WithLogger(func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }))
+}
+
+// dockerArgs drops the word "docker" when it is the first argument that is
+// not a global flag (slopbox [--root DIR] docker VERB ...).
+func dockerArgs(args []string) ([]string, bool) {
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--root" || a == "--insecure-registry":
+			i++ // its value
+		case strings.HasPrefix(a, "-"):
+		case a == "docker":
+			return append(slices.Clone(args[:i]), args[i+1:]...), true
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
 }

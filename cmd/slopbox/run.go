@@ -50,8 +50,8 @@ func runCmd() *cobra.Command {
 			if len(args) == 0 {
 				return fmt.Errorf("run: no image given")
 			}
-			if detach && (rm || ef.asJSON || ef.interactive) {
-				return fmt.Errorf("run: -d cannot be combined with --rm, --json or -i")
+			if detach && (ef.asJSON || ef.interactive) {
+				return fmt.Errorf("run: -d cannot be combined with --json or -i")
 			}
 			b, err := openBackend()
 			if err != nil {
@@ -69,6 +69,8 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// -d --rm: removed when stopped or killed, as docker does.
+			spec.AutoRemove = detach && rm
 			sb, err := b.SpawnCommand(ctx, spec, command)
 			if err != nil {
 				return err

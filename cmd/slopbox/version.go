@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"text/template"
 
 	"github.com/spf13/cobra"
 
@@ -23,7 +24,8 @@ func versionCmd() *cobra.Command {
 }
 
 func infoCmd() *cobra.Command {
-	return &cobra.Command{
+	var format string
+	c := &cobra.Command{
 		Use:   "info",
 		Short: "Show how slopbox runs on this host",
 		Args:  cobra.NoArgs,
@@ -36,7 +38,7 @@ func infoCmd() *cobra.Command {
 			if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
 				cg = "v2"
 			}
-			printJSON(map[string]any{
+			info := map[string]any{
 				"Root":           globals.root,
 				"Rootless":       os.Geteuid() != 0,
 				"IDMapping":      m,
@@ -44,11 +46,26 @@ func infoCmd() *cobra.Command {
 				"Platform":       image.HostPlatform(),
 				"ServerVersion":  version,
 				"DefaultNetwork": "none",
-			})
+			}
+			if format != "" {
+				// docker info --format '{{.ServerVersion}}' (rlm_code's health check).
+				t, err := template.New("format").Option("missingkey=zero").Parse(format)
+				if err != nil {
+					return fmt.Errorf("--format: %w", err)
+				}
+				if err := t.Execute(os.Stdout, info); err != nil {
+					return fmt.Errorf("--format: %w", err)
+				}
+				fmt.Println()
+				return nil
+			}
+			printJSON(info)
 			if m.Degraded {
 				fmt.Fprintln(os.Stderr, "warning:", m.Warning)
 			}
 			return nil
 		},
 	}
+	c.Flags().StringVarP(&format, "format", "f", "", "print with a Go template, e.g. '{{.ServerVersion}}'")
+	return c
 }
