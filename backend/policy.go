@@ -3,6 +3,7 @@ package backend
 import (
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 )
@@ -33,5 +34,41 @@ func (s SpawnSpec) CheckPolicy() error {
 	if s.SeccompUnconfined && !slices.Contains(s.Unsafe, "seccomp=unconfined") {
 		return fmt.Errorf("%w: --security-opt seccomp=unconfined turns off the sandbox's syscall filter; allow it explicitly with --allow-unsafe seccomp=unconfined", ErrUnsafe)
 	}
+	for _, m := range append(slices.Clone(s.Mounts), backend2static(s.StaticAssets)...) {
+		if p, bad := hostSystemPath(m.Source); bad && !slices.Contains(s.Unsafe, "mount="+p) {
+			return fmt.Errorf("%w: mounting the host's %s (-v %s:%s) exposes the host to the sandbox; allow it explicitly with --allow-unsafe mount=%s", ErrUnsafe, p, m.Source, m.Target, p)
+		}
+	}
 	return nil
+}
+
+func backend2static(assets []StaticAsset) []Mount {
+	var out []Mount
+	for _, a := range assets {
+		out = append(out, Mount{Source: a.Source, Target: "/static/" + a.SavePath})
+	}
+	return out
+}
+
+// UnsafeMountSources are host directories a mount may not expose, nor
+// any path inside /proc, /sys and /dev (rlm_code's policy, and podman's
+// warnings).
+var UnsafeMountSources = []string{"/", "/proc", "/sys", "/dev", "/boot", "/etc"}
+
+// hostSystemPath reports whether an absolute mount source is one of
+// UnsafeMountSources (or under /proc, /sys, /dev), and which.
+func hostSystemPath(src string) (string, bool) {
+	if !path.IsAbs(src) {
+		return "", false // relative: beneath the workspace
+	}
+	p := path.Clean(src)
+	if slices.Contains(UnsafeMountSources, p) {
+		return p, true
+	}
+	for _, d := range []string{"/proc", "/sys", "/dev"} {
+		if strings.HasPrefix(p, d+"/") {
+			return d, true
+		}
+	}
+	return "", false
 }

@@ -41,3 +41,20 @@ func TestRegistry(t *testing.T) {
 	}()
 	Register("test-registry-b", func() (Backend, error) { return nil, nil })
 }
+
+func TestCheckPolicyMounts(t *testing.T) {
+	for _, c := range []struct {
+		src    string
+		unsafe []string
+		ok     bool
+	}{
+		{"/", nil, false}, {"/etc", nil, false}, {"/etc/", nil, false}, {"/proc/1/root", nil, false}, {"/sys", nil, false},
+		{"/dev/null", nil, false}, {"/boot", nil, false}, {"/etc", []string{"mount=/etc"}, true},
+		{"/etc/hostname", nil, true}, {"/home/u/data", nil, true}, {"data", nil, true}, {"/devices", nil, true},
+	} {
+		err := SpawnSpec{Mounts: []Mount{{Source: c.src, Target: "/m"}}, Unsafe: c.unsafe}.CheckPolicy()
+		if (err == nil) != c.ok || err != nil && !errors.Is(err, ErrUnsafe) {
+			t.Errorf("mount of %q (allowed %v): %v", c.src, c.unsafe, err)
+		}
+	}
+}

@@ -31,6 +31,9 @@ type spawnFlags struct {
 	name, workdir, user, network, workspace, memory string
 	volumes, env, setup, tmpfs, storageOpts         []string
 	capAdd, capDrop, securityOpts, allowUnsafe      []string
+	devices                                         []string
+	privileged                                      bool
+	pidNS, ipcNS, utsNS, userNS                     string
 	cpus                                            float64
 	pids                                            int64
 	keep, strict, readOnly                          bool
@@ -57,7 +60,18 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.capAdd, "cap-add", nil, "add a capability to Docker's default set (unsafe ones need --allow-unsafe cap-add=NAME)")
 	fs.StringArrayVar(&f.capDrop, "cap-drop", nil, "drop a capability (or ALL)")
 	fs.StringArrayVar(&f.securityOpts, "security-opt", nil, "seccomp=unconfined (needs --allow-unsafe seccomp=unconfined), no-new-privileges (always on)")
-	fs.StringArrayVar(&f.allowUnsafe, "allow-unsafe", nil, "allow one weakening the policy refuses: cap-add=NAME or seccomp=unconfined")
+	fs.StringArrayVar(&f.allowUnsafe, "allow-unsafe", nil, "allow one weakening the policy refuses: cap-add=NAME, seccomp=unconfined or mount=PATH")
+	// Docker's flags that would share the host with the sandbox: known,
+	// so that the refusal names the policy rather than an unknown flag.
+	fs.BoolVar(&f.privileged, "privileged", false, "refused: slopbox has no privileged mode")
+	fs.StringVar(&f.pidNS, "pid", "", "refused when host: the host's process namespace is never shared")
+	fs.StringVar(&f.ipcNS, "ipc", "", "refused when host")
+	fs.StringVar(&f.utsNS, "uts", "", "refused when host")
+	fs.StringVar(&f.userNS, "userns", "", "refused when host: container root is never host root")
+	fs.StringArrayVar(&f.devices, "device", nil, "refused: host devices are not passed into sandboxes")
+	for _, n := range []string{"privileged", "pid", "ipc", "uts", "userns", "device"} {
+		fs.Lookup(n).Hidden = true
+	}
 	fs.Lookup("net").Hidden = true
 }
 
@@ -75,7 +89,7 @@ func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 			return s, fmt.Errorf("--security-opt %q is not supported (seccomp=unconfined, no-new-privileges)", o)
 		}
 	}
-	if err := s.CheckPolicy(); err != nil {
+	if err := f.refuseHostSharing(); err != nil {
 		return s, err
 	}
 	if f.workspace != "" {
@@ -100,8 +114,11 @@ func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 		}
 		s.Mounts = append(s.Mounts, m)
 	}
-	s.Limits, err = f.limits()
-	return s, err
+	if s.Limits, err = f.limits(); err != nil {
+		return s, err
+	}
+	// Before anything is pulled or created.
+	return s, s.CheckPolicy()
 }
 
 // limits parses and checks --memory, --cpus and --pids-limit, so a bad
@@ -269,3 +286,27 @@ func signalContext() (context.Context, context.CancelFunc) {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// refuseHostSharing refuses, naming the policy, the docker flags that
+// would share the host with the sandbox; nothing can allow them.
+func (f *spawnFlags) refuseHostSharing() error {
+	refuse := func(flag, why string) error {
+		return fmt.Errorf("%w: %s %s", backend.ErrUnsafe, flag, why)
+	}
+	switch {
+	case f.privileged:
+		return refuse("--privileged", "would turn the sandbox off; slopbox has no privileged mode (for one capability: --cap-add NAME --allow-unsafe cap-add=NAME)")
+	case len(f.devices) > 0:
+		return refuse("--device "+f.devices[0], "would pass a host device in; slopbox passes none")
+	}
+	for _, ns := range []struct{ flag, value string }{{"--pid", f.pidNS}, {"--ipc", f.ipcNS}, {"--uts", f.utsNS}, {"--userns", f.userNS}} {
+		switch ns.value {
+		case "", "private":
+		case "host":
+			return refuse(ns.flag+"=host", "would share the host's namespace with the sandbox; slopbox never does")
+		default:
+			return fmt.Errorf("%s %q is not supported (every sandbox has its own)", ns.flag, ns.value)
+		}
+	}
+	return nil
+}

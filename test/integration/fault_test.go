@@ -228,11 +228,22 @@ func TestReadOnlyAndSizeFlags(t *testing.T) {
 func TestWeakeningFlags(t *testing.T) {
 	e := newEnv(t)
 	e.must("pull", "-q", e.ref)
-	for _, args := range [][]string{{"--cap-add", "SYS_ADMIN"}, {"--cap-add=ALL"}, {"--security-opt", "seccomp=unconfined"}, {"--security-opt", "seccomp:unconfined"}} {
+	for _, args := range [][]string{{"--cap-add", "SYS_ADMIN"}, {"--cap-add=ALL"}, {"--security-opt", "seccomp=unconfined"}, {"--security-opt", "seccomp:unconfined"},
+		{"-v", "/:/h"}, {"-v=/:/h"}, {"-v/:/h"}, {"--volume=/etc:/e"}, {"--volume", "/proc/1:/p"}, {"-v", "/dev/null:/n"}, {"-v", "/boot:/b:ro"}} {
 		out, code := e.run("", append(append([]string{"run", "--rm"}, args...), e.ref, "true")...)
 		if code != 125 || !strings.Contains(out, "--allow-unsafe") {
 			t.Errorf("%v: exit %d %q, want 125 naming --allow-unsafe", args, code, out)
 		}
+	}
+	// What nothing can allow: refused naming the policy, in every spelling.
+	for _, args := range [][]string{{"--privileged"}, {"--pid=host"}, {"--pid", "host"}, {"--ipc=host"}, {"--uts", "host"}, {"--userns=host"}, {"--device", "/dev/kvm"}} {
+		out, code := e.run("", append(append([]string{"run", "--rm"}, args...), e.ref, "true")...)
+		if code != 125 || !strings.Contains(out, "refused by the sandbox policy") {
+			t.Errorf("%v: exit %d %q, want 125 naming the policy", args, code, out)
+		}
+	}
+	if out, code := e.run("", "run", "--rm", "-v", "/etc:/e:ro", "--allow-unsafe", "mount=/etc", e.ref, "test", "-e", "/e/passwd"); code != 0 {
+		t.Errorf("an allowed mount of /etc: exit %d %q", code, out)
 	}
 	e.must("run", "-d", "--name", "weak", "--cap-add", "SYS_ADMIN", "--allow-unsafe", "cap-add=SYS_ADMIN", "--cap-drop", "NET_RAW", e.ref, "sleep", "100")
 	out := e.must("inspect", "weak")
