@@ -2,19 +2,39 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"os"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 )
 
 func loadCmd() *cobra.Command {
 	var input string
 	c := &cobra.Command{
-		Use:   "load -i FILE",
-		Short: "Load images from a docker-save tarball, an OCI archive or an OCI layout directory",
+		Use:   "load [-i FILE|-]",
+		Short: "Load images from a docker-save tarball, an OCI archive or an OCI layout directory (stdin without -i)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if input == "" {
-				return fmt.Errorf("load: give the archive with -i FILE (reading stdin is not supported)")
+			if input == "" || input == "-" {
+				// docker save … | slopbox load: the archive is read whole
+				// first (its index may come last).
+				if term.IsTerminal(int(os.Stdin.Fd())) {
+					return fmt.Errorf("load: no input: pipe an archive in (docker save IMAGE | slopbox load) or give -i FILE")
+				}
+				f, err := os.CreateTemp("", "slopbox-load-*.tar")
+				if err != nil {
+					return err
+				}
+				defer os.Remove(f.Name())
+				_, err = io.Copy(f, os.Stdin)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					return fmt.Errorf("load: reading stdin: %w", err)
+				}
+				input = f.Name()
 			}
 			s, err := openStore()
 			if err != nil {
@@ -30,6 +50,6 @@ func loadCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVarP(&input, "input", "i", "", "archive or layout to read")
+	c.Flags().StringVarP(&input, "input", "i", "", "archive or layout to read (- or none: stdin)")
 	return c
 }

@@ -117,3 +117,25 @@ func TestHarnessArgvAsDocker(t *testing.T) {
 		t.Errorf("slopbox docker image inspect: exit %d", code)
 	}
 }
+
+// docker save … | slopbox load: an archive on stdin (no -i, or -i -).
+func TestLoadFromStdin(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	archive := filepath.Join(t.TempDir(), "img.tar")
+	e.must("save", "-o", archive, e.ref)
+	b, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.must("rmi", e.ref)
+	for _, args := range [][]string{{"load"}, {"load", "-i", "-"}} {
+		out, code := e.run(string(b), args...)
+		if code != 0 || !strings.Contains(out, "Loaded image: "+e.ref) {
+			t.Errorf("%v with the archive on stdin: exit %d %q", args, code, out)
+		}
+	}
+	if out, code := e.run("", "load"); code != 125 || !strings.Contains(out, "load") {
+		t.Errorf("load of an empty stdin: exit %d %q", code, out)
+	}
+}
