@@ -261,7 +261,7 @@ func killStragglers(id, dir string) error {
 		}
 	}
 	// libcontainer's init ("<binary> init") before it became PID 1.
-	killed = append(killed, spawnd.KillHolders(dir+"/", 0, "init")...)
+	killed = append(killed, spawnd.KillHolders(dir+"/", "init")...)
 	deadline := time.Now().Add(5 * time.Second)
 	for _, pid := range killed {
 		for {

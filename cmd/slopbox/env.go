@@ -175,22 +175,11 @@ func envRunCmd() *cobra.Command {
 				}
 				return exitWith(res.ExitCode)
 			}
-			events, err := sb.Stream(ctx, req)
+			res, err := stream(ctx, sb, req) // as run --backend local streams
 			if err != nil {
 				return err
 			}
-			code := 0
-			for ev := range events {
-				switch ev.Kind {
-				case backend.EventStdout:
-					os.Stdout.WriteString(ev.Data)
-				case backend.EventStderr:
-					os.Stderr.WriteString(ev.Data)
-				case backend.EventFinished:
-					code = ev.Result.ExitCode
-				}
-			}
-			return exitWith(code)
+			return exitWith(res.ExitCode)
 		},
 	}
 	f.register(c)

@@ -429,7 +429,8 @@ func runBounded(c *libcontainer.Container, p *libcontainer.Process, mark *os.Fil
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(mark.Fd()), &st); err == nil {
-		KillHolders(fmt.Sprintf("pipe:[%d]", st.Ino), 0, "") // by then reparented: no parent filter
+		// Only the init holds this pipe (it may be re-parented by now).
+		KillHolders(fmt.Sprintf("pipe:[%d]", st.Ino), "")
 	}
 	err := <-done
 	return fmt.Errorf("it did not start within %v and was killed (does the image hold a FIFO or device where a file is read?): %v", deadline, err)
@@ -437,18 +438,15 @@ func runBounded(c *libcontainer.Container, p *libcontainer.Process, mark *os.Fil
 
 // KillHolders SIGKILLs every process (other than this one) that has an
 // open file whose /proc/PID/fd link reads target, or, when target ends in
-// "/", lies below that directory; with parent > 0, only children of
-// parent; with arg1 set, only processes whose first argument it is. It
-// returns the pids killed. Processes it may not inspect are passed over.
-func KillHolders(target string, parent int, arg1 string) []int {
+// "/", lies below that directory; with arg1 set, only processes whose
+// first argument it is. It returns the pids killed. Processes it may not
+// inspect are passed over.
+func KillHolders(target, arg1 string) []int {
 	ents, _ := os.ReadDir("/proc")
 	var killed []int
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if parent > 0 && ppid(pid) != parent {
 			continue
 		}
 		if arg1 != "" {
@@ -469,24 +467,6 @@ func KillHolders(target string, parent int, arg1 string) []int {
 		}
 	}
 	return killed
-}
-
-// ppid returns pid's parent, or 0.
-func ppid(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	n, _ := strconv.Atoi(f[1])
-	return n
 }
 
 // outsideKernelFS resolves p's longest existing prefix (symlinks included)
