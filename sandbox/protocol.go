@@ -19,6 +19,7 @@ const (
 	opExec        = 1
 	opKill        = 2
 	flagDetach    = 1
+	flagTTY       = 2
 	replyStarted  = 1
 	replyFailed   = 2
 	replyExited   = 3
@@ -34,6 +35,10 @@ type execRequest struct {
 	gid    uint32
 	groups []uint32
 	detach bool
+	// tty runs the command on a new pseudo-terminal of the sandbox's
+	// own; rows and cols size it.
+	tty        bool
+	rows, cols uint16
 }
 
 func (r *execRequest) encode() []byte {
@@ -42,7 +47,11 @@ func (r *execRequest) encode() []byte {
 	if r.detach {
 		flags |= flagDetach
 	}
-	hdr := []uint32{agentMagic, opExec, flags, r.uid, r.gid, uint32(len(r.groups)), uint32(len(r.argv)), uint32(len(r.env)), uint32(len(r.cwd))}
+	if r.tty {
+		flags |= flagTTY
+	}
+	winsize := uint32(r.rows)<<16 | uint32(r.cols)
+	hdr := []uint32{agentMagic, opExec, flags, r.uid, r.gid, uint32(len(r.groups)), uint32(len(r.argv)), uint32(len(r.env)), uint32(len(r.cwd)), winsize}
 	b.Write(make([]byte, 4)) // length, filled in below
 	binary.Write(&b, binary.NativeEndian, hdr)
 	binary.Write(&b, binary.NativeEndian, r.groups)
@@ -79,28 +88,75 @@ func dialAgent(sock string) (*agentConn, error) {
 // start sends req with the three stdio files and waits for PID 1's answer:
 // the pid of the started command, or the errno of a failed exec.
 func (a *agentConn) start(req *execRequest, stdin, stdout, stderr *os.File) (pid int, execErr error, err error) {
+	pid, _, execErr, err = a.startTTY(req, stdin, stdout, stderr)
+	return pid, execErr, err
+}
+
+// startTTY is start that also returns the terminal's master when req.tty.
+func (a *agentConn) startTTY(req *execRequest, stdin, stdout, stderr *os.File) (pid int, master *os.File, execErr error, err error) {
 	msg := req.encode()
 	rights := syscall.UnixRights(int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()))
 	n, _, err := a.c.WriteMsgUnix(msg, rights, nil)
 	if err != nil {
-		return 0, nil, fmt.Errorf("send exec request: %w", err)
+		return 0, nil, nil, fmt.Errorf("send exec request: %w", err)
 	}
 	if n < len(msg) {
 		if _, err := a.c.Write(msg[n:]); err != nil {
-			return 0, nil, fmt.Errorf("send exec request: %w", err)
+			return 0, nil, nil, fmt.Errorf("send exec request: %w", err)
 		}
 	}
-	typ, val, err := a.reply(30 * time.Second)
+	typ, val, master, err := a.replyFile(30 * time.Second)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
-	switch typ {
-	case replyStarted:
-		return int(val), nil, nil
-	case replyFailed:
-		return 0, execFailure(req, val), nil
+	switch {
+	case typ == replyStarted && req.tty && master == nil:
+		return 0, nil, nil, errors.New("the sandbox init sent no terminal")
+	case typ == replyStarted:
+		return int(val), master, nil, nil
+	case master != nil:
+		master.Close()
 	}
-	return 0, nil, fmt.Errorf("unexpected reply %d from the sandbox init", typ)
+	if typ == replyFailed {
+		return 0, nil, execFailure(req, val), nil
+	}
+	return 0, nil, nil, fmt.Errorf("unexpected reply %d from the sandbox init", typ)
+}
+
+// replyFile reads one reply and the file passed with it, if any.
+func (a *agentConn) replyFile(timeout time.Duration) (uint32, int32, *os.File, error) {
+	var buf [8]byte
+	oob := make([]byte, syscall.CmsgSpace(4))
+	a.c.SetReadDeadline(time.Now().Add(timeout))
+	defer a.c.SetReadDeadline(time.Time{})
+	n, oobn, _, _, err := a.c.ReadMsgUnix(buf[:], oob)
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("%w: %v", errAgentGone, err)
+	}
+	var f *os.File
+	if msgs, perr := syscall.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+		for _, m := range msgs {
+			fds, _ := syscall.ParseUnixRights(&m)
+			for _, fd := range fds {
+				syscall.CloseOnExec(fd)
+				if f == nil {
+					syscall.SetNonblock(fd, true)
+					f = os.NewFile(uintptr(fd), "/dev/ptmx")
+				} else {
+					syscall.Close(fd)
+				}
+			}
+		}
+	}
+	if n < len(buf) {
+		if _, err := io.ReadFull(a.c, buf[n:]); err != nil {
+			if f != nil {
+				f.Close()
+			}
+			return 0, 0, nil, fmt.Errorf("%w: %v", errAgentGone, err)
+		}
+	}
+	return binary.NativeEndian.Uint32(buf[:4]), int32(binary.NativeEndian.Uint32(buf[4:])), f, nil
 }
 
 // reply reads one reply; timeout bounds the wait (0: none).

@@ -29,7 +29,7 @@ func TestProtocolMatchesAgent(t *testing.T) {
 		defines[m[1]] = v
 	}
 	for name, want := range map[string]uint64{
-		"AGENT_MAGIC": agentMagic, "OP_EXEC": opExec, "OP_KILL": opKill, "FLAG_DETACH": flagDetach,
+		"AGENT_MAGIC": agentMagic, "OP_EXEC": opExec, "OP_KILL": opKill, "FLAG_DETACH": flagDetach, "FLAG_TTY": flagTTY,
 		"REPLY_STARTED": replyStarted, "REPLY_FAILED": replyFailed, "REPLY_EXITED": replyExited,
 	} {
 		got, ok := defines[name]
@@ -48,7 +48,7 @@ func TestProtocolMatchesAgent(t *testing.T) {
 		t.Fatal("struct agent_req not found in agent.c")
 	}
 	fields := strings.Split(strings.ReplaceAll(m[1], " ", ""), ",")
-	want := []string{"magic", "op", "flags", "uid", "gid", "ngroups", "argc", "envc", "len_cwd"}
+	want := []string{"magic", "op", "flags", "uid", "gid", "ngroups", "argc", "envc", "len_cwd", "winsize"}
 	if strings.Join(fields, ",") != strings.Join(want, ",") {
 		t.Errorf("struct agent_req is %v in agent.c; protocol.go encodes %v", fields, want)
 	}

@@ -165,6 +165,12 @@ type Info struct {
 	CapAdd         []string `json:"CapAdd,omitempty"`
 	CapDrop        []string `json:"CapDrop,omitempty"`
 	SeccompProfile string   `json:"SeccompProfile"`
+	// ExitCode and FinishedAt: how and when the main command (run -d,
+	// start) last exited; zero before that.
+	ExitCode   int       `json:"ExitCode"`
+	FinishedAt time.Time `json:"FinishedAt,omitzero"`
+	Tty        bool      `json:"Tty,omitempty"`
+	OpenStdin  bool      `json:"OpenStdin,omitempty"`
 	// Broken says why the sandbox's state cannot be read; `rm -f` and
 	// `prune` remove it (and kill what it still runs).
 	Broken string `json:"Broken,omitempty"`
@@ -184,14 +190,17 @@ func (b *Backend) info(rec *record) Info {
 	if fi, err := os.Stat(filepath.Join(dir, socketFile)); err == nil && fi.ModTime().After(last) {
 		last = fi.ModTime()
 	}
-	return Info{
+	i := Info{
 		ID: rec.ID, Name: rec.Name, Image: rec.Image, ImageID: rec.ImageID, Command: rec.Command,
 		Created: rec.Created, Running: rec.Pid > 0 && rec.alive(), Pid: rec.Pid, LastExec: last,
 		Workspace: rec.Workspace, Workdir: rec.Workdir, User: fmt.Sprintf("%d:%d", rec.User.UID, rec.User.GID),
 		Network: rec.Network, Limits: rec.Limits, Unenforced: rec.Unenforced, Labels: rec.Labels, StateDir: dir,
 		ReadonlyRootfs: rec.ReadOnly, OOMKills: oomKills(rec), AutoRemove: rec.AutoRemove,
 		CapAdd: rec.CapAdd, CapDrop: rec.CapDrop, SeccompProfile: seccompProfileName(rec),
+		Tty: rec.Detach.TTY, OpenStdin: rec.Detach.OpenStdin,
 	}
+	exitInfo(dir, &i)
+	return i
 }
 
 func seccompProfileName(rec *record) string {
@@ -273,6 +282,10 @@ func (b *Backend) Prune(all bool) ([]string, error) {
 // sandbox's processes first: nothing it started may outlive its state.
 func (b *Backend) destroy(rec *record) error {
 	var errs []error
+	// The monitor first: it must not write into the directory being removed.
+	if err := killMonitor(b.state.sandboxDir(rec.ID)); err != nil {
+		errs = append(errs, err)
+	}
 	if rec.Pid > 0 {
 		if err := rec.killInit(5 * time.Second); err != nil {
 			errs = append(errs, err)
@@ -676,13 +689,14 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	if len(s.rec.Command) == 0 {
 		return nil
 	}
-	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	defer devnull.Close()
-	_, err = s.Attach(ctx, backend.ExecRequest{Argv: s.rec.Command, NoSetup: true}, devnull, devnull, devnull, true)
-	return err
+	return s.RunDetached(ctx, backend.ExecRequest{Argv: s.rec.Command}, s.rec.Detach)
+}
+
+// SetDetachOptions records how Start attaches the main command (docker
+// create -t/-i).
+func (s *Sandbox) SetDetachOptions(o DetachOptions) error {
+	s.rec.Detach = o
+	return s.b.state.write(s.rec)
 }
 
 // Attach runs a command with the caller's stdio: output goes to it, byte

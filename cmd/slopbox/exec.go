@@ -50,6 +50,5 @@ func execCmd() *cobra.Command {
 	c.Flags().StringArrayVarP(&env, "env", "e", nil, "set KEY=VALUE")
 	c.Flags().StringVarP(&workdir, "workdir", "w", "", "working directory")
 	c.Flags().StringVarP(&user, "user", "u", "", "user: name|uid[:group|gid]")
-	c.Flags().BoolP("tty", "t", false, "accepted for compatibility; slopbox never allocates a TTY")
 	return c
 }

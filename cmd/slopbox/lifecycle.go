@@ -15,6 +15,7 @@ import (
 
 func createCmd() *cobra.Command {
 	var sf spawnFlags
+	var o sandbox.DetachOptions
 	c := &cobra.Command{
 		Use:   "create [flags] IMAGE [COMMAND [ARG...]]",
 		Short: "Create a sandbox without starting it",
@@ -41,12 +42,20 @@ func createCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if o != (sandbox.DetachOptions{}) {
+				if err := sb.SetDetachOptions(o); err != nil {
+					sb.Remove()
+					return err
+				}
+			}
 			fmt.Println(sb.ID())
 			return nil
 		},
 	}
 	c.Flags().SetInterspersed(false)
 	sf.register(c.Flags())
+	c.Flags().BoolVarP(&o.TTY, "tty", "t", false, "run the command on a terminal of the sandbox's own (see logs)")
+	c.Flags().BoolVarP(&o.OpenStdin, "interactive", "i", false, "keep the command's stdin open")
 	return c
 }
 
@@ -190,6 +199,9 @@ func psCmd() *cobra.Command {
 				fmt.Fprintln(w, "SANDBOX ID\tIMAGE\tCOMMAND\tCREATED\tSTATUS\tIDLE\tNAMES")
 				for _, i := range shown {
 					status := "Exited"
+					if !i.FinishedAt.IsZero() {
+						status = fmt.Sprintf("Exited (%d) %s ago", i.ExitCode, human(time.Since(i.FinishedAt)))
+					}
 					if i.Broken != "" {
 						status = "Broken: " + i.Broken
 					} else if i.Running {

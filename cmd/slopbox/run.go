@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,16 +12,18 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/local"
+	"github.com/slopbox/slopbox/sandbox"
 )
 
 // execFlags are shared by run and exec.
 type execFlags struct {
-	interactive, asJSON bool
-	timeout             float64
+	interactive, asJSON, tty bool
+	timeout                  float64
 }
 
 func (f *execFlags) register(c *cobra.Command) {
 	c.Flags().BoolVarP(&f.interactive, "interactive", "i", false, "pass stdin to the command")
+	c.Flags().BoolVarP(&f.tty, "tty", "t", false, "run the command on a terminal of the sandbox's own (with -i: this terminal in raw mode, its size followed)")
 	c.Flags().Float64Var(&f.timeout, "timeout", 0, "kill the command (and everything it started) after SECONDS")
 	c.Flags().BoolVar(&f.asJSON, "json", false, "print one JSON result (exit_code, stdout, stderr, setup_*, elapsed, timed_out, truncated, …) instead of streaming output")
 }
@@ -50,8 +53,8 @@ func runCmd() *cobra.Command {
 			if len(args) == 0 {
 				return fmt.Errorf("run: no image given")
 			}
-			if detach && (ef.asJSON || ef.interactive) {
-				return fmt.Errorf("run: -d cannot be combined with --json or -i")
+			if detach && ef.asJSON {
+				return fmt.Errorf("run: -d cannot be combined with --json")
 			}
 			b, err := openBackend()
 			if err != nil {
@@ -79,13 +82,13 @@ func runCmd() *cobra.Command {
 				fmt.Fprintf(os.Stderr, "warning: the %s limit cannot be enforced on this host (see `slopbox doctor`)\n", l)
 			}
 			if detach {
-				devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+				err := sb.RunDetached(ctx, backend.ExecRequest{Argv: command}, sandbox.DetachOptions{TTY: ef.tty, OpenStdin: ef.interactive})
 				if err != nil {
-					return err
-				}
-				defer devnull.Close()
-				if _, err := sb.Attach(ctx, backend.ExecRequest{Argv: command}, devnull, devnull, devnull, true); err != nil {
 					sb.Remove()
+					var se *sandbox.StartError
+					if errors.As(err, &se) {
+						return &exitError{code: se.Code, err: err}
+					}
 					return err
 				}
 				fmt.Println(sb.ID())
@@ -134,9 +137,12 @@ type attacher interface {
 	Exec(ctx contextT, req backend.ExecRequest) (*backend.Result, error)
 }
 
-// runIn runs req in sb: attached to this process's stdio, or buffered into
-// one JSON result with --json.
+// runIn runs req in sb: attached to this process's stdio, on a terminal
+// with -t, or buffered into one JSON result with --json.
 func runIn(cmd *cobra.Command, sb attacher, req backend.ExecRequest, ef execFlags) (int, error) {
+	if s, ok := sb.(*sandbox.Sandbox); ok && ef.tty && !ef.asJSON {
+		return runTerminal(s, req, ef)
+	}
 	ctx, cancel := signalContext()
 	defer cancel()
 	if ef.asJSON {

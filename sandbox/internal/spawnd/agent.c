@@ -41,7 +41,9 @@
 //               argv (argc NUL-terminated), env (envc NUL-terminated)
 //               with 3 fds attached to the first byte: stdin, stdout, stderr
 //   control  := u32 length == 12, then u32 magic, u32 op (OP_KILL), i32 signal
-//   reply    := struct agent_reply
+//   reply    := struct agent_reply; with FLAG_TTY, REPLY_STARTED carries
+//               the terminal's master fd (SCM_RIGHTS)
+//   winsize  := rows << 16 | cols of the terminal (FLAG_TTY only)
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -53,11 +55,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -67,6 +72,7 @@
 #define OP_EXEC 1u
 #define OP_KILL 2u
 #define FLAG_DETACH 1u /* keep running when the caller disconnects */
+#define FLAG_TTY 2u    /* run on a new pseudo-terminal; its master goes back with the reply */
 #define REPLY_STARTED 1u
 #define REPLY_FAILED 2u
 #define REPLY_EXITED 3u
@@ -75,7 +81,7 @@
 #define LISTEN_FD 3
 
 struct agent_req {
-	uint32_t magic, op, flags, uid, gid, ngroups, argc, envc, len_cwd;
+	uint32_t magic, op, flags, uid, gid, ngroups, argc, envc, len_cwd, winsize;
 };
 
 struct agent_reply {
@@ -119,6 +125,61 @@ static void reply(int fd, uint32_t type, int32_t value) {
 	do
 		w = send(fd, &r, sizeof r, MSG_NOSIGNAL);
 	while (w < 0 && errno == EINTR);
+}
+
+/* reply_fd is reply with fd attached (SCM_RIGHTS). */
+static void reply_fd(int fd, uint32_t type, int32_t value, int pass) {
+	struct agent_reply r = {type, value};
+	struct iovec iov = {&r, sizeof r};
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	memset(cbuf, 0, sizeof cbuf);
+	struct msghdr msg = {0};
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = cbuf;
+	msg.msg_controllen = sizeof cbuf;
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &pass, sizeof(int));
+	ssize_t w;
+	do
+		w = sendmsg(fd, &msg, MSG_NOSIGNAL);
+	while (w < 0 && errno == EINTR);
+}
+
+/* open_pty opens a new pseudo-terminal in the sandbox's own devpts
+ * instance: the master (returned) and its peer in *slave, owned by the
+ * command's user, sized from winsize. -1 with errno on failure. */
+static int open_pty(int *slave, uint32_t winsize, uid_t uid, gid_t gid) {
+	int m = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (m < 0)
+		return -1;
+	int unlock = 0;
+	if (ioctl(m, TIOCSPTLCK, &unlock) < 0)
+		goto fail;
+	/* TIOCGPTPEER: the peer of this master, with no path lookup to race. */
+	int s = ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (s < 0)
+		goto fail;
+	if (fchown(s, uid, gid) < 0 || fchmod(s, 0620) < 0) {
+		/* a gid outside the sandbox's map: leave the group as it is */
+		if (fchown(s, uid, (gid_t)-1) < 0) {
+			close(s);
+			goto fail;
+		}
+	}
+	struct winsize ws = {.ws_row = (unsigned short)(winsize >> 16), .ws_col = (unsigned short)(winsize & 0xffff)};
+	if (ws.ws_row && ws.ws_col)
+		ioctl(m, TIOCSWINSZ, &ws);
+	*slave = s;
+	return m;
+fail:;
+	int e = errno;
+	close(m);
+	errno = e;
+	return -1;
 }
 
 struct proc {
@@ -344,6 +405,8 @@ static void child_exec(int status_fd, int fds[3], struct agent_req *rq, uint32_t
 	}
 	/* Every other fd of the agent is close-on-exec, so nothing leaks. */
 	int err = 0;
+	if ((rq->flags & FLAG_TTY) && ioctl(0, TIOCSCTTY, 0) < 0)
+		err = errno;
 	if (setgroups(rq->ngroups, (gid_t *)groups) < 0 && rq->ngroups > 0)
 		err = errno;
 	if (!err && setgid(rq->gid) < 0)
@@ -417,8 +480,26 @@ static void handle_exec(int i, char *buf, uint32_t len, int fds[3]) {
 	}
 	memcpy(cwdbuf, cwd, rq->len_cwd);
 
+	int master = -1;
+	if (rq->flags & FLAG_TTY) {
+		/* The command's stdio is the terminal; the caller's fds go. */
+		int slave;
+		master = open_pty(&slave, rq->winsize, rq->uid, rq->gid);
+		if (master < 0) {
+			free(argv);
+			free(envp);
+			reply(conns[i].fd, REPLY_FAILED, errno);
+			return;
+		}
+		for (int k = 0; k < 3; k++) {
+			close(fds[k]);
+			fds[k] = k == 0 ? dup_high(slave) : fcntl(fds[0], F_DUPFD_CLOEXEC, 64);
+		}
+	}
 	int sp[2], ep[2];
 	if (pipe2(sp, O_CLOEXEC) < 0) {
+		if (master >= 0)
+			close(master);
 		free(argv);
 		free(envp);
 		reply(conns[i].fd, REPLY_FAILED, errno);
@@ -427,6 +508,8 @@ static void handle_exec(int i, char *buf, uint32_t len, int fds[3]) {
 	if (pipe2(ep, O_CLOEXEC) < 0) {
 		close(sp[0]);
 		close(sp[1]);
+		if (master >= 0)
+			close(master);
 		free(argv);
 		free(envp);
 		reply(conns[i].fd, REPLY_FAILED, errno);
@@ -437,6 +520,8 @@ static void handle_exec(int i, char *buf, uint32_t len, int fds[3]) {
 		close(sp[1]);
 		close(ep[0]);
 		close(ep[1]);
+		if (master >= 0)
+			close(master);
 		free(argv);
 		free(envp);
 		reply(conns[i].fd, REPLY_FAILED, EAGAIN);
@@ -456,6 +541,8 @@ static void handle_exec(int i, char *buf, uint32_t len, int fds[3]) {
 	if (pid < 0) {
 		close(sp[0]);
 		close(ep[0]);
+		if (master >= 0)
+			close(master);
 		reply(conns[i].fd, REPLY_FAILED, fork_errno);
 		return;
 	}
@@ -470,6 +557,8 @@ static void handle_exec(int i, char *buf, uint32_t len, int fds[3]) {
 		/* exec failed: the child exits 127 and its supervisor with it,
 		 * reaped by reap() */
 		close(ep[0]);
+		if (master >= 0)
+			close(master);
 		reply(conns[i].fd, REPLY_FAILED, child_err);
 		return;
 	}
@@ -477,7 +566,12 @@ static void handle_exec(int i, char *buf, uint32_t len, int fds[3]) {
 	conns[i].statfd = ep[0];
 	conns[i].done = 0;
 	conns[i].detached = (rq->flags & FLAG_DETACH) != 0;
-	reply(conns[i].fd, REPLY_STARTED, pid);
+	if (master >= 0) {
+		reply_fd(conns[i].fd, REPLY_STARTED, pid, master);
+		close(master);
+	} else {
+		reply(conns[i].fd, REPLY_STARTED, pid);
+	}
 }
 
 /* handle_conn reads one message; returns -1 when the connection must go. */

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/user"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/slopbox/slopbox/sandbox"
+)
+
+// openSandbox opens one sandbox; a missing one exits 1, as docker's
+// "No such container" does.
+func openSandbox(ref string) (*sandbox.Sandbox, error) {
+	b, err := openBackend()
+	if err != nil {
+		return nil, err
+	}
+	sb, err := b.Open(ref)
+	if err != nil {
+		return nil, &exitError{code: 1, err: err}
+	}
+	return sb, nil
+}
+
+func logsCmd() *cobra.Command {
+	var o sandbox.LogOptions
+	var tail, since string
+	c := &cobra.Command{
+		Use:   "logs [-f] [--tail N] [-t] SANDBOX",
+		Short: "Show the output of a sandbox's main command (run -d, start)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Tail = -1
+			if tail != "all" {
+				n, err := strconv.Atoi(tail)
+				if err != nil || n < 0 {
+					return &exitError{code: 1, err: fmt.Errorf("invalid --tail %q: want a number of lines or \"all\"", tail)}
+				}
+				o.Tail = n
+			}
+			if since != "" {
+				t, err := parseSince(since)
+				if err != nil {
+					return &exitError{code: 1, err: err}
+				}
+				o.Since = t
+			}
+			sb, err := openSandbox(args[0])
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			return sb.Logs(ctx, o, os.Stdout, os.Stderr)
+		},
+	}
+	c.Flags().BoolVarP(&o.Follow, "follow", "f", false, "keep printing output until the sandbox stops")
+	c.Flags().StringVarP(&tail, "tail", "n", "all", "only the last N lines")
+	c.Flags().BoolVarP(&o.Timestamps, "timestamps", "t", false, "prefix each line with its time (RFC 3339)")
+	c.Flags().StringVar(&since, "since", "", "only lines since a time (RFC 3339) or a duration ago (10m)")
+	return c
+}
+
+// parseSince reads docker's --since: a duration ago or a time.
+func parseSince(s string) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		return time.Now().Add(-d), nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return time.Unix(n, 0), nil
+	}
+	return time.Time{}, fmt.Errorf("invalid --since %q: want a duration (10m), an RFC 3339 time or a Unix time", s)
+}
+
+func waitCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "wait SANDBOX...",
+		Short: "Wait until sandboxes stop, then print their main command's exit code",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := signalContext()
+			defer cancel()
+			var failed error
+			for _, ref := range args {
+				sb, err := openSandbox(ref)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "slopbox:", err)
+					failed = &exitError{code: 1, silent: true}
+					continue
+				}
+				code, err := sb.Wait(ctx)
+				if err != nil {
+					return err
+				}
+				fmt.Println(code)
+			}
+			return failed
+		},
+	}
+}
+
+func renameCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rename SANDBOX NEW_NAME",
+		Short: "Rename a sandbox",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := openBackend()
+			if err != nil {
+				return err
+			}
+			if err := b.Rename(args[0], args[1]); err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			return nil
+		},
+	}
+}
+
+func topCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "top SANDBOX",
+		Short: "Show the processes of a sandbox (host pids)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sb, err := openSandbox(args[0])
+			if err != nil {
+				return err
+			}
+			procs, err := sb.Processes()
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
+			fmt.Fprintln(w, "UID\tPID\tPPID\tSTIME\tTIME\tCMD")
+			for _, p := range procs {
+				fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\n", userName(p.UID), p.PID, p.PPID, p.Start.Format("15:04"), clock(p.CPU), p.Command)
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func userName(uid int) string {
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return u.Username
+	}
+	return strconv.Itoa(uid)
+}
+
+func clock(d time.Duration) string {
+	s := int(d.Seconds())
+	return fmt.Sprintf("%02d:%02d:%02d", s/3600, s/60%60, s%60)
+}
+
+func statsCmd() *cobra.Command {
+	var noStream, all bool
+	c := &cobra.Command{
+		Use:   "stats [--no-stream] [SANDBOX...]",
+		Short: "Show the CPU, memory and process use of sandboxes",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := openBackend()
+			if err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				list, err := b.List()
+				if err != nil {
+					return err
+				}
+				for _, i := range list {
+					if i.Running || all {
+						args = append(args, i.ID)
+					}
+				}
+			}
+			type sample struct {
+				at  time.Time
+				cpu time.Duration
+			}
+			prev := map[string]sample{}
+			for {
+				w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
+				fmt.Fprintln(w, "SANDBOX ID\tNAME\tCPU %\tMEM USAGE / LIMIT\tMEM %\tPIDS")
+				var failed error
+				for _, ref := range args {
+					sb, err := b.Open(ref)
+					if err != nil {
+						failed = &exitError{code: 1, err: err}
+						continue
+					}
+					info := sb.Info()
+					st, err := sb.Stats()
+					if err != nil {
+						fmt.Fprintf(w, "%s\t%s\t--\t-- / --\t--\t0\n", info.ID[:12], info.Name)
+						continue
+					}
+					now := time.Now()
+					// CPU % over the last interval, or since the start.
+					p, ok := prev[info.ID]
+					if !ok {
+						p = sample{at: info.Created}
+					}
+					cpu := 100 * float64(st.CPU-p.cpu) / float64(max(now.Sub(p.at), time.Millisecond))
+					prev[info.ID] = sample{now, st.CPU}
+					limit, pct := "--", "--"
+					if st.MemoryLimit > 0 {
+						limit = bytesHuman(st.MemoryLimit)
+						pct = fmt.Sprintf("%.2f%%", 100*float64(st.MemoryBytes)/float64(st.MemoryLimit))
+					}
+					fmt.Fprintf(w, "%s\t%s\t%.2f%%\t%s / %s\t%s\t%d\n", info.ID[:12], info.Name, cpu, bytesHuman(st.MemoryBytes), limit, pct, st.Pids)
+				}
+				w.Flush()
+				if noStream || failed != nil {
+					return failed
+				}
+				time.Sleep(time.Second)
+			}
+		},
+	}
+	c.Flags().BoolVar(&noStream, "no-stream", false, "print once and exit")
+	c.Flags().BoolVarP(&all, "all", "a", false, "stopped sandboxes too")
+	return c
+}
+
+func bytesHuman(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2fGiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2fMiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.2fKiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// containerCmd is docker's `container` group: the same verbs, under it.
+func containerCmd() *cobra.Command {
+	c := &cobra.Command{Use: "container", Short: "Manage sandboxes (docker's container group)"}
+	ls := psCmd()
+	ls.Use, ls.Aliases = "ls", []string{"list", "ps"}
+	c.AddCommand(runCmd(), createCmd(), startCmd(), execCmd(), ls, killCmd(), stopCmd(), rmCmd(), pruneCmd(),
+		logsCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), inspectCmd())
+	return c
+}

@@ -1,0 +1,502 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/internal/atomicfile"
+	"github.com/slopbox/slopbox/internal/reexec"
+)
+
+// A sandbox's main command (docker run -d, start) runs under a monitor: a
+// small re-exec of this binary, in its own session, that outlives the
+// slopbox process that started it (podman's conmon plays this part). It
+//   - keeps the command's output as the sandbox's log (logs.go), bounded;
+//   - holds the command's stdin open with -i, so a shell waits for input
+//     rather than exiting at once (docker run -di);
+//   - records the command's exit status (exitFile) and then stops the
+//     sandbox, as a docker container stops when its main process exits
+//     (and removes it when it was made with AutoRemove).
+// It exits when the command has, or when the sandbox is gone.
+
+const (
+	monitorHelper = "sandbox-monitor"
+	exitFile      = "exit.json"
+	monitorFile   = "monitor.pid" // "pid start-time" of the monitor
+)
+
+func init() {
+	reexec.Register(monitorHelper, func() int { return monitorMain(os.Args[1:]) })
+}
+
+// DetachOptions say how a detached main command is attached.
+type DetachOptions struct {
+	// TTY runs it on a terminal of the sandbox's own (docker run -dt).
+	TTY bool `json:"tty,omitempty"`
+	// OpenStdin keeps its stdin open, unwritten (docker run -di).
+	OpenStdin bool `json:"open_stdin,omitempty"`
+}
+
+// exitRecord is what exitFile holds.
+type exitRecord struct {
+	ExitCode   int       `json:"exit_code"`
+	FinishedAt time.Time `json:"finished_at"`
+}
+
+// RunDetached starts req as the sandbox's main command under a monitor
+// and returns once it runs. A command that cannot be started gives a
+// *StartError.
+func (s *Sandbox) RunDetached(ctx context.Context, req backend.ExecRequest, o DetachOptions) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	req.NoSetup = true
+	if o.TTY {
+		req.Env = s.termEnv(req.Env)
+	}
+	cmd, _, err := s.command(req)
+	if err != nil {
+		return err
+	}
+	cmd.detach = true
+	if o.TTY {
+		cmd.tty, cmd.rows, cmd.cols = true, 24, 80
+	}
+	if s.rec.Detach != o {
+		s.rec.Detach = o
+		if err := s.b.state.write(s.rec); err != nil {
+			return err
+		}
+	}
+	os.Remove(filepath.Join(s.dir, exitFile))
+	conn, err := s.dial()
+	if err != nil {
+		return err
+	}
+	defer conn.close()
+	// files[0] is the connection; then stdout, stderr (or the terminal's
+	// master) and, with OpenStdin, the stdin the monitor holds.
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	cf, err := conn.c.File()
+	if err != nil {
+		return err
+	}
+	files = append(files, cf)
+	if o.TTY {
+		master, err := s.startTerminal(conn, cmd)
+		if err != nil {
+			return err
+		}
+		files = append(files, master)
+	} else {
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		files = append(files, outR)
+		defer outW.Close()
+		errR, errW, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		files = append(files, errR)
+		defer errW.Close()
+		stdin, err := os.Open(os.DevNull)
+		if err != nil {
+			return err
+		}
+		defer stdin.Close()
+		if o.OpenStdin {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			files = append(files, w)
+			stdin = r
+		}
+		_, execErr, err := conn.start(cmd, stdin, outW, errW)
+		if err != nil {
+			return fmt.Errorf("exec: %w", err)
+		}
+		if execErr != nil {
+			var ee *execError
+			if errors.As(execErr, &ee) && !ee.cwd {
+				return &StartError{Code: ee.code, Msg: ee.msg}
+			}
+			return fmt.Errorf("exec: %w", execErr)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	mode := "pipes"
+	if o.TTY {
+		mode = "tty"
+	}
+	m := exec.Command(exe, s.b.root, s.rec.ID, mode)
+	m.Args[0] = "slopbox-monitor"
+	m.Env = append(os.Environ(), reexec.Env+"="+monitorHelper)
+	m.ExtraFiles = files
+	m.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := m.Start(); err != nil {
+		// The connection closes with this function: PID 1 then leaves the
+		// command running (detached) with no one to keep its output.
+		conn.kill(syscall.SIGKILL)
+		return fmt.Errorf("start the sandbox's monitor: %w", err)
+	}
+	if start, _, ok := procStart(m.Process.Pid); ok {
+		os.WriteFile(filepath.Join(s.dir, monitorFile), fmt.Appendf(nil, "%d %d\n", m.Process.Pid, start), 0o600)
+	}
+	go m.Wait() // a long-lived caller (serve) reaps it
+	touch(filepath.Join(s.dir, socketFile))
+	return nil
+}
+
+// monitorMain is the monitor process: args are the state root, the
+// sandbox id and "pipes" or "tty"; fd 3 is the connection to PID 1, then
+// the output files and, optionally, the held stdin.
+func monitorMain(args []string) int {
+	if len(args) != 3 {
+		fmt.Fprintln(os.Stderr, "slopbox-monitor: internal use only")
+		return 2
+	}
+	root, id, mode := args[0], args[1], args[2]
+	nc, err := net.FileConn(os.NewFile(3, "agent"))
+	if err != nil {
+		return 1
+	}
+	conn := &agentConn{c: nc.(*net.UnixConn)}
+	dir := filepath.Join(root, "c", id)
+	lw := &logWriter{path: filepath.Join(dir, logFile)}
+	defer lw.close()
+	outs := []*os.File{os.NewFile(4, "stdout")}
+	streams := []string{"stdout"}
+	if mode != "tty" {
+		outs = append(outs, os.NewFile(5, "stderr"))
+		streams = append(streams, "stderr")
+	}
+	var wg sync.WaitGroup
+	for i, f := range outs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lw.copyFrom(f, streams[i])
+		}()
+	}
+	typ, val, err := conn.reply(0)
+	p := &proc{lost: err != nil || typ != replyExited, status: syscall.WaitStatus(val)}
+	// Output written just before the exit is still in the pipes (or the
+	// terminal); what background processes keep writing is not waited for.
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(2 * time.Second):
+	}
+	lw.close()
+	var b bytes.Buffer
+	json.NewEncoder(&b).Encode(exitRecord{ExitCode: p.exitCode(), FinishedAt: time.Now().UTC()})
+	if _, err := os.Stat(filepath.Join(dir, stateFile)); err != nil {
+		return 0 // removed meanwhile
+	}
+	if atomicfile.WriteVolatile(filepath.Join(dir, exitFile), &b, 0o600) != nil || p.lost {
+		return 0 // the sandbox went away (stop, rm): its stopper handles the rest
+	}
+	bk, err := New(root)
+	if err != nil {
+		return 1
+	}
+	defer bk.Close()
+	if sb, err := bk.Open(id); err == nil && sb.Running() {
+		sb.Stop()
+	}
+	return 0
+}
+
+// killMonitor kills the monitor of the sandbox in dir, if one runs (and is
+// not this process), and waits, bounded, until it is gone.
+func killMonitor(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, monitorFile))
+	if err != nil {
+		return nil
+	}
+	var pid int
+	var start uint64
+	if _, err := fmt.Sscan(string(b), &pid, &start); err != nil || pid <= 1 || pid == os.Getpid() {
+		return nil
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		st, zombie, ok := procStart(pid)
+		if !ok || zombie || st != start {
+			return nil
+		}
+		syscall.Kill(pid, syscall.SIGKILL)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the monitor (pid %d) of %s did not exit after SIGKILL", pid, filepath.Base(dir))
+		}
+	}
+}
+
+// readExit returns the recorded exit of the main command, if any.
+func readExit(dir string) (exitRecord, bool) {
+	var e exitRecord
+	b, err := os.ReadFile(filepath.Join(dir, exitFile))
+	if err != nil || json.Unmarshal(b, &e) != nil {
+		return e, false
+	}
+	return e, true
+}
+
+// Wait blocks until the sandbox stops and returns its main command's exit
+// code (docker wait): 137 when it was killed, 0 for a sandbox with no main
+// command that was stopped.
+func (s *Sandbox) Wait(ctx context.Context) (int, error) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if e, ok := readExit(s.dir); ok {
+			return e.ExitCode, nil
+		}
+		if !s.rec.alive() {
+			if e, ok := readExit(s.dir); ok {
+				return e.ExitCode, nil
+			}
+			if len(s.rec.Command) == 0 || s.rec.Pid == 0 {
+				return 0, nil
+			}
+			return backend.ExitSignalBase + int(syscall.SIGKILL), nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// exitInfo fills Info's exit fields.
+func exitInfo(dir string, i *Info) {
+	if e, ok := readExit(dir); ok {
+		i.ExitCode, i.FinishedAt = e.ExitCode, e.FinishedAt
+	}
+}
+
+// logWriter appends JSON lines ({"log","stream","time"}, docker's
+// json-file format) to the sandbox's log, keeping at most maxLog bytes in
+// it and the one before it (logFile.1).
+type logWriter struct {
+	path string
+	mu   sync.Mutex
+	f    *os.File
+	size int64
+}
+
+const (
+	logFile = "container.log"
+	maxLog  = 8 << 20
+)
+
+type logLine struct {
+	Log    string    `json:"log"`
+	Stream string    `json:"stream"`
+	Time   time.Time `json:"time"`
+}
+
+// copyFrom logs what f yields, a line at a time (a partial line when a
+// read ends without a newline or at 16 KiB, as docker splits them).
+func (w *logWriter) copyFrom(f *os.File, stream string) {
+	defer f.Close()
+	buf := make([]byte, 32<<10)
+	var pending []byte
+	for {
+		n, err := f.Read(buf)
+		pending = append(pending, buf[:n]...)
+		for {
+			i := bytes.IndexByte(pending, '\n')
+			if i < 0 && len(pending) < 16<<10 {
+				break
+			}
+			if i < 0 {
+				i = len(pending) - 1
+			}
+			w.write(stream, pending[:i+1])
+			pending = pending[i+1:]
+		}
+		if err != nil {
+			// EOF, or EIO from a terminal whose last holder closed it.
+			if len(pending) > 0 {
+				w.write(stream, pending)
+			}
+			return
+		}
+		if len(pending) > 0 && n < len(buf) {
+			w.write(stream, pending)
+			pending = nil
+		}
+	}
+}
+
+func (w *logWriter) write(stream string, p []byte) {
+	b, err := json.Marshal(logLine{Log: string(p), Stream: stream, Time: time.Now().UTC()})
+	if err != nil {
+		return
+	}
+	b = append(b, '\n')
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f != nil && w.size+int64(len(b)) > maxLog {
+		w.f.Close()
+		w.f = nil
+		os.Rename(w.path, w.path+".1")
+	}
+	if w.f == nil {
+		f, err := os.OpenFile(w.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return
+		}
+		fi, _ := f.Stat()
+		w.f, w.size = f, fi.Size()
+	}
+	if n, err := w.f.Write(b); err == nil {
+		w.size += int64(n)
+	}
+}
+
+func (w *logWriter) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f != nil {
+		w.f.Close()
+		w.f = nil
+	}
+}
+
+// LogOptions select what Logs prints.
+type LogOptions struct {
+	Follow     bool
+	Tail       int // lines from the end; <0: all
+	Timestamps bool
+	Since      time.Time
+}
+
+// Logs writes the sandbox's log (the main command's output): stdout lines
+// to stdout, stderr lines to stderr. With Follow it goes on until the
+// sandbox stops or ctx ends.
+func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writer) error {
+	emit := func(l logLine) {
+		if !o.Since.IsZero() && l.Time.Before(o.Since) {
+			return
+		}
+		w := stdout
+		if l.Stream == "stderr" {
+			w = stderr
+		}
+		if o.Timestamps {
+			io.WriteString(w, l.Time.Format(time.RFC3339Nano)+" ")
+		}
+		io.WriteString(w, l.Log)
+	}
+	path := filepath.Join(s.dir, logFile)
+	var lines []logLine
+	for _, p := range []string{path + ".1", path} {
+		b, err := os.ReadFile(p)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		lines = append(lines, parseLog(b)...)
+	}
+	if o.Tail >= 0 && len(lines) > o.Tail {
+		lines = lines[len(lines)-o.Tail:]
+	}
+	for _, l := range lines {
+		emit(l)
+	}
+	if !o.Follow {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var off int64
+	if f != nil {
+		fi, _ := f.Stat()
+		off = fi.Size()
+		f.Close()
+	}
+	var partial []byte
+	var deadline time.Time
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		stopped := !s.rec.alive()
+		if fi, err := os.Stat(path); err == nil {
+			if fi.Size() < off { // rotated
+				off = 0
+			}
+			if fi.Size() > off {
+				f, err := os.Open(path)
+				if err == nil {
+					b := make([]byte, fi.Size()-off)
+					n, _ := f.ReadAt(b, off)
+					f.Close()
+					off += int64(n)
+					partial = append(partial, b[:n]...)
+					if i := bytes.LastIndexByte(partial, '\n'); i >= 0 {
+						for _, l := range parseLog(partial[:i+1]) {
+							emit(l)
+						}
+						partial = append([]byte(nil), partial[i+1:]...)
+					}
+				}
+			}
+		}
+		if stopped {
+			// The monitor may still be writing the last lines: give it
+			// until it records the exit, or a moment.
+			if _, ok := readExit(s.dir); ok || s.rec.Pid == 0 || len(s.rec.Command) == 0 {
+				return nil
+			}
+			if deadline.IsZero() {
+				deadline = time.Now().Add(2 * time.Second)
+			} else if time.Now().After(deadline) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func parseLog(b []byte) []logLine {
+	var out []logLine
+	for _, line := range bytes.Split(b, []byte{'\n'}) {
+		var l logLine
+		if len(line) > 0 && json.Unmarshal(line, &l) == nil {
+			out = append(out, l)
+		}
+	}
+	return out
+}

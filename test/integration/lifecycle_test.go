@@ -1,0 +1,191 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// monitors lists the monitor processes serving sandboxes under root.
+func monitors(root string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.HasPrefix(b, []byte("slopbox-monitor\x00"+root+"\x00")) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestDetachedMainCommand: run -d keeps the command's output as the
+// sandbox's log, the sandbox stops when the command exits (docker's
+// container semantics), wait and ps report its exit code, and the
+// monitor that does this goes with the sandbox.
+func TestDetachedMainCommand(t *testing.T) {
+	e := newEnv(t)
+	t.Cleanup(func() {
+		waitFor(t, "monitors to exit", func() bool { return len(monitors(e.root)) == 0 })
+	})
+	e.must("pull", e.ref)
+	id := strings.TrimSpace(e.must("run", "-d", "--name", "job", e.ref, "sh", "-c",
+		"for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.3; done; exit 3"))
+	if !regexp.MustCompile(`^[0-9a-f]{16,64}$`).MatchString(id) {
+		t.Fatalf("run -d printed %q, want the sandbox id", id)
+	}
+	// logs -f follows the live sandbox and ends when it stops.
+	start := time.Now()
+	follow := e.must("logs", "-f", "job")
+	for _, want := range []string{"out1\n", "out3\n", "err1\n", "err3\n"} {
+		if !strings.Contains(follow, want) {
+			t.Errorf("logs -f lacks %q:\n%s", want, follow)
+		}
+	}
+	if time.Since(start) < 300*time.Millisecond {
+		t.Errorf("logs -f returned after %v, before the command finished", time.Since(start))
+	}
+	if out := strings.TrimSpace(e.must("wait", "job")); out != "3" {
+		t.Errorf("wait printed %q, want 3", out)
+	}
+	if ps := e.must("ps", "-a"); !strings.Contains(ps, "Exited (3)") {
+		t.Errorf("ps -a does not show the exit code:\n%s", ps)
+	}
+	if ps := e.must("ps"); strings.Contains(ps, "job") {
+		t.Errorf("the sandbox still runs after its command exited:\n%s", ps)
+	}
+	var info []map[string]any
+	if err := json.Unmarshal([]byte(e.must("inspect", "job")), &info); err != nil || len(info) != 1 || info[0]["ExitCode"] != 3.0 {
+		t.Errorf("inspect: %v %v", info, err)
+	}
+	// stdout and stderr stay apart; --tail and --timestamps.
+	cmd := exec.Command(e.bin, "--root", e.root, "logs", "--tail", "1", "--timestamps", "job")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	ts := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z `)
+	if o, er := stdout.String(), stderr.String(); o+er == "" || !ts.MatchString(o+er) || strings.Count(o+er, "\n") != 1 || strings.Contains(o, "err") || strings.Contains(er, "out") {
+		t.Errorf("logs --tail 1 -t: stdout %q stderr %q", o, er)
+	}
+	// start runs the command again; the log keeps both runs.
+	e.must("start", "job")
+	e.must("wait", "job")
+	if logs, _ := e.run("", "logs", "job"); strings.Count(logs, "out1") != 2 {
+		t.Errorf("logs after a restart:\n%s", logs)
+	}
+	e.must("rename", "job", "job2")
+	if _, code := e.run("", "logs", "job"); code != 1 {
+		t.Errorf("logs of the old name exits %d, want 1", code)
+	}
+	e.must("rm", "job2")
+
+	// -d --rm: removed once the command exits.
+	e.must("run", "-d", "--rm", "--name", "gone", e.ref, "true")
+	waitFor(t, "run -d --rm to remove the sandbox", func() bool {
+		ps, _ := e.run("", "ps", "-a")
+		return !strings.Contains(ps, "gone")
+	})
+
+	// -di: stdin held open, so a shell waits rather than exiting; top,
+	// stats and the container group see it.
+	e.must("run", "-di", "--name", "shell", e.ref, "sh")
+	time.Sleep(300 * time.Millisecond)
+	if ps := e.must("container", "ls"); !strings.Contains(ps, "shell") {
+		t.Errorf("run -di sh exited at once:\n%s", ps)
+	}
+	if top := e.must("top", "shell"); !regexp.MustCompile(`(?m) sh$`).MatchString(top) {
+		t.Errorf("top does not show the shell:\n%s", top)
+	}
+	if st := e.must("stats", "--no-stream", "shell"); !strings.Contains(st, "shell") || !strings.Contains(st, "MEM USAGE") {
+		t.Errorf("stats:\n%s", st)
+	}
+	e.must("stop", "shell")
+	if out := strings.TrimSpace(e.must("wait", "shell")); out != "137" {
+		t.Errorf("wait after stop printed %q, want 137", out)
+	}
+	e.must("rm", "shell")
+	if _, code := e.run("", "wait", "nosuch"); code != 1 {
+		t.Errorf("wait of an unknown sandbox exits %d, want 1", code)
+	}
+}
+
+// script runs a shell command line under script(1), which gives it a
+// pseudo-terminal of rows×cols, feeding it steps of input with pauses.
+func (e *env) script(t *testing.T, line string, steps ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command("script", "-qec", "stty rows 33 cols 101; "+line, "/dev/null")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range steps {
+		time.Sleep(700 * time.Millisecond)
+		in.Write([]byte(s))
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("%s did not finish; output:\n%s", line, out.String())
+	}
+	in.Close()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	return out.String(), code
+}
+
+// TestTerminal: run -it and exec -it give the command a terminal of the
+// sandbox's own, sized as the caller's, with job control: Ctrl-C
+// interrupts the foreground job, not the shell.
+func TestTerminal(t *testing.T) {
+	if _, err := exec.LookPath("script"); err != nil {
+		t.Fatal("script(1) (bsdutils) is needed")
+	}
+	e := newEnv(t)
+	sb := e.bin + " --root " + e.root
+	out, code := e.script(t, sb+" run --rm -it "+e.ref+" sh -c 'tty; stty size; echo TERM=$TERM; exit 4'")
+	if code != 4 || !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "33 101") || !strings.Contains(out, "TERM=xterm") {
+		t.Errorf("run -it: exit %d, output:\n%s", code, out)
+	}
+	e.must("run", "-d", "--name", "box", e.ref, "sleep", "infinity")
+	out, code = e.script(t, sb+" exec -it box sh", "sleep 30\n", "\x03", "echo after-$?\n", "exit 7\n")
+	if code != 7 || !strings.Contains(out, "after-130") {
+		t.Errorf("exec -it with Ctrl-C: exit %d, output:\n%s", code, out)
+	}
+	// -it without a terminal is refused, as docker does.
+	if out, code := e.run("", "exec", "-it", "box", "true"); code != 1 || !strings.Contains(out, "not a TTY") {
+		t.Errorf("exec -it without a terminal: exit %d: %s", code, out)
+	}
+	// -t alone, output to a pipe: the command still gets a terminal.
+	if out, code := e.run("", "exec", "-t", "box", "sh", "-c", "tty"); code != 0 || !strings.Contains(out, "/dev/pts/") {
+		t.Errorf("exec -t: exit %d: %s", code, out)
+	}
+	e.must("rm", "-f", "box")
+}
