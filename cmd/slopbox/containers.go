@@ -251,6 +251,6 @@ func containerCmd() *cobra.Command {
 	ls := psCmd()
 	ls.Use, ls.Aliases = "ls", []string{"list", "ps"}
 	c.AddCommand(runCmd(), createCmd(), startCmd(), execCmd(), ls, killCmd(), stopCmd(), rmCmd(), pruneCmd(),
-		logsCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), inspectCmd())
+		logsCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), inspectCmd())
 	return c
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -186,6 +187,75 @@ func TestTerminal(t *testing.T) {
 	// -t alone, output to a pipe: the command still gets a terminal.
 	if out, code := e.run("", "exec", "-t", "box", "sh", "-c", "tty"); code != 0 || !strings.Contains(out, "/dev/pts/") {
 		t.Errorf("exec -t: exit %d: %s", code, out)
+	}
+	e.must("rm", "-f", "box")
+}
+
+// TestCopy: cp both ways keeps modes and symlinks, copies dir/. contents
+// and streams with -, and a symlink planted on either side never makes it
+// write outside the destination.
+func TestCopy(t *testing.T) {
+	e := newEnv(t)
+	e.must("run", "-d", "--name", "box", e.ref, "sleep", "infinity")
+	host := t.TempDir()
+	src := filepath.Join(host, "tree")
+	os.MkdirAll(filepath.Join(src, "sub"), 0o750)
+	os.WriteFile(filepath.Join(src, "run.sh"), []byte("#!/bin/sh\necho ran\n"), 0o755)
+	os.WriteFile(filepath.Join(src, "sub", "data"), []byte("data"), 0o600)
+	os.Symlink("/etc/passwd", filepath.Join(src, "link"))
+
+	e.must("cp", src, "box:/tmp/")
+	if out := e.must("exec", "box", "sh", "-c", "/tmp/tree/run.sh; stat -c '%a %U' /tmp/tree/sub /tmp/tree/sub/data; readlink /tmp/tree/link"); out != "ran\n750 root\n600 root\n/etc/passwd\n" {
+		t.Errorf("copied in:\n%s", out)
+	}
+	e.must("exec", "box", "sh", "-c", "echo made-inside > /tmp/tree/new; chmod 640 /tmp/tree/new")
+	back := filepath.Join(host, "back")
+	e.must("cp", "box:/tmp/tree", back)
+	if fi, err := os.Stat(filepath.Join(back, "new")); err != nil || fi.Mode().Perm() != 0o640 || fi.Sys().(*syscall.Stat_t).Uid != uint32(os.Getuid()) {
+		t.Errorf("copied out: %v %v", fi, err)
+	}
+	if l, err := os.Readlink(filepath.Join(back, "link")); err != nil || l != "/etc/passwd" {
+		t.Errorf("symlink copied out as %q, %v", l, err)
+	}
+	// dir/. and a tar stream on stdout.
+	e.must("cp", "box:/tmp/tree/.", filepath.Join(host, "contents"))
+	if _, err := os.Stat(filepath.Join(host, "contents", "run.sh")); err != nil {
+		t.Error(err)
+	}
+	if out := e.must("cp", "box:/tmp/tree/sub/data", "-"); !strings.Contains(out, "data") || !strings.HasPrefix(out, "data") {
+		t.Errorf("cp to - gave %q", out)
+	}
+
+	// The sandbox plants a symlink where the copy lands on the host: it is
+	// replaced, not followed.
+	victim := filepath.Join(host, "victim")
+	os.Mkdir(victim, 0o755)
+	dest := filepath.Join(host, "dest")
+	os.Mkdir(dest, 0o755)
+	os.Symlink(victim, filepath.Join(dest, "tree"))
+	e.must("cp", "box:/tmp/tree", dest)
+	if ents, _ := os.ReadDir(victim); len(ents) != 0 {
+		t.Errorf("cp wrote through a symlink in the destination: %v", ents)
+	}
+	// A symlink in the sandbox as the destination is refused, not followed.
+	e.must("exec", "box", "sh", "-c", "ln -s /etc /tmp/esc")
+	if out, code := e.run("", "cp", filepath.Join(src, "run.sh"), "box:/tmp/esc/"); code != 1 || !strings.Contains(out, "symbolic link") {
+		t.Errorf("cp into a symlink: exit %d: %s", code, out)
+	}
+	if _, code := e.run("", "exec", "box", "test", "-e", "/etc/run.sh"); code == 0 {
+		t.Error("cp followed the sandbox's symlink")
+	}
+	// A setuid file does not stay setuid on either side.
+	os.WriteFile(filepath.Join(host, "suid"), []byte("x"), 0o755)
+	os.Chmod(filepath.Join(host, "suid"), 0o4755)
+	e.must("cp", filepath.Join(host, "suid"), "box:/tmp/suid")
+	if out := e.must("exec", "box", "stat", "-c", "%a", "/tmp/suid"); out != "755\n" {
+		t.Errorf("setuid copied in: %s", out)
+	}
+	for _, bad := range [][]string{{"cp", "box:/nonexistent", host}, {"cp", "/nonexistent", "box:/tmp"}, {"cp", "a", "b"}, {"cp", "nosuch:/x", host}} {
+		if out, code := e.run("", bad...); code != 1 {
+			t.Errorf("%v: exit %d, want 1: %s", bad, code, out)
+		}
 	}
 	e.must("rm", "-f", "box")
 }

@@ -1,0 +1,119 @@
+package copytar
+
+import (
+	"archive/tar"
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func hostile(t *testing.T, entries ...tar.Header) *bytes.Buffer {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, h := range entries {
+		h.Mode |= 0o644
+		body := ""
+		if h.Typeflag == tar.TypeReg {
+			body = "pwned"
+			h.Size = int64(len(body))
+		}
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(body))
+	}
+	tw.Close()
+	return &b
+}
+
+// TestExtractStaysInside: a stream from a hostile sandbox cannot write
+// outside the destination: not through "..", absolute names, a symlink it
+// sends first, or one planted in the destination; no setuid bit survives.
+func TestExtractStaysInside(t *testing.T) {
+	outside := t.TempDir()
+	cases := map[string][]tar.Header{
+		"dotdot":       {{Name: "../../" + filepath.Base(outside) + "/f", Typeflag: tar.TypeReg}},
+		"symlink-dir":  {{Name: "x", Typeflag: tar.TypeSymlink, Linkname: outside}, {Name: "x/f", Typeflag: tar.TypeReg}},
+		"relative-up":  {{Name: "x", Typeflag: tar.TypeSymlink, Linkname: "../../../../../../" + outside}, {Name: "x/f", Typeflag: tar.TypeReg}},
+		"planted":      {{Name: "p/f", Typeflag: tar.TypeReg}},
+		"hardlink-out": {{Name: "h", Typeflag: tar.TypeLink, Linkname: "../../../../etc/passwd"}},
+	}
+	for name, entries := range cases {
+		t.Run(name, func(t *testing.T) {
+			dest := t.TempDir()
+			if err := os.Symlink(outside, filepath.Join(dest, "p")); err != nil {
+				t.Fatal(err)
+			}
+			err := Extract(hostile(t, entries...), dest, "", Options{UID: os.Getuid(), GID: os.Getgid()})
+			ents, _ := os.ReadDir(outside)
+			if len(ents) != 0 {
+				t.Fatalf("the copy wrote outside its destination (err %v): %v", err, ents)
+			}
+			if b, _ := os.ReadFile("/etc/passwd"); strings.Contains(string(b), "pwned") {
+				t.Fatal("wrote through a hard link")
+			}
+		})
+	}
+	dest := t.TempDir()
+	if err := Extract(hostile(t, tar.Header{Name: "s", Typeflag: tar.TypeReg, Mode: 0o6755}), dest, "", Options{UID: os.Getuid(), GID: os.Getgid()}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dest, "s")); err != nil || fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+		t.Errorf("setid bits kept: %v %v", fi.Mode(), err)
+	}
+	if err := Extract(hostile(t, tar.Header{Name: "dev", Typeflag: tar.TypeChar}), t.TempDir(), "", Options{}); err == nil {
+		t.Error("a device node was accepted")
+	}
+}
+
+// TestRoundTrip: modes, symlinks (never followed) and renames.
+func TestRoundTrip(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "tree")
+	os.MkdirAll(filepath.Join(src, "sub"), 0o750)
+	os.WriteFile(filepath.Join(src, "x"), []byte("x"), 0o741)
+	os.Symlink("/etc/shadow", filepath.Join(src, "sub", "abs"))
+	var b bytes.Buffer
+	dir, name := Source(src)
+	if err := Write(&b, dir, name); err != nil {
+		t.Fatal(err)
+	}
+	parent := t.TempDir()
+	into, rename, err := Into(filepath.Join(parent, "copy"), false)
+	if err != nil || rename != "copy" {
+		t.Fatalf("Into: %q %q %v", into, rename, err)
+	}
+	if err := Extract(&b, into, rename, Options{UID: os.Getuid(), GID: os.Getgid()}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(parent, "copy", "x")); err != nil || fi.Mode().Perm() != 0o741 {
+		t.Errorf("x: %v %v", fi, err)
+	}
+	if fi, err := os.Stat(filepath.Join(parent, "copy", "sub")); err != nil || fi.Mode().Perm() != 0o750 {
+		t.Errorf("sub: %v %v", fi, err)
+	}
+	if l, err := os.Readlink(filepath.Join(parent, "copy", "sub", "abs")); err != nil || l != "/etc/shadow" {
+		t.Errorf("symlink: %q %v", l, err)
+	}
+	// dir/. copies the contents.
+	b.Reset()
+	dir, name = Source(src + "/.")
+	if name != "" {
+		t.Fatalf("Source(dir/.) name %q", name)
+	}
+	if err := Write(&b, dir, name); err != nil {
+		t.Fatal(err)
+	}
+	dest := filepath.Join(t.TempDir(), "new")
+	into, rename, err = Into(dest, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Extract(&b, into, rename, Options{UID: os.Getuid(), GID: os.Getgid()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dest, "x")); err != nil {
+		t.Error(err)
+	}
+}
