@@ -83,6 +83,8 @@ const (
 type SpawnSpec struct {
 	Name   string
 	Labels map[string]string
+	// Hostname is the sandbox's host name (default: derived from Name).
+	Hostname string
 	// Image is the image reference (sandbox backend only).
 	Image string
 	// Workspace is the host directory the sandbox works in. Required.

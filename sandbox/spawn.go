@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -122,6 +123,9 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	if network == backend.NetworkBridge {
 		return nil, errors.New("spawn: network mode \"bridge\" is not supported yet; use \"none\" (default) or \"host\"")
 	}
+	if spec.Hostname != "" && !validHostname.MatchString(spec.Hostname) {
+		return nil, fmt.Errorf("spawn: invalid hostname %q: letters, digits, '-' and '.', at most 63, starting with a letter or digit", spec.Hostname)
+	}
 	if len(spec.Ports) > 0 {
 		return nil, errors.New("spawn: published ports need bridge networking, which is not supported yet")
 	}
@@ -129,6 +133,7 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	rec := &record{
 		ID:        newID(),
 		Name:      spec.Name,
+		Hostname:  spec.Hostname,
 		Image:     img.Name,
 		ImageID:   img.ID,
 		Created:   time.Now().UTC(),
@@ -477,7 +482,7 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 // claim gives prestarted PID 1 pid the sandbox's mounts and hostname, lets
 // it serve, and records it with its limits applied.
 func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int) error {
-	req := spawnd.Request{Op: spawnd.OpClaim, ID: rec.ID, Hostname: hostname(rec.Name), ReadOnlyRoot: rec.ReadOnly}
+	req := spawnd.Request{Op: spawnd.OpClaim, ID: rec.ID, Hostname: cmp.Or(rec.Hostname, hostname(rec.Name)), ReadOnlyRoot: rec.ReadOnly}
 	var fds []int
 	for _, m := range rec.Mounts {
 		lm := spawnd.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: slices.Contains(m.Options, "ro")}
@@ -563,6 +568,8 @@ func specMaps(maps []userns.IDMap) []specs.LinuxIDMapping {
 	}
 	return out
 }
+
+var validHostname = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9.-]{0,62}$`)
 
 func hostname(name string) string {
 	h := strings.Map(func(r rune) rune {

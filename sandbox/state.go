@@ -36,6 +36,7 @@ var (
 type record struct {
 	ID         string            `json:"id"`
 	Name       string            `json:"name"`
+	Hostname   string            `json:"hostname,omitempty"`
 	Image      string            `json:"image"`
 	ImageID    string            `json:"image_id"`
 	Created    time.Time         `json:"created"`

@@ -254,3 +254,74 @@ func containerCmd() *cobra.Command {
 		logsCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), inspectCmd())
 	return c
 }
+
+// imagePruneCmd is docker's `image prune`: unreferenced blobs and layers go;
+// with -a every image no sandbox uses goes too. There is no prompt (-f is
+// accepted).
+func imagePruneCmd() *cobra.Command {
+	var all bool
+	c := &cobra.Command{
+		Use:   "prune [-a] [-f]",
+		Short: "Remove unused image data (with -a, every image no sandbox uses)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return pruneImages(all)
+		},
+	}
+	c.Flags().BoolVarP(&all, "all", "a", false, "remove every image that no sandbox uses")
+	c.Flags().BoolP("force", "f", false, "accepted: slopbox does not prompt")
+	return c
+}
+
+func pruneImages(all bool) error {
+	s, err := openStore()
+	if err != nil {
+		return err
+	}
+	if all {
+		list, err := s.List()
+		if err != nil {
+			return err
+		}
+		for _, img := range list {
+			names, err := s.Remove(img.Name)
+			if err != nil {
+				continue // in use by a sandbox: kept
+			}
+			for _, n := range names {
+				fmt.Println("Untagged:", n)
+			}
+		}
+	}
+	return s.GC()
+}
+
+// systemPruneCmd is docker's `system prune`: stopped sandboxes, then image
+// data (every unused image with -a).
+func systemPruneCmd() *cobra.Command {
+	var all bool
+	sys := &cobra.Command{Use: "system", Short: "Manage slopbox (docker's system group)"}
+	c := &cobra.Command{
+		Use:   "prune [-a] [-f]",
+		Short: "Remove stopped sandboxes and unused image data",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := openBackend()
+			if err != nil {
+				return err
+			}
+			ids, err := b.Prune(false)
+			for _, id := range ids {
+				fmt.Println("Deleted:", id)
+			}
+			if err != nil {
+				return err
+			}
+			return pruneImages(all)
+		},
+	}
+	c.Flags().BoolVarP(&all, "all", "a", false, "also remove every image that no sandbox uses")
+	c.Flags().BoolP("force", "f", false, "accepted: slopbox does not prompt")
+	sys.AddCommand(c, infoCmd())
+	return sys
+}

@@ -23,7 +23,7 @@ func splitCopyArg(a string) (ref, p string, ok bool) {
 
 func cpCmd() *cobra.Command {
 	c := &cobra.Command{
-		Use: "cp SANDBOX:SRC DEST|-\n  slopbox cp SRC|- SANDBOX:DEST",
+		Use:   "cp SANDBOX:SRC DEST|-\n  slopbox cp SRC|- SANDBOX:DEST",
 		Short: "Copy files between a sandbox and the host (modes and symlinks kept; no symlink followed out of either side)",
 		Long: `Copy a file or directory between a running sandbox and the host, as docker cp does:
 an existing directory receives the copy under its own name; otherwise the copy

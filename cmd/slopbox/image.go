@@ -16,7 +16,7 @@ func imageCmd() *cobra.Command {
 	ls.Use, ls.Aliases = "ls", []string{"list"}
 	rm := rmiCmd()
 	rm.Use = "rm [flags] IMAGE..."
-	c.AddCommand(imageInspectCmd(), ls, rm)
+	c.AddCommand(imageInspectCmd(), ls, rm, imagePruneCmd())
 	return c
 }
 

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"sort"
 	"strings"
 	"text/tabwriter"
+	"text/template"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,7 +42,7 @@ func createCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sb, err := b.Create(ctx, spec, imageCommand(img, args[1:]))
+			sb, err := b.Create(ctx, spec, imageCommandWith(img, args[1:], sf.entrypointOverride(cmd.Flags())))
 			if err != nil {
 				return err
 			}
@@ -165,11 +169,27 @@ func pruneCmd() *cobra.Command {
 
 func psCmd() *cobra.Command {
 	var all, quiet, asJSON bool
+	var filters []string
+	var format string
 	c := &cobra.Command{
-		Use:   "ps [-a]",
+		Use:   "ps [-a] [--filter KEY=VALUE]... [--format TEMPLATE]",
 		Short: "List sandboxes with their age and idle time",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			match, err := psFilter(filters)
+			if err != nil {
+				return err
+			}
+			var tmpl *template.Template
+			header := false
+			if format != "" && format != "json" {
+				text, isTable := strings.CutPrefix(format, "table")
+				header = isTable
+				text = strings.NewReplacer(`\t`, "\t", `\n`, "\n").Replace(text)
+				if tmpl, err = template.New("ps").Funcs(template.FuncMap{"json": jsonString}).Parse(strings.TrimSpace(text) + "\n"); err != nil {
+					return fmt.Errorf("--format: %w", err)
+				}
+			}
 			b, err := openBackend()
 			if err != nil {
 				return err
@@ -180,12 +200,19 @@ func psCmd() *cobra.Command {
 			}
 			var shown []sandbox.Info
 			for _, i := range list {
-				if all || i.Running {
+				if (all || i.Running || len(filters) > 0 && hasStatusFilter(filters)) && match(i) {
 					shown = append(shown, i)
 				}
 			}
 			switch {
-			case asJSON:
+			case asJSON || format == "json":
+				if format == "json" {
+					for _, i := range shown {
+						b, _ := json.Marshal(row(i))
+						fmt.Println(string(b))
+					}
+					return nil
+				}
 				if shown == nil {
 					shown = []sandbox.Info{}
 				}
@@ -194,26 +221,29 @@ func psCmd() *cobra.Command {
 				for _, i := range shown {
 					fmt.Println(i.ID)
 				}
+			case tmpl != nil:
+				w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
+				if header {
+					if err := tmpl.Execute(w, psHeader); err != nil {
+						return fmt.Errorf("--format: %w", err)
+					}
+				}
+				for _, i := range shown {
+					if err := tmpl.Execute(w, row(i)); err != nil {
+						return fmt.Errorf("--format: %w", err)
+					}
+				}
+				w.Flush()
 			default:
 				w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
 				fmt.Fprintln(w, "SANDBOX ID\tIMAGE\tCOMMAND\tCREATED\tSTATUS\tIDLE\tNAMES")
 				for _, i := range shown {
-					status := "Exited"
-					if !i.FinishedAt.IsZero() {
-						status = fmt.Sprintf("Exited (%d) %s ago", i.ExitCode, human(time.Since(i.FinishedAt)))
-					}
-					if i.Broken != "" {
-						status = "Broken: " + i.Broken
-					} else if i.Running {
-						status = "Up " + human(time.Since(i.Created))
-					} else if i.Pid == 0 {
-						status = "Created"
-					}
-					command := strings.Join(i.Command, " ")
+					r := row(i)
+					command := r.Command
 					if len(command) > 24 {
 						command = command[:23] + "…"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%q\t%s ago\t%s\t%s\t%s\n", i.ID[:12], i.Image, command, human(time.Since(i.Created)), status, human(time.Since(i.LastExec)), i.Name)
+					fmt.Fprintf(w, "%s\t%s\t%q\t%s\t%s\t%s\t%s\n", r.ID, r.Image, command, r.RunningFor, r.Status, human(time.Since(i.LastExec)), r.Names)
 				}
 				w.Flush()
 			}
@@ -223,7 +253,110 @@ func psCmd() *cobra.Command {
 	c.Flags().BoolVarP(&all, "all", "a", false, "show stopped sandboxes too")
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "only ids")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().StringArrayVarP(&filters, "filter", "f", nil, "only sandboxes matching: name=, id=, label=KEY[=VALUE], status=created|running|exited, ancestor=IMAGE")
+	c.Flags().StringVar(&format, "format", "", "Go template over .ID .Image .Command .CreatedAt .RunningFor .Status .State .Names .Labels (\"table …\" adds a header; \"json\": one object a line)")
 	return c
+}
+
+// psRow is one sandbox as ps --format sees it (docker's field names).
+type psRow struct {
+	ID, Image, Command, CreatedAt, RunningFor, Status, State, Names, Labels string
+}
+
+var psHeader = psRow{ID: "SANDBOX ID", Image: "IMAGE", Command: "COMMAND", CreatedAt: "CREATED AT", RunningFor: "CREATED",
+	Status: "STATUS", State: "STATE", Names: "NAMES", Labels: "LABELS"}
+
+func row(i sandbox.Info) psRow {
+	r := psRow{ID: i.ID[:min(12, len(i.ID))], Image: i.Image, Command: strings.Join(i.Command, " "), Names: i.Name,
+		CreatedAt: i.Created.Format("2006-01-02 15:04:05 -0700 MST"), RunningFor: human(time.Since(i.Created)) + " ago", State: state(i)}
+	switch r.State {
+	case "broken":
+		r.Status = "Broken: " + i.Broken
+	case "running":
+		r.Status = "Up " + human(time.Since(i.Created))
+	case "created":
+		r.Status = "Created"
+	default:
+		r.Status = "Exited"
+		if !i.FinishedAt.IsZero() {
+			r.Status = fmt.Sprintf("Exited (%d) %s ago", i.ExitCode, human(time.Since(i.FinishedAt)))
+		}
+	}
+	var labels []string
+	for k, v := range i.Labels {
+		labels = append(labels, k+"="+v)
+	}
+	sort.Strings(labels)
+	r.Labels = strings.Join(labels, ",")
+	return r
+}
+
+func state(i sandbox.Info) string {
+	switch {
+	case i.Broken != "":
+		return "broken"
+	case i.Running:
+		return "running"
+	case i.Pid == 0:
+		return "created"
+	}
+	return "exited"
+}
+
+func jsonString(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func hasStatusFilter(filters []string) bool {
+	for _, f := range filters {
+		if strings.HasPrefix(f, "status=") {
+			return true
+		}
+	}
+	return false
+}
+
+// psFilter reads docker's ps filters: the same key ORs, different keys AND.
+func psFilter(filters []string) (func(sandbox.Info) bool, error) {
+	by := map[string][]string{}
+	for _, f := range filters {
+		k, v, ok := strings.Cut(f, "=")
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("--filter %q: want KEY=VALUE", f)
+		case k == "status" && !slices.Contains([]string{"created", "running", "exited", "broken"}, v):
+			return nil, fmt.Errorf("--filter %q: status is created, running, exited or broken", f)
+		case !slices.Contains([]string{"name", "id", "label", "status", "ancestor"}, k):
+			return nil, fmt.Errorf("--filter %q: unknown key %q (name, id, label, status, ancestor)", f, k)
+		}
+		by[k] = append(by[k], v)
+	}
+	return func(i sandbox.Info) bool {
+		for k, vs := range by {
+			ok := false
+			for _, v := range vs {
+				switch k {
+				case "name":
+					ok = ok || strings.Contains(i.Name, v)
+				case "id":
+					ok = ok || strings.HasPrefix(i.ID, v)
+				case "status":
+					ok = ok || state(i) == v
+				case "ancestor":
+					ok = ok || i.Image == v || strings.HasPrefix(i.ImageID, v) || strings.Contains(i.Image, "/"+v) || strings.HasSuffix(i.Image, "/"+v+":latest")
+				case "label":
+					lk, lv, hasV := strings.Cut(v, "=")
+					got, present := i.Labels[lk]
+					ok = ok || present && (!hasV || got == lv)
+				}
+			}
+			if !ok {
+				return false
+			}
+		}
+		return true
+	}, nil
 }
 
 func human(d time.Duration) string {

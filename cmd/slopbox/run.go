@@ -64,7 +64,7 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			command := imageCommand(img, args[1:])
+			command := imageCommandWith(img, args[1:], sf.entrypointOverride(cmd.Flags()))
 			if len(command) == 0 {
 				return fmt.Errorf("run: image %s has no default command; give one", args[0])
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/signal"
@@ -31,7 +32,9 @@ type spawnFlags struct {
 	name, workdir, user, network, workspace, memory string
 	volumes, env, setup, tmpfs, storageOpts         []string
 	capAdd, capDrop, securityOpts, allowUnsafe      []string
-	devices                                         []string
+	devices, mounts, labels, envFiles               []string
+	hostname, entrypoint, platform                  string
+	entrypointSet, initFlag                         bool
 	privileged                                      bool
 	pidNS, ipcNS, utsNS, userNS                     string
 	cpus                                            float64
@@ -60,6 +63,14 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.capAdd, "cap-add", nil, "add a capability to Docker's default set (unsafe ones need --allow-unsafe cap-add=NAME)")
 	fs.StringArrayVar(&f.capDrop, "cap-drop", nil, "drop a capability (or ALL)")
 	fs.StringArrayVar(&f.securityOpts, "security-opt", nil, "seccomp=unconfined (needs --allow-unsafe seccomp=unconfined), no-new-privileges (always on)")
+	fs.StringArrayVar(&f.mounts, "mount", nil, "type=bind,source=HOST,target=PATH[,readonly] or type=tmpfs,target=/tmp[,tmpfs-size=64m]")
+	fs.StringArrayVarP(&f.labels, "label", "l", nil, "set a label KEY=VALUE (ps --filter label=KEY[=VALUE])")
+	fs.StringArrayVar(&f.envFiles, "env-file", nil, "read KEY=VALUE lines from a file (# comments; -e wins)")
+	fs.StringVarP(&f.hostname, "hostname", "h", "", "the sandbox's host name (default: from its name)")
+	fs.Bool("help", false, "help for this command (-h is --hostname, as in docker)")
+	fs.StringVar(&f.entrypoint, "entrypoint", "", "replace the image's entrypoint (\"\" clears it)")
+	fs.StringVar(&f.platform, "platform", "", "only this host's platform can run")
+	fs.BoolVar(&f.initFlag, "init", false, "accepted: the sandbox's PID 1 already reaps orphans and forwards nothing")
 	fs.StringArrayVar(&f.allowUnsafe, "allow-unsafe", nil, "allow one weakening the policy refuses: cap-add=NAME, seccomp=unconfined or mount=PATH")
 	// Docker's flags that would share the host with the sandbox: known,
 	// so that the refusal names the policy rather than an unknown flag.
@@ -102,11 +113,51 @@ func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 		s.NoWorkspaceMount = true
 		s.Cwd = f.workdir
 	}
-	env, err := parseEnv(f.env)
+	if f.platform != "" && f.platform != image.HostPlatform().String() && f.platform != image.HostPlatform().OS+"/"+image.HostPlatform().Architecture {
+		return s, fmt.Errorf("--platform %s: this host runs %s images only", f.platform, image.HostPlatform())
+	}
+	s.Hostname = f.hostname
+	env := map[string]string{}
+	for _, file := range f.envFiles {
+		kvs, err := readEnvFile(file)
+		if err != nil {
+			return s, err
+		}
+		fileEnv, err := parseEnv(kvs)
+		if err != nil {
+			return s, fmt.Errorf("--env-file %s: %w", file, err)
+		}
+		maps.Copy(env, fileEnv)
+	}
+	flagEnv, err := parseEnv(f.env)
 	if err != nil {
 		return s, err
 	}
-	s.Env = env
+	maps.Copy(env, flagEnv)
+	if len(env) > 0 {
+		s.Env = env
+	}
+	for _, l := range f.labels {
+		k, v, _ := strings.Cut(l, "=")
+		if k == "" {
+			return s, fmt.Errorf("--label %q: want KEY=VALUE", l)
+		}
+		if s.Labels == nil {
+			s.Labels = map[string]string{}
+		}
+		s.Labels[k] = v
+	}
+	for _, m := range f.mounts {
+		mnt, tmp, err := parseMount(m)
+		if err != nil {
+			return s, err
+		}
+		if tmp != "" {
+			f.tmpfs = append(f.tmpfs, tmp)
+			continue
+		}
+		s.Mounts = append(s.Mounts, mnt)
+	}
 	for _, v := range f.volumes {
 		m, err := parseVolume(v)
 		if err != nil {
@@ -270,13 +321,85 @@ func ensureImage(ctx context.Context, b *sandbox.Backend, ref string) (*image.Im
 	return b.Store().Pull(ctx, ref)
 }
 
-// imageCommand is ENTRYPOINT + (args, or the image's CMD).
-func imageCommand(img *image.Image, args []string) []string {
+// imageCommandWith is ENTRYPOINT + (args, or the image's CMD); a replaced
+// entrypoint (--entrypoint) drops the image's CMD too, as docker does.
+func imageCommandWith(img *image.Image, args []string, entrypoint *string) []string {
 	cfg := img.Config.Config
+	if entrypoint != nil {
+		ep := strings.Fields(*entrypoint)
+		return append(ep, args...)
+	}
 	if len(args) == 0 {
 		args = cfg.Cmd
 	}
 	return append(append([]string{}, cfg.Entrypoint...), args...)
+}
+
+// entrypointOverride is --entrypoint when it was given.
+func (f *spawnFlags) entrypointOverride(fs *pflag.FlagSet) *string {
+	if fs.Changed("entrypoint") {
+		return &f.entrypoint
+	}
+	return nil
+}
+
+// readEnvFile reads docker's --env-file: KEY=VALUE or KEY lines, blank
+// lines and # comments skipped.
+func readEnvFile(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--env-file: %w", err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimRight(l, "\r")
+		if t := strings.TrimSpace(l); t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		out = append(out, strings.TrimLeft(l, " \t"))
+	}
+	return out, nil
+}
+
+// parseMount reads --mount: a bind mount, or a tmpfs at /tmp (returned as
+// the --tmpfs spelling).
+func parseMount(v string) (m backend.Mount, tmpfs string, err error) {
+	kind := "volume"
+	var size string
+	for _, kv := range strings.Split(v, ",") {
+		k, val, _ := strings.Cut(kv, "=")
+		switch k {
+		case "type":
+			kind = val
+		case "source", "src":
+			m.Source = val
+		case "target", "destination", "dst":
+			m.Target = val
+		case "readonly", "ro":
+			m.ReadOnly = val == "" || val == "true" || val == "1"
+		case "tmpfs-size":
+			size = val
+		case "bind-propagation", "consistency":
+		default:
+			return m, "", fmt.Errorf("--mount %q: option %q is not supported (type, source, target, readonly, tmpfs-size)", v, k)
+		}
+	}
+	if m.Target == "" {
+		return m, "", fmt.Errorf("--mount %q: target is required", v)
+	}
+	switch kind {
+	case "bind":
+		if m.Source == "" {
+			return m, "", fmt.Errorf("--mount %q: source is required for a bind mount", v)
+		}
+		return m, "", nil
+	case "tmpfs":
+		if size != "" {
+			return m, m.Target + ":size=" + size, nil
+		}
+		return m, m.Target, nil
+	}
+	return m, "", fmt.Errorf("--mount %q: type %q is not supported (bind or tmpfs; slopbox has no named volumes)", v, kind)
 }
 
 // signalContext is cancelled on SIGINT and SIGTERM, so the running command

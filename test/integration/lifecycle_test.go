@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -259,3 +260,59 @@ func TestCopy(t *testing.T) {
 	}
 	e.must("rm", "-f", "box")
 }
+
+// TestRunFlags: the docker run flags users reach for, and ps's filters
+// and templates.
+func TestRunFlags(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", e.ref)
+	if out := e.must("run", "--rm", "--entrypoint", "echo", e.ref, "via", "entrypoint"); out != "via entrypoint\n" {
+		t.Errorf("--entrypoint: %q", out)
+	}
+	if out := e.must("run", "--rm", "-h", "myhost", e.ref, "hostname"); out != "myhost\n" {
+		t.Errorf("--hostname: %q", out)
+	}
+	envFile := filepath.Join(t.TempDir(), "env")
+	os.WriteFile(envFile, []byte("# comment\n\nFOO=from-file\nBAR=file\n"), 0o644)
+	if out := e.must("run", "--rm", "--env-file", envFile, "-e", "BAR=flag", e.ref, "sh", "-c", "echo $FOO $BAR"); out != "from-file flag\n" {
+		t.Errorf("--env-file: %q", out)
+	}
+	dir := searchable(t, t.TempDir())
+	os.WriteFile(filepath.Join(dir, "f"), []byte("mounted\n"), 0o644)
+	if out := e.must("run", "--rm", "--mount", "type=bind,source="+dir+",target=/m,readonly", e.ref, "sh", "-c", "cat /m/f; touch /m/g 2>/dev/null || echo read-only"); out != "mounted\nread-only\n" {
+		t.Errorf("--mount bind: %q", out)
+	}
+	if out := e.must("run", "--rm", "--mount", "type=tmpfs,target=/tmp,tmpfs-size=8m", e.ref, "sh", "-c", "df -k /tmp | tail -1"); !strings.Contains(out, "8192") {
+		t.Errorf("--mount tmpfs: %q", out)
+	}
+	for _, bad := range [][]string{
+		{"--mount", "type=bind,src=/,dst=/h"}, {"--mount=type=bind,source=/etc,target=/e"}, {"--mount", "type=volume,src=v,dst=/v"},
+		{"--platform", "linux/s390x"}, {"-h", "bad_host!"}, {"--env-file", "/nonexistent"},
+	} {
+		if out, code := e.run("", append(append([]string{"run", "--rm"}, bad...), e.ref, "true")...); code != 125 {
+			t.Errorf("run %v: exit %d, want 125: %s", bad, code, out)
+		}
+	}
+	e.must("run", "--rm", "--init", "--platform", "linux/"+runtimeArch(), e.ref, "true")
+	e.must("run", "-d", "--name", "one", "--label", "team=a", e.ref, "sleep", "infinity")
+	e.must("run", "-d", "--name", "two", "--label", "team=b", e.ref, "sleep", "infinity")
+	if out := e.must("ps", "--filter", "label=team=a", "--format", "{{.Names}} {{.State}} {{.Labels}}"); out != "one running team=a\n" {
+		t.Errorf("ps --filter label --format: %q", out)
+	}
+	if out := e.must("ps", "--format", `table {{.Names}}\t{{.State}}`, "-f", "name=tw"); !strings.HasPrefix(out, "NAMES") || !strings.Contains(out, "two") || strings.Contains(out, "one") {
+		t.Errorf("ps --format table: %q", out)
+	}
+	e.must("stop", "two")
+	if out := e.must("ps", "-q", "--filter", "status=exited"); !strings.HasPrefix(strings.TrimSpace(e.must("inspect", "two")), "[") || strings.Count(out, "\n") != 1 {
+		t.Errorf("ps --filter status=exited: %q", out)
+	}
+	if _, code := e.run("", "ps", "--filter", "colour=red"); code == 0 {
+		t.Error("an unknown filter was accepted")
+	}
+	e.must("rm", "-f", "one", "two")
+	e.must("container", "prune")
+	e.must("image", "prune")
+	e.must("system", "prune")
+}
+
+func runtimeArch() string { return runtime.GOARCH }
