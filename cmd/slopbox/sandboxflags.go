@@ -34,7 +34,7 @@ type spawnFlags struct {
 	capAdd, capDrop, securityOpts, allowUnsafe      []string
 	devices, mounts, labels, envFiles               []string
 	hostname, entrypoint, platform                  string
-	entrypointSet, initFlag                         bool
+	initFlag                                        bool
 	privileged                                      bool
 	pidNS, ipcNS, utsNS, userNS                     string
 	cpus                                            float64
