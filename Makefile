@@ -3,6 +3,9 @@
 #   make test   # install what is missing, build, run every test (root and rootless)
 # and `make bench` writes BENCHMARKS.md.
 
+# scripts/go-toolchain.sh (run by deps) installs the Go that go.mod names
+# into .work/go when the one on PATH is missing or too old; it comes first.
+export PATH := $(CURDIR)/.work/go/bin:$(PATH)
 GO        ?= go
 BASETAGS  := seccomp netgo osusergo
 # slopbox_helper: embed the spawn server (sandbox/internal/spawnd/slopbox-spawn)

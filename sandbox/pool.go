@@ -157,13 +157,24 @@ func (b *Backend) prestartEntry(ctx context.Context, srv *spawner, bins binaries
 	if err := os.MkdirAll(filepath.Dir(e.dir), 0o711); err != nil {
 		return nil, err
 	}
-	if err := os.Mkdir(e.dir, 0o700); err != nil {
+	// The entry appears under its name with its owner recorded: made as
+	// .new-<id> first, so a process killed in between leaves no unowned
+	// entry that a reaper would have to spare as "being set up".
+	tmp := filepath.Join(filepath.Dir(e.dir), ".new-"+e.id)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, err
 	}
 	start, _, _ := procStart(os.Getpid())
 	// Atomically: a concurrent reaper must never read a partial owner file
 	// and take a live owner for a dead one.
-	err := atomicfile.WriteVolatile(filepath.Join(e.dir, "owner"), bytes.NewReader(fmt.Appendf(nil, "%d %d\n", os.Getpid(), start)), 0o644)
+	err := atomicfile.WriteVolatile(filepath.Join(tmp, "owner"), bytes.NewReader(fmt.Appendf(nil, "%d %d\n", os.Getpid(), start)), 0o644)
+	if err == nil {
+		err = os.Rename(tmp, e.dir)
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		return nil, err
+	}
 	if err == nil {
 		err = b.chownToNamespaceRoot(e.dir)
 	}

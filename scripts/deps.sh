@@ -4,7 +4,7 @@
 # can install, a non-root caller just gets told what is missing.
 set -euo pipefail
 
-PKGS=(gcc libc6-dev curl libseccomp-dev uidmap busybox-static debootstrap docker-registry iproute2 procps psmisc shellcheck)
+PKGS=(gcc libc6-dev curl ca-certificates unzip libseccomp-dev uidmap busybox-static debootstrap docker-registry iproute2 procps psmisc shellcheck)
 TEST_USER=${SLOPBOX_TEST_USER:-slopbox-test}
 
 missing=()
@@ -24,7 +24,7 @@ if ((${#missing[@]})); then
 		sleep 10
 	done
 fi
-command -v go >/dev/null || { echo "Go is required (https://go.dev/dl): not found in PATH" >&2; exit 1; }
+scripts/go-toolchain.sh
 
 if [[ $(id -u) -eq 0 ]]; then
 	if ! id "$TEST_USER" >/dev/null 2>&1; then

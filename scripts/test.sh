@@ -16,6 +16,15 @@ ROOTLESS_PKGS=(./image/ ./image/archive/ ./local/ ./backend/ ./test/conformance/
 # Tests that need root by nature; they ran in the root pass above.
 ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestRootOwnedWorkspaceMapsToUnprivilegedID)$'
 
+# A fresh machine has no Go, or Debian's 1.19: the toolchain go.mod names
+# is fetched and its hash checked against the checksum database.
+echo "== Go toolchain fetch on a machine without Go" >&2
+tc=$(mktemp -d)
+cp go.mod "$tc/" && mkdir "$tc/scripts" && cp scripts/go-toolchain.sh "$tc/scripts/"
+env PATH=/usr/sbin:/usr/bin:/sbin:/bin bash "$tc/scripts/go-toolchain.sh"
+"$tc/.work/go/bin/go" version | grep -q "go$(awk '$1 == "go" {print $2; exit}' go.mod) " || { echo "the fetched toolchain is not the one go.mod names" >&2; exit 1; }
+rm -rf "$tc"
+
 echo "== tests as root" >&2
 go test -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 30m ./...
 
