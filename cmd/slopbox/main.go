@@ -55,7 +55,7 @@ func main() {
 	root.PersistentFlags().StringSliceVar(&globals.insecure, "insecure-registry", nil, "allow plain HTTP for this registry (host:port); loopback registries always may")
 	root.AddCommand(pullCmd(), imagesCmd(), rmiCmd(), tagCmd(), inspectCmd(), loadCmd(), saveCmd(),
 		runCmd(), createCmd(), startCmd(), execCmd(), psCmd(), killCmd(), stopCmd(), rmCmd(), pruneCmd(),
-		versionCmd(), infoCmd(), doctorCmd(), envCmd(), imageCmd())
+		versionCmd(), infoCmd(), doctorCmd(), envCmd(), imageCmd(), snapshotCmd())
 	// One argv parser for both spellings: invoked as `docker` (a symlink,
 	// or `binary:` in a harness spec) or as `slopbox docker …`, the
 	// arguments are the same verbs and flags.
