@@ -111,7 +111,11 @@ func SnapshotArchiveName(dir, compression string, now time.Time) (string, error)
 	if err != nil {
 		return "", err
 	}
-	return now.Format("20060102T150405") + "." + hex.EncodeToString(b[:]) + "." + filepath.Base(abs) + ext, nil
+	base := filepath.Base(abs)
+	if base == string(filepath.Separator) {
+		base = "root"
+	}
+	return now.Format("20060102T150405") + "." + hex.EncodeToString(b[:]) + "." + base + ext, nil
 }
 
 // SnapshotResult is what a snapshot stored and left out, as paths

@@ -467,6 +467,9 @@ func TestSnapshotArchiveName(t *testing.T) {
 	if len(parts) != 3 || parts[0] != "20251010T140732" || len(parts[1]) != 8 || parts[2] != "my-ws.tar.bz2" {
 		t.Errorf("name %q", n)
 	}
+	if n, _ := SnapshotArchiveName("/", "none", time.Now()); !strings.HasSuffix(n, ".root.tar") {
+		t.Errorf("name for / %q", n)
+	}
 }
 
 func TestSnapshotDiff(t *testing.T) {
