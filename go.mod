@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/docker/go-units v0.5.0
+	github.com/dsnet/compress v0.0.1
 	github.com/gofrs/flock v0.13.1
 	github.com/google/go-containerregistry v0.21.9
 	github.com/klauspost/compress v1.19.1
@@ -19,6 +20,7 @@ require (
 	github.com/sirupsen/logrus v1.9.4
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
+	github.com/ulikunitz/xz v0.5.17
 	github.com/vbauerster/mpb/v8 v8.9.3
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/sync v0.24.0

@@ -184,7 +184,7 @@ func (s *Spec) defaults() error {
 		s.Commands.Command = "python"
 	}
 	if s.Snapshot.IgnoreGlobs == nil {
-		s.Snapshot.IgnoreGlobs = []string{"*.pyc", "venv/*", ".venv/*", ".evaluation_tests/*"}
+		s.Snapshot.IgnoreGlobs = slices.Clone(DefaultIgnoreGlobs)
 	}
 	switch s.Snapshot.Compression {
 	case "":

@@ -35,7 +35,7 @@ go test -race -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 30m ./backend/
 # Each fuzz target for a bounded time (its seeds and testdata/fuzz corpus
 # also ran above, as tests).
 echo "== fuzzing, ${FUZZTIME:=10s} a target" >&2
-for target in "FuzzApplyLayer ./image/archive/" "FuzzParseReference ./image/" "FuzzAgentRequest ./sandbox/" "FuzzParseSpec ./dockercompat/"; do
+for target in "FuzzApplyLayer ./image/archive/" "FuzzParseReference ./image/" "FuzzAgentRequest ./sandbox/" "FuzzParseSpec ./dockercompat/" "FuzzGlob ./dockercompat/" "FuzzReadArchive ./dockercompat/"; do
 	read -r name pkg <<<"$target"
 	go test -tags "$TAGS" -ldflags "$LDFLAGS" -run '^$' -fuzz "^$name\$" -fuzztime "$FUZZTIME" "$pkg"
 done

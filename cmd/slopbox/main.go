@@ -56,7 +56,7 @@ func main() {
 	root.AddCommand(pullCmd(), imagesCmd(), rmiCmd(), tagCmd(), inspectCmd(), loadCmd(), saveCmd(),
 		runCmd(), createCmd(), startCmd(), execCmd(), psCmd(), killCmd(), stopCmd(), rmCmd(), pruneCmd(),
 		versionCmd(), infoCmd(), doctorCmd(), envCmd(), imageCmd(),
-		logsCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), containerCmd(), systemPruneCmd())
+		logsCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), containerCmd(), systemPruneCmd(), snapshotCmd())
 	// One argv parser for both spellings: invoked as `docker` (a symlink,
 	// or `binary:` in a harness spec) or as `slopbox docker …`, the
 	// arguments are the same verbs and flags.

@@ -1,0 +1,548 @@
+package dockercompat
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dsnet/compress/bzip2"
+	"github.com/ulikunitz/xz"
+)
+
+// Workspace snapshots (SlopCodeBench's Snapshot.from_directory, reference
+// §1.12), with what upstream lost kept:
+//   - every symlink is stored as a symlink, never followed, whether it
+//     points at a file, a directory, nothing, or out of the directory
+//     (upstream silently dropped symlinks to directories);
+//   - file modes (with setuid, setgid and sticky bits), mtimes (whole
+//     seconds) and numeric owners are kept; each stored entry's parent
+//     directories are stored too, with their modes. Empty directories are
+//     not stored, as upstream;
+//   - entries are in walk order (names sorted in each directory) and
+//     gzip headers carry no name or time, so the same tree gives the same
+//     bytes;
+//   - an unreadable file or directory fails the snapshot (upstream's
+//     os.walk skipped unreadable directories silently);
+//   - sockets, devices and fifos are not archived (Skipped).
+// Files are read through an os.Root, so nothing outside the directory is
+// ever opened, even if the tree changes during the walk.
+
+// ArchiveName is the base name of a snapshot written without a save
+// directory (upstream's DEFAULT_ARCHIVE_NAME).
+const ArchiveName = "slop_code_snapshot"
+
+// DefaultIgnoreGlobs are SnapshotConfig.ignore_globs' default.
+var DefaultIgnoreGlobs = []string{"*.pyc", "venv/*", ".venv/*", ".evaluation_tests/*"}
+
+// SnapshotOptions say what a snapshot keeps and how it is compressed.
+type SnapshotOptions struct {
+	// Keep: when empty, every file not ignored is kept; otherwise only
+	// files matching one of these globs.
+	Keep []string
+	// Ignore is used exactly as given. Unlike upstream's from_directory,
+	// an empty list ignores nothing: it is not replaced by defaults.
+	// A directory whose path plus "/" matches is not entered.
+	Ignore []string
+	// Compression is gz (the default when empty), bz2, xz or none, in
+	// any case.
+	Compression string
+}
+
+// SnapshotOptions are what the spec's snapshot block describes:
+// keep_globs, get_ignore_globs(assets) (ignore_globs plus tests/assets
+// and the static assets' save paths) and compression.
+func (s *Spec) SnapshotOptions(assets []StaticAsset) SnapshotOptions {
+	return SnapshotOptions{Keep: s.Snapshot.KeepGlobs, Ignore: s.IgnoreGlobs(assets), Compression: s.Snapshot.Compression}
+}
+
+// DefaultSnapshotOptions are the options of a spec with no snapshot
+// block.
+func DefaultSnapshotOptions() SnapshotOptions {
+	s := &Spec{Snapshot: Snapshot{IgnoreGlobs: DefaultIgnoreGlobs, Compression: "gz"}}
+	return s.SnapshotOptions(nil)
+}
+
+// SnapshotExt is the archive extension for a compression: .tar.gz,
+// .tar.bz2, .tar.xz or .tar.
+func SnapshotExt(compression string) (string, error) {
+	c, err := normCompression(compression)
+	if err != nil {
+		return "", err
+	}
+	if c == "none" {
+		return ".tar", nil
+	}
+	return ".tar." + c, nil
+}
+
+func normCompression(c string) (string, error) {
+	switch c = strings.ToLower(c); c {
+	case "":
+		return "gz", nil
+	case "gz", "bz2", "xz", "none":
+		return c, nil
+	}
+	return "", fmt.Errorf("snapshot: unsupported compression %q: use gz, bz2, xz or none", c)
+}
+
+// SnapshotArchiveName is upstream's name for an archive of dir in a save
+// directory: <YYYYmmddTHHMMSS>.<8 hex>.<base of dir><ext>.
+func SnapshotArchiveName(dir, compression string, now time.Time) (string, error) {
+	ext, err := SnapshotExt(compression)
+	if err != nil {
+		return "", err
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	base := filepath.Base(abs)
+	if base == string(filepath.Separator) {
+		base = "root"
+	}
+	return now.Format("20060102T150405") + "." + hex.EncodeToString(b[:]) + "." + base + ext, nil
+}
+
+// SnapshotResult is what a snapshot stored and left out, as paths
+// relative to the directory.
+type SnapshotResult struct {
+	Files   []string // files and symlinks stored (matched_paths)
+	Ignored []string // files matching an ignore glob, and pruned directories with a trailing "/" (other_paths)
+	Skipped []string // sockets, devices and fifos: not archived
+}
+
+// WriteSnapshot writes a tar archive of dir to w, compressed as opts say.
+// On error, what was written to w is not a valid archive.
+func WriteSnapshot(dir string, opts SnapshotOptions, w io.Writer) (*SnapshotResult, error) {
+	return writeSnapshot(dir, opts, w, nil)
+}
+
+// SnapshotToFile writes the snapshot to file through a temporary file
+// beside it, renamed into place only on success: a failed snapshot
+// leaves no partial archive, and an existing file is replaced only by a
+// complete one. If file is inside dir, neither it nor the temporary file
+// is archived. The archive is created with mode 0600.
+func SnapshotToFile(dir string, opts SnapshotOptions, file string) (*SnapshotResult, error) {
+	if _, err := normCompression(opts.Compression); err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".tmp-")
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	defer os.Remove(f.Name())
+	var skip []os.FileInfo
+	if fi, err := f.Stat(); err == nil {
+		skip = append(skip, fi)
+	}
+	if fi, err := os.Lstat(file); err == nil {
+		skip = append(skip, fi)
+	}
+	res, err := writeSnapshot(dir, opts, f, skip)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if err := os.Rename(f.Name(), file); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	return res, nil
+}
+
+// compressor wraps w as compression says.
+func compressor(compression string, w io.Writer) (io.WriteCloser, error) {
+	c, err := normCompression(compression)
+	if err != nil {
+		return nil, err
+	}
+	switch c {
+	case "gz":
+		return gzip.NewWriter(w), nil // no name, zero time: reproducible
+	case "bz2":
+		return bzip2.NewWriter(w, &bzip2.WriterConfig{Level: bzip2.DefaultCompression})
+	case "xz":
+		return xz.NewWriter(w)
+	}
+	return nopWriteCloser{w}, nil
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+// tarMode is a FileMode's permission and special bits as tar stores them.
+func tarMode(m fs.FileMode) int64 {
+	out := int64(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		out |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		out |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		out |= 0o1000
+	}
+	return out
+}
+
+// walker is one walk of a directory, shared by snapshots and by reading a
+// directory for a diff.
+type walker struct {
+	root         *os.Root
+	keep, ignore globSet
+	skip         []os.FileInfo
+	res          SnapshotResult
+}
+
+func openWalker(dir string, opts SnapshotOptions) (*walker, error) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("snapshot: %s is not a directory", dir)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	return &walker{root: root, keep: compileGlobs(opts.Keep), ignore: compileGlobs(opts.Ignore)}, nil
+}
+
+// walk calls dirFn for each directory entered (not the top) and fn for
+// each kept non-directory, in order; fn opens regular files itself.
+func (w *walker) walk(dirFn func(rel string, fi fs.FileInfo) error, fn func(rel string, fi fs.FileInfo) error) error {
+	return fs.WalkDir(w.root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("snapshot: %s: %w", filepath.Join(w.root.Name(), rel), unwrapPathError(err))
+		}
+		if rel == "." {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return fmt.Errorf("snapshot: %s: %w", filepath.Join(w.root.Name(), rel), unwrapPathError(err))
+		}
+		for _, s := range w.skip {
+			if os.SameFile(s, fi) {
+				return nil
+			}
+		}
+		if d.IsDir() {
+			if w.ignore.match(rel + "/") {
+				w.res.Ignored = append(w.res.Ignored, rel+"/")
+				return fs.SkipDir
+			}
+			if dirFn != nil {
+				return dirFn(rel, fi)
+			}
+			return nil
+		}
+		if w.ignore.match(rel) {
+			w.res.Ignored = append(w.res.Ignored, rel)
+			return nil
+		}
+		if len(w.keep) > 0 && !w.keep.match(rel) {
+			return nil
+		}
+		if !fi.Mode().IsRegular() && fi.Mode()&fs.ModeSymlink == 0 {
+			w.res.Skipped = append(w.res.Skipped, rel)
+			return nil
+		}
+		w.res.Files = append(w.res.Files, rel)
+		return fn(rel, fi)
+	})
+}
+
+func unwrapPathError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// open opens the regular file rel, which lstat said fi is; it must still
+// be that file.
+func (w *walker) open(rel string, fi fs.FileInfo) (*os.File, fs.FileInfo, error) {
+	f, err := w.root.Open(rel)
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot: %s: %w", filepath.Join(w.root.Name(), rel), unwrapPathError(err))
+	}
+	now, err := f.Stat()
+	if err == nil && (!now.Mode().IsRegular() || !os.SameFile(fi, now)) {
+		err = errors.New("changed during the snapshot")
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("snapshot: %s: %w", filepath.Join(w.root.Name(), rel), err)
+	}
+	return f, now, nil
+}
+
+func (w *walker) readlink(rel string) (string, error) {
+	t, err := w.root.Readlink(rel)
+	if err != nil {
+		return "", fmt.Errorf("snapshot: %s: %w", filepath.Join(w.root.Name(), rel), unwrapPathError(err))
+	}
+	return t, nil
+}
+
+func header(rel string, fi fs.FileInfo) *tar.Header {
+	h := &tar.Header{Name: rel, Mode: tarMode(fi.Mode()), ModTime: fi.ModTime().Truncate(time.Second)}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		h.Uid, h.Gid = int(st.Uid), int(st.Gid)
+	}
+	return h
+}
+
+func writeSnapshot(dir string, opts SnapshotOptions, out io.Writer, skip []os.FileInfo) (*SnapshotResult, error) {
+	cw, err := compressor(opts.Compression, out)
+	if err != nil {
+		return nil, err
+	}
+	w, err := openWalker(dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer w.root.Close()
+	w.skip = skip
+	tw := tar.NewWriter(cw)
+	// Directories are stored when something under them is, just before it.
+	type pending struct {
+		rel string
+		fi  fs.FileInfo
+	}
+	var dirs []pending
+	flushDirs := func(rel string) error {
+		for len(dirs) > 0 && !strings.HasPrefix(rel, dirs[len(dirs)-1].rel+"/") {
+			dirs = dirs[:len(dirs)-1]
+		}
+		for i := range dirs {
+			if dirs[i].fi == nil {
+				continue // written
+			}
+			h := header(dirs[i].rel+"/", dirs[i].fi)
+			h.Typeflag = tar.TypeDir
+			if err := tw.WriteHeader(h); err != nil {
+				return fmt.Errorf("snapshot: %w", err)
+			}
+			dirs[i].fi = nil
+		}
+		return nil
+	}
+	err = w.walk(func(rel string, fi fs.FileInfo) error {
+		for len(dirs) > 0 && !strings.HasPrefix(rel, dirs[len(dirs)-1].rel+"/") {
+			dirs = dirs[:len(dirs)-1]
+		}
+		dirs = append(dirs, pending{rel, fi})
+		return nil
+	}, func(rel string, fi fs.FileInfo) error {
+		if err := flushDirs(rel); err != nil {
+			return err
+		}
+		h := header(rel, fi)
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			t, err := w.readlink(rel)
+			if err != nil {
+				return err
+			}
+			h.Typeflag, h.Linkname = tar.TypeSymlink, t
+			if err := tw.WriteHeader(h); err != nil {
+				return fmt.Errorf("snapshot: %w", err)
+			}
+			return nil
+		}
+		f, now, err := w.open(rel, fi)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		h = header(rel, now)
+		h.Typeflag, h.Size = tar.TypeReg, now.Size()
+		if err := tw.WriteHeader(h); err != nil {
+			return fmt.Errorf("snapshot: %w", err)
+		}
+		if _, err := io.CopyN(tw, f, h.Size); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("shrank while being read")
+			}
+			return fmt.Errorf("snapshot: %s: %w", filepath.Join(dir, rel), unwrapPathError(err))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if err := cw.Close(); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	return &w.res, nil
+}
+
+// Entry is one file or symlink of a snapshot (directories are not
+// entries).
+type Entry struct {
+	Path     string
+	Symlink  bool
+	Mode     int64  // permission and special bits, as tar stores them
+	Linkname string // a symlink's target
+	Size     int64
+	Data     []byte // a file's contents
+}
+
+// ReadSnapshot reads the files and symlinks of what src names: a snapshot
+// archive (tar, plain or compressed with gzip, bzip2 or xz, recognised by
+// its magic bytes), or a directory, read as a snapshot with opts would
+// store it. Paths are relative, cleaned, without a leading "./".
+func ReadSnapshot(src string, opts SnapshotOptions) (map[string]*Entry, error) {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if fi.IsDir() {
+		return readDir(src, opts)
+	}
+	f, err := os.Open(src)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	defer f.Close()
+	m, err := ReadArchive(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", src, err)
+	}
+	return m, nil
+}
+
+func readDir(dir string, opts SnapshotOptions) (map[string]*Entry, error) {
+	w, err := openWalker(dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer w.root.Close()
+	m := map[string]*Entry{}
+	err = w.walk(nil, func(rel string, fi fs.FileInfo) error {
+		e := &Entry{Path: rel, Mode: tarMode(fi.Mode())}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			t, err := w.readlink(rel)
+			if err != nil {
+				return err
+			}
+			e.Symlink, e.Linkname = true, t
+			m[rel] = e
+			return nil
+		}
+		f, now, err := w.open(rel, fi)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if e.Data, err = io.ReadAll(f); err != nil {
+			return fmt.Errorf("snapshot: %s: %w", filepath.Join(dir, rel), unwrapPathError(err))
+		}
+		e.Mode, e.Size = tarMode(now.Mode()), int64(len(e.Data))
+		m[rel] = e
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// ReadArchive reads the files and symlinks of a tar stream, plain or
+// compressed with gzip, bzip2 or xz. A hard link gets its target's
+// contents; a later entry of a path replaces an earlier one, as on
+// extraction.
+func ReadArchive(r io.Reader) (map[string]*Entry, error) {
+	br := bufio.NewReader(r)
+	magic, _ := br.Peek(6)
+	var in io.Reader = br
+	switch {
+	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
+		z, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("gzip: %w", err)
+		}
+		defer z.Close()
+		in = z
+	case bytes.HasPrefix(magic, []byte("BZh")):
+		z, err := bzip2.NewReader(br, nil)
+		if err != nil {
+			return nil, fmt.Errorf("bzip2: %w", err)
+		}
+		defer z.Close()
+		in = z
+	case bytes.Equal(magic, []byte{0xfd, '7', 'z', 'X', 'Z', 0}):
+		z, err := xz.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("xz: %w", err)
+		}
+		in = z
+	}
+	tr := tar.NewReader(in)
+	m := map[string]*Entry{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("not a readable snapshot archive: %w", err)
+		}
+		name := cleanName(h.Name)
+		if name == "" {
+			continue
+		}
+		e := &Entry{Path: name, Mode: h.Mode & 0o7777}
+		switch h.Typeflag {
+		case tar.TypeReg: // Reader.Next reports the old TypeRegA as TypeReg
+			if e.Data, err = io.ReadAll(tr); err != nil {
+				return nil, fmt.Errorf("not a readable snapshot archive: %s: %w", h.Name, err)
+			}
+			e.Size = int64(len(e.Data))
+		case tar.TypeSymlink:
+			e.Symlink, e.Linkname = true, h.Linkname
+		case tar.TypeLink:
+			t, ok := m[cleanName(h.Linkname)]
+			if !ok || t.Symlink {
+				continue
+			}
+			e.Data, e.Size = t.Data, t.Size
+		default:
+			continue // directories and special files are not compared
+		}
+		m[name] = e
+	}
+	return m, nil
+}
+
+func cleanName(n string) string {
+	n = strings.TrimLeft(path.Clean("/"+n), "/")
+	if n == "" || n == "." {
+		return ""
+	}
+	return n
+}
