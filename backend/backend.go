@@ -156,6 +156,11 @@ type Mount struct {
 	Source   string
 	Target   string
 	ReadOnly bool
+	// HandOver (podman's :U; root only) gives the source's entries owned by
+	// host uid or gid 0 to the sandbox user's unprivileged host ids before
+	// the mount, as a root-owned workspace is: no sandbox id maps to host
+	// root, so container root cannot write a root-owned directory otherwise.
+	HandOver bool
 }
 
 // StaticAsset is a host path published read-only at /static/<SavePath>.

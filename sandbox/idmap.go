@@ -75,14 +75,26 @@ func idmapWorkspace(ws string, m userns.Mapping, uid, gid uint32) (*os.File, err
 // inode with a file outside the workspace. chown clears setuid and setgid
 // bits on the files it changes.
 func handOverRootOwned(ws string, uid, gid int) error {
-	fd, err := unix.Open(ws, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	pfd, err := unix.Open(ws, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("workspace %s: %w", ws, err)
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
+	if err := unix.Fstat(pfd, &st); err != nil {
+		unix.Close(pfd)
 		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR { // a bind-mounted file
+		defer unix.Close(pfd)
+		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
+			return nil
+		}
+		return chownRootOwned(pfd, uid, gid)
+	}
+	fd, err := unix.Openat(pfd, ".", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	unix.Close(pfd)
+	if err != nil {
+		return fmt.Errorf("workspace %s: %w", ws, err)
 	}
 	if err := handOverDir(fd, st.Dev, uid, gid, 0); err != nil {
 		return fmt.Errorf("hand root-owned workspace %s to uid %d: %w", ws, uid, err)

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -152,6 +153,11 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 		CapAdd:   spec.CapAdd, CapDrop: spec.CapDrop, Unconfined: spec.SeccompUnconfined,
 		Limits:  spec.Limits,
 		Command: command,
+	}
+	for _, m := range spec.Mounts {
+		if m.HandOver && !m.ReadOnly {
+			rec.HandOver = append(rec.HandOver, path.Clean(m.Target))
+		}
 	}
 	if !spec.DisableSetup {
 		rec.Setup = backend.SetupCommands(spec.Setup, spec.Context)
@@ -486,17 +492,18 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 	var fds []int
 	for _, m := range rec.Mounts {
 		lm := spawnd.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: slices.Contains(m.Options, "ro")}
-		if os.Geteuid() == 0 && m.Source == rec.Workspace && m.Destination == rec.Workdir && fds == nil {
-			if err := b.unprivilegedWorkspace(rec); err != nil {
-				return fmt.Errorf("start: %w", err)
-			}
-			ws, err := idmapWorkspace(rec.Workspace, b.store.Mapping(), rec.User.UID, rec.User.GID)
+		if os.Geteuid() == 0 && !lm.ReadOnly {
+			f, err := b.ownedBind(rec, m)
 			if err != nil {
-				return fmt.Errorf("start: %w", err)
+				return fmt.Errorf("start: mount %s: %w", m.Destination, err)
 			}
-			if ws != nil {
-				defer ws.Close()
-				fds, lm.FD = []int{int(ws.Fd())}, true
+			if f != nil {
+				if len(fds) == spawnd.MaxFDs {
+					f.Close()
+					return fmt.Errorf("start: more than %d read-write mounts of directories owned by other users", spawnd.MaxFDs)
+				}
+				defer f.Close()
+				fds, lm.FD = append(fds, int(f.Fd())), true
 			}
 		}
 		req.Mounts = append(req.Mounts, lm)
@@ -524,12 +531,46 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 	return nil
 }
 
-// unprivilegedWorkspace (root only) hands a workspace owned by host uid 0
-// or gid 0 to the sandbox user's unprivileged host ids before it is
-// idmapped, so no sandbox id maps to host root through it.
-func (b *Backend) unprivilegedWorkspace(rec *record) error {
+// ownedBind (root only) prepares read-write bind m so the sandbox's user
+// can write it as Docker's container root can, without any sandbox id
+// mapping to host root:
+//   - the workspace, and a mount asked to (HandOver, podman's :U), first
+//     has its entries owned by host uid 0 or gid 0 handed to the user's
+//     unprivileged host ids (SPEC "Security decisions");
+//   - the workspace, and a source owned by a host id outside the sandbox's
+//     range (a user's directory), is then mounted idmapped: its owner
+//     appears as the sandbox's user, and files the sandbox writes there
+//     belong to that owner on the host.
+//
+// The returned file is the detached idmapped mount, nil for a plain bind: a
+// source already owned by an id of the sandbox's range maps as the sandbox
+// does, and one owned by root that is not handed over stays root's (the CLI
+// says so, and how to hand it over).
+func (b *Backend) ownedBind(rec *record, m specs.Mount) (*os.File, error) {
+	workspace := m.Source == rec.Workspace && m.Destination == rec.Workdir
+	if workspace || slices.Contains(rec.HandOver, m.Destination) {
+		if err := b.handOver(rec, m.Source); err != nil {
+			return nil, err
+		}
+	}
+	if !workspace {
+		var st unix.Stat_t
+		if err := unix.Stat(m.Source, &st); err != nil {
+			return nil, err
+		}
+		if _, mapped := userns.FromHost(b.store.Mapping().UIDs, st.Uid); st.Uid == 0 || mapped {
+			return nil, nil
+		}
+	}
+	return idmapWorkspace(m.Source, b.store.Mapping(), rec.User.UID, rec.User.GID)
+}
+
+// handOver (root only) hands the entries of src owned by host uid 0 or gid
+// 0 to the sandbox user's unprivileged host ids before src is idmapped, so
+// no sandbox id maps to host root through it.
+func (b *Backend) handOver(rec *record, src string) error {
 	var st unix.Stat_t
-	if err := unix.Stat(rec.Workspace, &st); err != nil {
+	if err := unix.Stat(src, &st); err != nil {
 		return err
 	}
 	if st.Uid != 0 && st.Gid != 0 {
@@ -539,9 +580,9 @@ func (b *Backend) unprivilegedWorkspace(rec *record) error {
 	uid, uok := userns.ToHost(m.UIDs, rec.User.UID)
 	gid, gok := userns.ToHost(m.GIDs, rec.User.GID)
 	if !uok || !gok || uid == 0 || gid == 0 {
-		return fmt.Errorf("user %d:%d has no unprivileged host id to own the root-owned workspace %s", rec.User.UID, rec.User.GID, rec.Workspace)
+		return fmt.Errorf("user %d:%d has no unprivileged host id to own the root-owned %s", rec.User.UID, rec.User.GID, src)
 	}
-	return handOverRootOwned(rec.Workspace, int(uid), int(gid))
+	return handOverRootOwned(src, int(uid), int(gid))
 }
 
 // unconfined removes the seccomp profile when asked (and allowed).

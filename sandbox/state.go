@@ -64,7 +64,8 @@ type record struct {
 	Cgroups    map[string]string `json:"cgroups,omitempty"`
 	Command    []string          `json:"command,omitempty"` // the run command, for `ps` and `start`
 	Mounts     []specs.Mount     `json:"mounts,omitempty"`
-	Detach     DetachOptions     `json:"detach,omitempty"` // how the main command was last attached
+	HandOver   []string          `json:"hand_over,omitempty"` // mount destinations whose root-owned entries go to the user
+	Detach     DetachOptions     `json:"detach,omitempty"`    // how the main command was last attached
 
 	// Broken says why the state file could not be read (missing: a create
 	// that died half-way; truncated or corrupt). Such a record has only

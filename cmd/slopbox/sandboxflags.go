@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -165,6 +166,7 @@ func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 		}
 		s.Mounts = append(s.Mounts, m)
 	}
+	handOverWorkdir(&s, f.workdir)
 	if s.Limits, err = f.limits(); err != nil {
 		return s, err
 	}
@@ -282,15 +284,48 @@ func parseVolume(v string) (backend.Mount, error) {
 	}
 	m := backend.Mount{Source: parts[0], Target: parts[1]}
 	if len(parts) == 3 {
-		switch parts[2] {
-		case "ro":
-			m.ReadOnly = true
-		case "rw":
-		default:
-			return backend.Mount{}, fmt.Errorf("-v %q: mode must be ro or rw", v)
+		for _, o := range strings.Split(parts[2], ",") {
+			switch o {
+			case "ro":
+				m.ReadOnly = true
+			case "rw", "z", "Z": // no SELinux labels to set here, as on a host without SELinux
+			case "U":
+				m.HandOver = true
+			default:
+				return backend.Mount{}, fmt.Errorf("-v %q: option %q is not supported (ro, rw, U)", v, o)
+			}
 		}
 	}
 	return m, nil
+}
+
+// handOverWorkdir treats the docker idiom of a workspace, `-w D -v SRC:D`
+// (rlm_code's `--workdir /workspace --volume DIR:/workspace:rw`), as
+// slopbox treats --workspace: as root, SRC's root-owned entries are handed
+// to the sandbox's user, so a harness's root-owned temporary directory is
+// writable by container root (SPEC "Security decisions"). Any other
+// read-write bind of a directory owned by host root stays root's and only
+// readable: say so, and how to hand it over.
+func handOverWorkdir(s *backend.SpawnSpec, workdir string) {
+	if os.Geteuid() != 0 {
+		return // rootless: the caller's own files map to container root
+	}
+	for i := range s.Mounts {
+		m := &s.Mounts[i]
+		if m.ReadOnly {
+			continue
+		}
+		if s.Workspace == "" && workdir != "" && path.Clean(m.Target) == path.Clean(workdir) {
+			m.HandOver = true
+		}
+		if m.HandOver {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(m.Source, &st) == nil && st.Uid == 0 && st.Mode&0o002 == 0 {
+			fmt.Fprintf(os.Stderr, "slopbox: note: %s is owned by host root, which no sandbox id maps to (container root is not host root), so the sandbox cannot write there; add :U (-v %s:%s:U) to give its root-owned files to the sandbox's user, or chown it to an unprivileged id\n", m.Source, m.Source, m.Target)
+		}
+	}
 }
 
 // openBackend opens the sandbox backend with the global flags. A CLI

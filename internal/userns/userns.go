@@ -168,6 +168,16 @@ func ToHost(maps []IDMap, id uint32) (uint32, bool) {
 	return 0, false
 }
 
+// FromHost returns the container id that host id maps to under maps.
+func FromHost(maps []IDMap, id uint32) (uint32, bool) {
+	for _, m := range maps {
+		if id >= m.HostID && id-m.HostID < m.Size {
+			return m.ContainerID + (id - m.HostID), true
+		}
+	}
+	return 0, false
+}
+
 // Command returns a command that runs this binary with args inside a new
 // user and mount namespace with mapping m. Start it with Start.
 func Command(args []string) *exec.Cmd {

@@ -375,3 +375,80 @@ func TestRunTimeoutAndJSON(t *testing.T) {
 		t.Errorf("run --json: %d %q %v", code, out, err)
 	}
 }
+
+// TestVolumeOwnership: a read-write -v is writable by container root as it
+// is under Docker, without any sandbox id being host root. Rootless, the
+// caller's own directory maps to container root. As root, a directory of
+// another user is mounted idmapped (its owner appears as the sandbox's user
+// and keeps what the sandbox writes); a root-owned one stays root's unless
+// handed over with :U, or is the docker idiom of a workspace (-w D -v SRC:D,
+// rlm_code's argv) which is handed over as --workspace is.
+func TestVolumeOwnership(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	base := searchable(t, t.TempDir())
+	owned := func(path string) uint32 {
+		t.Helper()
+		var st syscall.Stat_t
+		if err := syscall.Lstat(path, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Uid
+	}
+	write := "echo hi > /data/f && id -u && stat -c %u /data"
+	if os.Geteuid() != 0 {
+		dir := filepath.Join(base, "mine")
+		os.Mkdir(dir, 0o755)
+		if out := e.must("run", "--rm", "-v", dir+":/data", e.ref, "sh", "-c", write); out != "0\n0\n" {
+			t.Errorf("rootless -v of the caller's directory: %q", out)
+		}
+		if got := owned(filepath.Join(dir, "f")); got != uint32(os.Getuid()) {
+			t.Errorf("file written through -v owned by %d, want the caller %d", got, os.Getuid())
+		}
+		return
+	}
+
+	// Another user's directory: idmapped to the sandbox's user.
+	user := filepath.Join(base, "user")
+	os.Mkdir(user, 0o755)
+	os.WriteFile(filepath.Join(user, "theirs"), []byte("x"), 0o644)
+	os.Chown(user, 4321, 4321)
+	os.Chown(filepath.Join(user, "theirs"), 4321, 4321)
+	if out := e.must("run", "--rm", "-v", user+":/data", e.ref, "sh", "-c", write+" && echo more >> /data/theirs"); out != "0\n0\n" {
+		t.Errorf("-v of uid 4321's directory: %q", out)
+	}
+	if got := owned(filepath.Join(user, "f")); got != 4321 {
+		t.Errorf("a file the sandbox wrote in uid 4321's directory is owned by %d, want 4321", got)
+	}
+	if owned(user) != 4321 || owned(filepath.Join(user, "theirs")) != 4321 {
+		t.Errorf("the directory's own files changed owner")
+	}
+
+	// Root's directory: not writable, and the CLI says why and what to do.
+	rootDir := filepath.Join(base, "root")
+	os.Mkdir(rootDir, 0o755)
+	out, code := e.run("", "run", "--rm", "-v", rootDir+":/data", e.ref, "sh", "-c", "echo hi > /data/f")
+	if code == 0 || !strings.Contains(out, "owned by host root") || !strings.Contains(out, ":U") {
+		t.Errorf("-v of a root-owned directory: %d %q", code, out)
+	}
+	// :U hands its root-owned entries to the sandbox's user.
+	if out := e.must("run", "--rm", "-v", rootDir+":/data:U", e.ref, "sh", "-c", write); out != "0\n0\n" {
+		t.Errorf("-v ...:U: %q", out)
+	}
+	if owned(rootDir) == 0 || owned(filepath.Join(rootDir, "f")) == 0 {
+		t.Errorf(":U left host root owning the directory or what the sandbox wrote")
+	}
+
+	// rlm_code's argv as root: a 0700 root-owned temporary directory as
+	// the workdir's volume works unchanged.
+	tmp := filepath.Join(base, "rlm")
+	os.Mkdir(tmp, 0o700)
+	os.WriteFile(filepath.Join(tmp, "x.sh"), []byte("echo ran > out.txt; cat out.txt\n"), 0o600)
+	if out, code := e.docker("", "run", "--rm", "--workdir", "/workspace", "--volume", tmp+":/workspace:rw", "--network", "none", e.ref, "sh", "/workspace/x.sh"); code != 0 || out != "ran\n" {
+		t.Errorf("rlm_code's argv over a root-owned 0700 directory: %d %q", code, out)
+	}
+	if got := owned(filepath.Join(tmp, "out.txt")); got == 0 {
+		t.Errorf("the workdir volume's new file is host root's")
+	}
+	e.expect125(`option "bogus" is not supported`, "run", "--rm", "-v", tmp+":/x:bogus", e.ref, "true")
+}

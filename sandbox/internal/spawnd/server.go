@@ -46,9 +46,10 @@ const Handler = "sandbox-spawn-server"
 // namespace set-up's sync pipe).
 const ConnFD = 4
 
-// MaxFDs: a request carries PID 1's listener and, as root, the idmapped
-// workspace mount.
-const MaxFDs = 2
+// MaxFDs: a request carries PID 1's listener, or (claim, as root) the
+// idmapped mounts: the workspace and read-write binds of other users'
+// directories.
+const MaxFDs = 16
 
 func init() {
 	reexec.Register(Handler, serve)
@@ -591,6 +592,7 @@ func configure(pid int, req *Request, files []*os.File) error {
 		dst string
 	}
 	var ms []detached
+	next := 0
 	defer func() {
 		for _, m := range ms {
 			unix.Close(m.fd)
@@ -600,10 +602,12 @@ func configure(pid int, req *Request, files []*os.File) error {
 		var fd int
 		var err error
 		if m.FD {
-			if len(files) == 0 {
+			// The request's fds are the FD mounts' sources, in order.
+			if next >= len(files) {
 				return fmt.Errorf("mount %s: no mount fd in the request", m.Destination)
 			}
-			fd, err = unix.FcntlInt(files[0].Fd(), unix.F_DUPFD_CLOEXEC, 0)
+			fd, err = unix.FcntlInt(files[next].Fd(), unix.F_DUPFD_CLOEXEC, 0)
+			next++
 		} else {
 			fd, err = cloneSource(m.Source)
 		}
