@@ -117,7 +117,7 @@ func (s *Store) loadInside(ctx context.Context, path string, file ...*os.File) (
 
 func (s *Store) storeLoaded(ctx context.Context, path string, imgs []namedImage) ([]string, error) {
 	var loaded []string
-	rep := newReporter(s.progress, s.logf)
+	rep := newReporter(s.progress, s.logf, true)
 	defer rep.wait()
 	for _, ni := range imgs {
 		if _, err := s.writeImage(ctx, ni.img, ni.names, "", rep); err != nil {

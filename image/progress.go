@@ -27,12 +27,18 @@ type reporter interface {
 	wait()
 }
 
-func newReporter(p Progress, logf func(string, ...any)) reporter {
+// newReporter reports layers fetched from a registry, or with local set,
+// read from a file (load): then nothing is "downloaded".
+func newReporter(p Progress, logf func(string, ...any), local bool) reporter {
 	switch p {
 	case ProgressBars:
 		return &barReporter{p: mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40), mpb.WithRefreshRate(100*time.Millisecond)), bars: map[string]*mpb.Bar{}}
 	case ProgressPlain:
-		return &plainReporter{logf: logf, start: map[string]time.Time{}}
+		verbs := [2]string{"downloading", "downloaded and extracted"}
+		if local {
+			verbs = [2]string{"loading", "loaded and extracted"}
+		}
+		return &plainReporter{logf: logf, start: map[string]time.Time{}, verbs: verbs}
 	}
 	return nopReporter{}
 }
@@ -47,13 +53,14 @@ type plainReporter struct {
 	logf  func(string, ...any)
 	mu    sync.Mutex
 	start map[string]time.Time
+	verbs [2]string // while, after
 }
 
 func (p *plainReporter) track(layer string, size int64, r io.Reader) io.Reader {
 	p.mu.Lock()
 	p.start[layer] = time.Now()
 	p.mu.Unlock()
-	p.logf("layer %s: downloading %s", layer, humanSize(size))
+	p.logf("layer %s: %s %s", layer, p.verbs[0], humanSize(size))
 	return r
 }
 
@@ -65,7 +72,7 @@ func (p *plainReporter) done(layer string, size int64, cached bool) {
 	p.mu.Lock()
 	d := time.Since(p.start[layer])
 	p.mu.Unlock()
-	p.logf("layer %s: downloaded and extracted %s in %.2fs", layer, humanSize(size), d.Seconds())
+	p.logf("layer %s: %s %s in %.2fs", layer, p.verbs[1], humanSize(size), d.Seconds())
 }
 
 func (*plainReporter) wait() {}

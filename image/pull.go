@@ -102,7 +102,7 @@ func (s *Store) pullInside(ctx context.Context, r name.Reference) error {
 	if hp := HostPlatform(); cfg.Architecture != "" && cfg.Architecture != hp.Architecture {
 		return fmt.Errorf("pull %s: image is for %s/%s but this host is %s/%s", r, cfg.OS, cfg.Architecture, hp.OS, hp.Architecture)
 	}
-	rep := newReporter(s.progress, s.logf)
+	rep := newReporter(s.progress, s.logf, false)
 	_, err = s.writeImage(ctx, img, []string{r.Name()}, desc.Digest.String(), rep)
 	rep.wait()
 	if err != nil {

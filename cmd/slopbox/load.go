@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -11,6 +13,7 @@ import (
 
 func loadCmd() *cobra.Command {
 	var input string
+	var stdin bool
 	c := &cobra.Command{
 		Use:   "load [-i FILE|-]",
 		Short: "Load images from a docker-save tarball, an OCI archive or an OCI layout directory (stdin without -i)",
@@ -27,20 +30,27 @@ func loadCmd() *cobra.Command {
 					return err
 				}
 				defer os.Remove(f.Name())
-				_, err = io.Copy(f, os.Stdin)
+				n, err := io.Copy(f, os.Stdin)
 				if cerr := f.Close(); err == nil {
 					err = cerr
 				}
 				if err != nil {
 					return fmt.Errorf("load: reading stdin: %w", err)
 				}
-				input = f.Name()
+				if n == 0 {
+					return fmt.Errorf("load: stdin is empty: pipe an archive in (docker save IMAGE | slopbox load) or give -i FILE")
+				}
+				input, stdin = f.Name(), true
 			}
 			s, err := openStore()
 			if err != nil {
 				return err
 			}
 			names, err := s.Load(cmd.Context(), input)
+			if err != nil && stdin {
+				// Name what the user gave, not the spool file.
+				return errors.New(strings.ReplaceAll(err.Error(), input, "stdin"))
+			}
 			if err != nil {
 				return err
 			}

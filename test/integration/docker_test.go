@@ -131,11 +131,15 @@ func TestLoadFromStdin(t *testing.T) {
 	e.must("rmi", e.ref)
 	for _, args := range [][]string{{"load"}, {"load", "-i", "-"}} {
 		out, code := e.run(string(b), args...)
-		if code != 0 || !strings.Contains(out, "Loaded image: "+e.ref) {
+		if code != 0 || !strings.Contains(out, "Loaded image: "+e.ref) || strings.Contains(out, "download") {
 			t.Errorf("%v with the archive on stdin: exit %d %q", args, code, out)
 		}
+		e.must("rmi", e.ref)
 	}
-	if out, code := e.run("", "load"); code != 125 || !strings.Contains(out, "load") {
+	if out, code := e.run("not an archive", "load"); code != 125 || !strings.Contains(out, "load stdin: not a docker-save tarball") {
+		t.Errorf("load of garbage on stdin: exit %d %q", code, out)
+	}
+	if out, code := e.run("", "load"); code != 125 || !strings.Contains(out, "stdin is empty") {
 		t.Errorf("load of an empty stdin: exit %d %q", code, out)
 	}
 }
