@@ -10,7 +10,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -180,11 +184,20 @@ func monitorMain(args []string) int {
 		return 2
 	}
 	root, id, mode := args[0], args[1], args[2]
+	// First of all: a signal sent to the monitor (kill -s) goes to the
+	// command's processes instead of ending the monitor.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwardedSignals...)
 	nc, err := net.FileConn(os.NewFile(3, "agent"))
 	if err != nil {
 		return 1
 	}
 	conn := &agentConn{c: nc.(*net.UnixConn)}
+	go func() {
+		for s := range sigs {
+			conn.kill(s.(syscall.Signal))
+		}
+	}()
 	dir := filepath.Join(root, "c", id)
 	lw := &logWriter{path: filepath.Join(dir, logFile)}
 	defer lw.close()
@@ -230,6 +243,68 @@ func monitorMain(args []string) int {
 		sb.Stop()
 	}
 	return 0
+}
+
+// forwardedSignals are the signals Signal delivers through the monitor.
+// SIGKILL stops the sandbox instead; SIGSTOP cannot be caught; SIGURG and
+// SIGCHLD are the Go runtime's and the monitor's own.
+var forwardedSignals = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGCONT, syscall.SIGWINCH, syscall.SIGABRT}
+
+// ErrNoMainCommand: the sandbox has no running main command to signal.
+var ErrNoMainCommand = errors.New("no main command is running")
+
+// Signal sends sig to the processes of the sandbox's main command (docker
+// kill -s), through its monitor. SIGKILL stops the sandbox (Stop).
+func (s *Sandbox) Signal(sig syscall.Signal) error {
+	if sig == syscall.SIGKILL {
+		return s.Stop()
+	}
+	if !slices.Contains(forwardedSignals, os.Signal(sig)) {
+		return fmt.Errorf("signal %d (%v) cannot be delivered to a sandbox's command; use one of HUP INT QUIT TERM USR1 USR2 ALRM CONT WINCH ABRT, or KILL", int(sig), sig)
+	}
+	pid, ok := monitorPid(s.dir)
+	if !ok || !s.Running() {
+		return fmt.Errorf("sandbox %s: %w (it was created without one, or its command has exited); kill without -s stops it", s.rec.Name, ErrNoMainCommand)
+	}
+	// The monitor catches sig once it has set itself up (a few ms after
+	// run -d returns): until then the signal would end it instead.
+	for deadline := time.Now().Add(2 * time.Second); !catches(pid, sig); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sandbox %s: its monitor (pid %d) is not ready for signals", s.rec.Name, pid)
+		}
+	}
+	return syscall.Kill(pid, sig)
+}
+
+// catches reports whether process pid has a handler for sig.
+func catches(pid int, sig syscall.Signal) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "SigCgt:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	return false
+}
+
+// monitorPid is the pid of the monitor of the sandbox in dir, if it runs.
+func monitorPid(dir string) (int, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, monitorFile))
+	if err != nil {
+		return 0, false
+	}
+	var pid int
+	var start uint64
+	if _, err := fmt.Sscan(string(b), &pid, &start); err != nil || pid <= 1 {
+		return 0, false
+	}
+	st, zombie, ok := procStart(pid)
+	return pid, ok && !zombie && st == start
 }
 
 // killMonitor kills the monitor of the sandbox in dir, if one runs (and is

@@ -250,7 +250,7 @@ func containerCmd() *cobra.Command {
 	c := &cobra.Command{Use: "container", Short: "Manage sandboxes (docker's container group)"}
 	ls := psCmd()
 	ls.Use, ls.Aliases = "ls", []string{"list", "ps"}
-	c.AddCommand(runCmd(), createCmd(), startCmd(), execCmd(), ls, killCmd(), stopCmd(), rmCmd(), pruneCmd(),
+	c.AddCommand(startsSandbox(runCmd()), startsSandbox(createCmd()), startCmd(), execCmd(), ls, killCmd(), stopCmd(), rmCmd(), pruneCmd(),
 		logsCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), inspectCmd())
 	return c
 }

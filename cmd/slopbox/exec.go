@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"os"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/slopbox/slopbox/backend"
 )
@@ -21,6 +23,9 @@ func execCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := ef.validate(); err != nil {
 				return err
+			}
+			if ef.tty && ef.interactive && !term.IsTerminal(int(os.Stdin.Fd())) {
+				return &exitError{code: 1, err: errNotATTY}
 			}
 			b, err := openBackend()
 			if err != nil {

@@ -7,12 +7,15 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"text/template"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/sandbox"
 )
@@ -114,16 +117,39 @@ func stopCmd() *cobra.Command {
 }
 
 func killCmd() *cobra.Command {
+	var sigName string
 	c := &cobra.Command{
-		Use:   "kill SANDBOX...",
-		Short: "Kill every process in sandboxes (like stop)",
+		Use:   "kill [-s SIGNAL] SANDBOX...",
+		Short: "Kill sandboxes (SIGKILL: every process, like stop), or send their main command a signal",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachSandbox(args, func(sb *sandbox.Sandbox) error { return sb.Stop() })
+			sig, err := parseSignal(sigName)
+			if err != nil {
+				return err
+			}
+			return eachSandbox(args, func(sb *sandbox.Sandbox) error { return sb.Signal(sig) })
 		},
 	}
-	c.Flags().StringP("signal", "s", "KILL", "accepted for compatibility; SIGKILL is always used")
+	c.Flags().StringVarP(&sigName, "signal", "s", "KILL", "signal: KILL stops the sandbox; TERM, HUP, INT, USR1, … go to the main command's processes (run -d)")
 	return c
+}
+
+// parseSignal reads a signal as docker kill -s does: KILL, SIGKILL or 9.
+func parseSignal(s string) (syscall.Signal, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 || n > 64 {
+			return 0, fmt.Errorf("invalid signal: %s", s)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := strings.ToUpper(s)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if sig := unix.SignalNum(name); sig != 0 {
+		return sig, nil
+	}
+	return 0, fmt.Errorf("invalid signal: %s (e.g. KILL, TERM, HUP, 15)", s)
 }
 
 func rmCmd() *cobra.Command {

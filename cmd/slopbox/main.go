@@ -54,9 +54,9 @@ func main() {
 	root.PersistentFlags().StringVar(&globals.root, "root", image.DefaultRoot(), "store and state directory")
 	root.PersistentFlags().StringSliceVar(&globals.insecure, "insecure-registry", nil, "allow plain HTTP for this registry (host:port); loopback registries always may")
 	root.AddCommand(pullCmd(), imagesCmd(), rmiCmd(), tagCmd(), inspectCmd(), loadCmd(), saveCmd(),
-		runCmd(), createCmd(), startCmd(), execCmd(), psCmd(), killCmd(), stopCmd(), rmCmd(), pruneCmd(),
-		versionCmd(), infoCmd(), doctorCmd(), envCmd(), imageCmd(),
-		logsCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), containerCmd(), systemPruneCmd(), snapshotCmd())
+		startsSandbox(runCmd()), startsSandbox(createCmd()), startCmd(), execCmd(), psCmd(), killCmd(), stopCmd(), rmCmd(), pruneCmd(),
+		versionCmd(), infoCmd(), doctorCmd(), startsSandbox(envCmd()), imageCmd(),
+		logsCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), containerCmd(), systemPruneCmd(), startsSandbox(snapshotCmd()))
 	// One argv parser for both spellings: invoked as `docker` (a symlink,
 	// or `binary:` in a harness spec) or as `slopbox docker …`, the
 	// arguments are the same verbs and flags.
@@ -66,7 +66,11 @@ func main() {
 	if filepath.Base(os.Args[0]) == "docker" {
 		root.Use = "docker"
 	}
-	if err := root.Execute(); err != nil {
+	// Docker's exit codes: a flag it cannot parse is 125 for every verb.
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &exitError{code: exitRuntime, err: fmt.Errorf("%w\nSee '%s --help'", err, c.CommandPath())}
+	})
+	if c, err := root.ExecuteC(); err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) {
 			if !ee.silent {
@@ -75,8 +79,34 @@ func main() {
 			os.Exit(ee.code)
 		}
 		fmt.Fprintln(os.Stderr, "slopbox:", err)
-		os.Exit(exitRuntime)
+		os.Exit(failureCode(c))
 	}
+}
+
+// failureCode is the exit status of a command that failed itself: as
+// Docker's CLI, 1 (no such container, a running one to remove, …), except
+// for the verbs that start a sandbox, where 125 tells slopbox's failure
+// from the command's own status (docker run's convention), as it does for
+// slopbox's own env and snapshot verbs.
+func failureCode(c *cobra.Command) int {
+	for ; c != nil; c = c.Parent() {
+		if c.Annotations[annotationExit] == "125" {
+			return exitRuntime
+		}
+	}
+	return 1
+}
+
+// annotationExit on a command (and its subcommands) sets failureCode.
+const annotationExit = "slopbox.exit"
+
+// startsSandbox marks c as a verb whose own failures exit 125.
+func startsSandbox(c *cobra.Command) *cobra.Command {
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[annotationExit] = "125"
+	return c
 }
 
 // progressMode draws bars on a terminal (one with a width: a pty nobody

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/local"
@@ -55,6 +56,10 @@ func runCmd() *cobra.Command {
 			}
 			if detach && ef.asJSON {
 				return fmt.Errorf("run: -d cannot be combined with --json")
+			}
+			// As docker: refused before anything is created.
+			if !detach && ef.tty && ef.interactive && !term.IsTerminal(int(os.Stdin.Fd())) {
+				return &exitError{code: 1, err: errNotATTY}
 			}
 			b, err := openBackend()
 			if err != nil {

@@ -127,7 +127,6 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"run", "--rm", "-u", "nosuchuser", e.ref, "true"}, "unable to find user nosuchuser: no matching entries in passwd file"},
 		{[]string{"run", "--rm", "--network", "carrier-pigeon", e.ref, "true"}, "unknown network mode"},
 		{[]string{"run", "--rm", "NOT A REFERENCE", "true"}, "invalid image reference"},
-		{[]string{"exec", "no-such-sandbox", "true"}, "no such sandbox"},
 		{[]string{"run", "--rm", "--name", "bad/name", e.ref, "true"}, "invalid sandbox name"},
 	} {
 		out, code := e.run("", c.args...)
@@ -137,6 +136,47 @@ func TestRunExitCodes(t *testing.T) {
 	}
 	if out, _ := e.run("", "ps", "-a", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("run --rm and failed runs left sandboxes: %s", out)
+	}
+}
+
+// TestVerbExitCodes: every other verb fails as Docker's CLI does: exit 1
+// for its own failures (no such sandbox, a running one to remove), 125 for
+// a flag it cannot parse, each with a message that says what to do.
+func TestVerbExitCodes(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	e.must("run", "-d", "--name", "live", e.ref, "sleep", "infinity")
+	for _, c := range []struct {
+		code int
+		msg  string
+		args []string
+	}{
+		{1, "stop it first or use rm -f", []string{"rm", "live"}},
+		{1, "no such sandbox: nosuch", []string{"stop", "nosuch"}},
+		{1, "no such sandbox: nosuch", []string{"rm", "nosuch"}},
+		{1, "no such sandbox: nosuch", []string{"kill", "nosuch"}},
+		{1, "no such sandbox: nosuch", []string{"exec", "nosuch", "true"}},
+		{1, "no such sandbox: nosuch", []string{"start", "nosuch"}},
+		{1, "no such sandbox: nosuch", []string{"logs", "nosuch"}},
+		{1, "no such sandbox: nosuch", []string{"wait", "nosuch"}},
+		{1, "no such sandbox: nosuch", []string{"cp", "nosuch:/etc/passwd", "-"}},
+		{1, "no such sandbox: nosuch", []string{"rename", "nosuch", "x"}},
+		{1, "invalid signal: BOGUS", []string{"kill", "-s", "BOGUS", "live"}},
+		{1, "image not found", []string{"rmi", "nosuch:v1"}},
+		{1, "image not found", []string{"tag", "nosuch:v1", "x:v1"}},
+		{1, "no such file", []string{"load", "-i", "/nonexistent.tar"}},
+		{1, "requires at least 1 arg", []string{"rm"}},
+		{1, "unknown command", []string{"frobnicate"}},
+		{125, "unknown flag: --bogus", []string{"rm", "--bogus", "live"}},
+		{125, "unknown flag: --bogus", []string{"ps", "--bogus"}},
+		{127, "executable file not found", []string{"exec", "live", "no-such-command"}},
+	} {
+		e.expectCode(c.code, c.msg, c.args...)
+	}
+	// -it without a terminal is refused before anything is created.
+	e.expectCode(1, "the input device is not a TTY", "run", "-it", "--name", "tty", e.ref, "true")
+	if out, code := e.run("", "inspect", "tty"); code == 0 {
+		t.Errorf("run -it without a terminal created a sandbox: %s", out)
 	}
 }
 
@@ -328,7 +368,7 @@ func TestImageCommands(t *testing.T) {
 	if out, code := e.run("", "rmi", "example.com/copy:v1"); code == 0 || !strings.Contains(out, "image not found") {
 		t.Errorf("rmi of a missing image: %d %q", code, out)
 	}
-	if out, code := e.run("", "load", "-i", "/nonexistent.tar"); code != 125 || !strings.Contains(out, "no such file") {
+	if out, code := e.run("", "load", "-i", "/nonexistent.tar"); code != 1 || !strings.Contains(out, "no such file") {
 		t.Errorf("load of a missing file: %d %q", code, out)
 	}
 }

@@ -136,10 +136,10 @@ func TestLoadFromStdin(t *testing.T) {
 		}
 		e.must("rmi", e.ref)
 	}
-	if out, code := e.run("not an archive", "load"); code != 125 || !strings.Contains(out, "load stdin: not a docker-save tarball") {
+	if out, code := e.run("not an archive", "load"); code != 1 || !strings.Contains(out, "load stdin: not a docker-save tarball") {
 		t.Errorf("load of garbage on stdin: exit %d %q", code, out)
 	}
-	if out, code := e.run("", "load"); code != 125 || !strings.Contains(out, "stdin is empty") {
+	if out, code := e.run("", "load"); code != 1 || !strings.Contains(out, "stdin is empty") {
 		t.Errorf("load of an empty stdin: exit %d %q", code, out)
 	}
 }

@@ -124,6 +124,20 @@ func TestDetachedMainCommand(t *testing.T) {
 		t.Errorf("wait after stop printed %q, want 137", out)
 	}
 	e.must("rm", "shell")
+
+	// kill -s: the signal reaches the main command, which handles it.
+	e.must("run", "-d", "--name", "trap", e.ref, "sh", "-c", `trap "echo got-term; exit 7" TERM; while :; do sleep 0.1; done`)
+	e.must("kill", "-s", "TERM", "trap")
+	if out := strings.TrimSpace(e.must("wait", "trap")); out != "7" {
+		t.Errorf("wait after kill -s TERM printed %q, want the trap's 7", out)
+	}
+	if out := e.must("logs", "trap"); !strings.Contains(out, "got-term") {
+		t.Errorf("logs after kill -s TERM: %q", out)
+	}
+	if out, code := e.run("", "kill", "-s", "HUP", "trap"); code != 1 || !strings.Contains(out, "no main command is running") {
+		t.Errorf("kill -s of a stopped sandbox: %d %q", code, out)
+	}
+	e.must("rm", "trap")
 	if _, code := e.run("", "wait", "nosuch"); code != 1 {
 		t.Errorf("wait of an unknown sandbox exits %d, want 1", code)
 	}
