@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -82,6 +84,13 @@ func (f *envFlags) open(cmd *cobra.Command, file string) (*dockercompat.Spec, ba
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
+	pol, err := loadPolicy()
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if pol != nil {
+		sp.AllowedMountRoots, sp.Unsafe = pol.AllowedMountRoots, append(pol.AllowUnsafe, sp.Unsafe...)
+	}
 	ctx, cancel := signalContext()
 	defer cancel()
 	var b backend.Backend
@@ -134,6 +143,9 @@ func envRunCmd() *cobra.Command {
 			}
 			if (f.entry == "") == (len(args) == 1) {
 				return fmt.Errorf("give either --entry FILE or -- CMD (one of them)")
+			}
+			if data, err := os.ReadFile(args[0]); err == nil && dockercompat.IsRLMConfig(data) {
+				return runRLM(cmd, f, ef, args[0], args[1:])
 			}
 			spec, sb, assets, done, err := f.open(cmd, args[0])
 			if err != nil {
@@ -214,6 +226,67 @@ func envShellCmd() *cobra.Command {
 	}
 	f.register(c)
 	return c
+}
+
+// runRLM runs command as rlm_code's docker runtime would under the
+// sandbox: block of the rlm_code config in file: the docker command line it
+// builds (its extra_args included) goes through slopbox's one docker
+// parser and policy, with the config's allowed_mount_roots as the policy
+// and its default_timeout_seconds as the timeout.
+func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command []string) error {
+	cfg, err := dockercompat.LoadRLMConfig(file)
+	if err != nil {
+		return err
+	}
+	switch {
+	case f.workspace == "":
+		return fmt.Errorf("--workspace DIR is required (rlm_code's workdir, mounted at /workspace)")
+	case f.eval || len(f.assets) > 0 || len(f.ports) > 0:
+		return fmt.Errorf("%s is an rlm_code config: --eval, --asset and --port belong to SlopCodeBench specs", file)
+	}
+	ws, err := filepath.Abs(f.workspace)
+	if err != nil {
+		return err
+	}
+	if f.entry != "" {
+		// rlm_code runs `python /workspace/<file name>`: the file sits in
+		// the workdir.
+		command = []string{"python", "/workspace/" + filepath.Base(f.entry)}
+	}
+	if f.image != "" {
+		cfg.Docker.Image = f.image
+	}
+	env := cfg.Env(os.LookupEnv)
+	extra, err := parseEnv(f.env)
+	if err != nil {
+		return err
+	}
+	maps.Copy(env, extra)
+	argv, err := cfg.DockerArgv(ws, env, command)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	timeout := cfg.DefaultTimeoutSeconds
+	if cmd.Flags().Changed("timeout") {
+		timeout = ef.timeout
+	}
+	opts := []string{"--timeout", strconv.FormatFloat(timeout, 'f', -1, 64)}
+	if ef.asJSON {
+		opts = append(opts, "--json")
+	}
+	if ef.interactive {
+		opts = append(opts, "-i")
+	}
+	if globals.policy == "" {
+		globals.policy = file
+	}
+	run := startsSandbox(runCmd())
+	run.SilenceErrors, run.SilenceUsage = true, true
+	run.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &exitError{code: exitRuntime, err: fmt.Errorf("%s: docker.extra_args: %w", file, err)}
+	})
+	run.SetArgs(append(append(argv[1:2:2], opts...), argv[2:]...))
+	return run.ExecuteContext(cmd.Context())
 }
 
 func exitWith(code int) error {

@@ -25,6 +25,7 @@ var globals struct {
 	root     string
 	insecure []string
 	quiet    bool
+	policy   string
 }
 
 // exitError carries a process exit status through cobra.
@@ -52,6 +53,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&globals.root, "root", image.DefaultRoot(), "store and state directory")
+	root.PersistentFlags().StringVar(&globals.policy, "policy", os.Getenv("SLOPBOX_POLICY"), "sandbox policy file: allowed_mount_roots, allow_unsafe (or an rlm_code config); default $SLOPBOX_POLICY, else "+defaultPolicy+" when present")
 	root.PersistentFlags().StringSliceVar(&globals.insecure, "insecure-registry", nil, "allow plain HTTP for this registry (host:port); loopback registries always may")
 	root.AddCommand(pullCmd(), imagesCmd(), rmiCmd(), tagCmd(), inspectCmd(), loadCmd(), saveCmd(),
 		startsSandbox(runCmd()), startsSandbox(createCmd()), startCmd(), execCmd(), psCmd(), killCmd(), stopCmd(), rmCmd(), pruneCmd(),

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/sandbox"
 )
@@ -170,8 +172,32 @@ func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 	if s.Limits, err = f.limits(); err != nil {
 		return s, err
 	}
+	pol, err := loadPolicy()
+	if err != nil {
+		return s, err
+	}
+	if pol != nil {
+		s.AllowedMountRoots = pol.AllowedMountRoots
+		s.Unsafe = append(slices.Clone(pol.AllowUnsafe), s.Unsafe...)
+	}
 	// Before anything is pulled or created.
 	return s, s.CheckPolicy()
+}
+
+// defaultPolicy is the operator's policy file when --policy and
+// $SLOPBOX_POLICY name none.
+const defaultPolicy = "/etc/slopbox/policy.yaml"
+
+// loadPolicy reads the policy file in force, if any.
+func loadPolicy() (*dockercompat.Policy, error) {
+	file := globals.policy
+	if file == "" {
+		if _, err := os.Stat(defaultPolicy); err != nil {
+			return nil, nil
+		}
+		file = defaultPolicy
+	}
+	return dockercompat.LoadPolicy(file)
 }
 
 // limits parses and checks --memory, --cpus and --pids-limit, so a bad

@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -90,5 +91,84 @@ docker: {image: `+e.ref+`, network: none, keep_container_after_clean: true}
 	out, code = e.run("", "env", "run", loc, "--workspace", ws, "--", "sh", "-c", "pwd")
 	if code != 0 || !strings.Contains(out, ws) {
 		t.Errorf("local spec: exit %d %q", code, out)
+	}
+}
+
+// TestRLMSandboxConfig: an rlm_code config's sandbox: block runs as rlm_code's
+// docker runtime would (its argv through slopbox's one parser and policy),
+// and its allowed_mount_roots, or a policy file's, bound every bind source.
+func TestRLMSandboxConfig(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	dir := searchable(t, t.TempDir())
+	ws := filepath.Join(dir, "wd")
+	os.Mkdir(ws, 0o755)
+	os.WriteFile(filepath.Join(ws, "x.sh"), []byte("echo \"$PYTHONUNBUFFERED $HOME $HTTP_PROXY\"; pwd; echo done > result\n"), 0o644)
+	config := func(name, docker string, extra ...string) string {
+		p := filepath.Join(dir, name)
+		body := "project: demo\nsandbox:\n  runtime: docker\n  default_timeout_seconds: 15\n  env_allowlist: [HTTP_PROXY]\n" + strings.Join(extra, "") +
+			"  docker: {image: " + e.ref + ", memory_limit_mb: 256, cpus: 1" + docker + "}\n"
+		os.WriteFile(p, []byte(body), 0o644)
+		return p
+	}
+	good := config("rlm_config.yaml", `, extra_args: ["--init", "--pids-limit", "64"]`)
+	cmd := exec.Command(e.bin, "--root", e.root, "env", "run", good, "--workspace", ws, "--", "sh", "/workspace/x.sh")
+	cmd.Env = append(os.Environ(), "HTTP_PROXY=http://proxy:3128")
+	out, err := cmd.Output() // rootless, stderr warns of limits it cannot enforce here
+	if err != nil || string(out) != "1 /tmp http://proxy:3128\n/workspace\n" {
+		t.Errorf("env run with an rlm_code config: %v %q", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "result")); string(b) != "done\n" {
+		t.Errorf("the run's file on the host: %q", b)
+	}
+	// default_timeout_seconds is the timeout; --timeout overrides it.
+	if out, code := e.run("", "env", "run", good, "--workspace", ws, "--timeout", "0.5", "--json", "--", "sleep", "30"); code == 0 || !strings.Contains(out, `"timed_out": true`) {
+		t.Errorf("--timeout over the config's: %d %q", code, out)
+	}
+
+	// extra_args meet the same policy as any command line, in every spelling.
+	for _, c := range []struct{ extra, msg string }{
+		{`"--privileged"`, "--privileged"},
+		{`"--network", "host"`, "--network host"},
+		{`"--pid=host"`, "--pid"},
+		{`"-v", "/etc:/h"`, "/etc"},
+		{`"--cap-add", "SYS_ADMIN"`, "--allow-unsafe"},
+	} {
+		bad := config("bad.yaml", ", extra_args: ["+c.extra+"]")
+		if out, code := e.run("", "env", "run", bad, "--workspace", ws, "--", "true"); code != 125 || !strings.Contains(out, c.msg) {
+			t.Errorf("extra_args %s: exit %d %q, want 125 naming %q", c.extra, code, out, c.msg)
+		}
+	}
+	if out, code := e.run("", "env", "run", config("net.yaml", ", network_enabled: true"), "--workspace", ws, "--", "true"); code != 125 || !strings.Contains(out, "network_enabled") {
+		t.Errorf("network_enabled: true: exit %d %q", code, out)
+	}
+	// The workdir must lie under an allowed root.
+	narrow := config("narrow.yaml", "", "  allowed_mount_roots: [\"./elsewhere\"]\n")
+	if out, code := e.run("", "env", "run", narrow, "--workspace", ws, "--", "true"); code != 125 || !strings.Contains(out, "outside the allowed mount roots") {
+		t.Errorf("a workdir outside allowed_mount_roots: exit %d %q", code, out)
+	}
+
+	// A policy file bounds docker-style runs too.
+	policy := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(policy, []byte("allowed_mount_roots: [wd]\n"), 0o644)
+	if out := e.must("--policy", policy, "run", "--rm", "-v", ws+":/data:ro", e.ref, "cat", "/data/result"); out != "done\n" {
+		t.Errorf("a mount inside the policy's roots: %q", out)
+	}
+	other := filepath.Join(dir, "other")
+	os.Mkdir(other, 0o755)
+	if out, code := e.run("", "--policy", policy, "run", "--rm", "-v", other+":/data", e.ref, "true"); code != 125 || !strings.Contains(out, "outside the allowed mount roots") {
+		t.Errorf("a mount outside the policy's roots: exit %d %q", code, out)
+	}
+	cmd = exec.Command(e.bin, "--root", e.root, "run", "--rm", "-v", other+":/data", e.ref, "true")
+	cmd.Env = append(os.Environ(), "SLOPBOX_POLICY="+policy)
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "outside the allowed mount roots") {
+		t.Errorf("$SLOPBOX_POLICY not applied: %v %q", err, out)
+	}
+	os.WriteFile(policy, []byte("allowed_roots: [wd]\n"), 0o644)
+	if out, code := e.run("", "--policy", policy, "run", "--rm", e.ref, "true"); code != 125 || !strings.Contains(out, `unknown key "allowed_roots"`) {
+		t.Errorf("a bad policy file: exit %d %q", code, out)
+	}
+	if out, _ := e.run("", "ps", "-a", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("refused runs left sandboxes: %q", out)
 	}
 }

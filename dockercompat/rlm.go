@@ -1,0 +1,243 @@
+package dockercompat
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// RLMSandbox is the `sandbox:` block of an rlm_code config (rlm_config.yaml,
+// reference §3.5), as far as its docker runtime and its policy go.
+type RLMSandbox struct {
+	Runtime               string    `yaml:"runtime"`
+	DefaultTimeoutSeconds float64   `yaml:"default_timeout_seconds"`
+	MemoryLimitMB         int       `yaml:"memory_limit_mb"`
+	AllowedMountRoots     []string  `yaml:"allowed_mount_roots"`
+	EnvAllowlist          []string  `yaml:"env_allowlist"`
+	Docker                RLMDocker `yaml:"docker"`
+
+	// Dir is the directory of the config file: relative allowed roots
+	// resolve against it (rlm_code's project root).
+	Dir string `yaml:"-"`
+}
+
+// RLMDocker is sandbox.docker.
+type RLMDocker struct {
+	Image          string   `yaml:"image"`
+	MemoryLimitMB  *int     `yaml:"memory_limit_mb"`
+	CPUs           *float64 `yaml:"cpus"`
+	NetworkEnabled bool     `yaml:"network_enabled"`
+	ExtraArgs      []string `yaml:"extra_args"`
+}
+
+// rlm_code's SandboxConfig defaults.
+var (
+	rlmDefaultImage = "python:3.11-slim"
+	rlmDefaultRoots = []string{".", "/tmp", "/var/folders", "/private/tmp", "/private/var/folders"}
+)
+
+// rlmSandboxKeys are the keys rlm_code's SandboxConfig knows; those of other
+// runtimes (apple, monty, superbox, pure_rlm) are accepted and not used.
+var rlmSandboxKeys = []string{"runtime", "default_timeout_seconds", "memory_limit_mb", "allowed_mount_roots", "env_allowlist",
+	"docker", "apple", "apple_container_enabled", "superbox_profile", "superbox_auto_fallback", "superbox_fallback_runtimes",
+	"pure_rlm_backend", "pure_rlm_allow_unsafe_exec", "pure_rlm_strict", "monty_type_check", "monty_max_allocations",
+	"monty_max_memory", "monty_max_output_chars"}
+
+var rlmDockerKeys = []string{"image", "memory_limit_mb", "cpus", "network_enabled", "extra_args"}
+
+// IsRLMConfig reports whether data is an rlm_code config: a mapping with a
+// top-level sandbox: block (a SlopCodeBench spec has none).
+func IsRLMConfig(data []byte) bool {
+	var root yaml.Node
+	if yaml.Unmarshal(data, &root) != nil || len(root.Content) == 0 {
+		return false
+	}
+	return field(root.Content[0], "sandbox") != nil
+}
+
+// LoadRLMConfig reads the sandbox block of the rlm_code config in file.
+func LoadRLMConfig(file string) (*RLMSandbox, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	c, err := ParseRLMConfig(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return nil, err
+	}
+	c.Dir = filepath.Dir(abs)
+	return c, nil
+}
+
+// ParseRLMConfig decodes the sandbox block of an rlm_code config. Keys of
+// other top-level sections are rlm_code's business and are not read; an
+// unknown key in sandbox or sandbox.docker is refused with the valid ones.
+func ParseRLMConfig(data []byte) (*RLMSandbox, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadSpec, err)
+	}
+	if len(root.Content) == 0 {
+		return nil, fmt.Errorf("%w: empty config", ErrBadSpec)
+	}
+	sb := field(root.Content[0], "sandbox")
+	if sb == nil {
+		return nil, fmt.Errorf("%w: no sandbox: block (an rlm_code config has one)", ErrBadSpec)
+	}
+	if err := checkKeyList(sb, "sandbox", rlmSandboxKeys); err != nil {
+		return nil, err
+	}
+	if d := field(sb, "docker"); d != nil {
+		if err := checkKeyList(d, "sandbox.docker", rlmDockerKeys); err != nil {
+			return nil, err
+		}
+	}
+	c := &RLMSandbox{Runtime: "docker", DefaultTimeoutSeconds: 30, MemoryLimitMB: 512}
+	if err := sb.Decode(c); err != nil {
+		return nil, fmt.Errorf("%w: sandbox: %v", ErrBadSpec, err)
+	}
+	switch rt := strings.ToLower(strings.TrimSpace(c.Runtime)); rt {
+	case "docker", "":
+		c.Runtime = "docker"
+	default:
+		return nil, fmt.Errorf("%w: sandbox.runtime is %q; slopbox runs the docker runtime (set runtime: docker)", ErrBadSpec, c.Runtime)
+	}
+	if c.Docker.Image == "" {
+		c.Docker.Image = rlmDefaultImage
+	}
+	if c.DefaultTimeoutSeconds < 0 {
+		return nil, fmt.Errorf("%w: sandbox.default_timeout_seconds %v must not be negative", ErrBadSpec, c.DefaultTimeoutSeconds)
+	}
+	return c, nil
+}
+
+// checkKeyList refuses a key of mapping n not in valid.
+func checkKeyList(n *yaml.Node, where string, valid []string) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("%w: %s must be a mapping (line %d)", ErrBadSpec, cmp.Or(where, "the file"), n.Line)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i].Value; !slices.Contains(valid, k) {
+			if where == "" {
+				return fmt.Errorf("%w: unknown key %q (line %d); valid keys are: %s", ErrBadSpec, k, n.Content[i].Line, strings.Join(valid, ", "))
+			}
+			return fmt.Errorf("%w: unknown key %q (line %d); valid keys in %s are: %s", ErrBadSpec, where+"."+k, n.Content[i].Line, where, strings.Join(valid, ", "))
+		}
+	}
+	return nil
+}
+
+// MountRoots are the allowed mount roots, absolute: rlm_code's defaults
+// when none are configured, relative ones (and ~) resolved as rlm_code does,
+// against the config's directory.
+func (c *RLMSandbox) MountRoots() ([]string, error) {
+	roots := c.AllowedMountRoots
+	if len(roots) == 0 {
+		roots = rlmDefaultRoots
+	}
+	out := make([]string, 0, len(roots))
+	for _, r := range roots {
+		if r == "~" || strings.HasPrefix(r, "~/") {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return nil, fmt.Errorf("sandbox.allowed_mount_roots %q: %w", r, err)
+			}
+			r = filepath.Join(home, strings.TrimPrefix(r, "~"))
+		}
+		if !filepath.IsAbs(r) {
+			r = filepath.Join(c.Dir, r)
+		}
+		out = append(out, filepath.Clean(r))
+	}
+	return out, nil
+}
+
+// Env is the request environment rlm_code's docker runtime passes
+// (_get_safe_env): PYTHONPATH empty, PYTHONUNBUFFERED=1, HOME and TMPDIR
+// /tmp, and each env_allowlist key's host value (lookup) with CR and LF
+// removed.
+func (c *RLMSandbox) Env(lookup func(string) (string, bool)) map[string]string {
+	env := map[string]string{"PYTHONPATH": "", "PYTHONUNBUFFERED": "1", "HOME": "/tmp", "TMPDIR": "/tmp"}
+	for _, k := range c.EnvAllowlist {
+		k = strings.TrimSpace(k)
+		if k == "" {
+			continue
+		}
+		if v, ok := lookup(k); ok {
+			env[k] = strings.NewReplacer("\n", "", "\r", "").Replace(v)
+		}
+	}
+	return env
+}
+
+// ErrRLMNetwork: network_enabled asks for Docker's default network.
+var ErrRLMNetwork = errors.New("sandbox.docker.network_enabled: true asks for a network, and slopbox has no bridge networking yet; set it to false (the sandbox gets loopback only)")
+
+// DockerArgv is the docker command line rlm_code's DockerSandboxRuntime
+// builds (reference §3.2), in its order: workdir's volume, env sorted by
+// key, --network none unless enabled, --memory, --cpus, the extra args, the
+// image and the command. It is run through slopbox's one docker parser, so
+// extra_args meet the same policy as any command line.
+func (c *RLMSandbox) DockerArgv(workdir string, env map[string]string, command []string) ([]string, error) {
+	if c.Docker.NetworkEnabled {
+		return nil, ErrRLMNetwork
+	}
+	argv := []string{"run", "--rm", "--workdir", "/workspace", "--volume", workdir + ":/workspace:rw"}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		argv = append(argv, "--env", k+"="+env[k])
+	}
+	argv = append(argv, "--network", "none")
+	mem := 512 // int(cfg or 512): a configured 0 is 512
+	if c.Docker.MemoryLimitMB != nil && *c.Docker.MemoryLimitMB != 0 {
+		mem = *c.Docker.MemoryLimitMB
+	}
+	if mem > 0 {
+		argv = append(argv, "--memory", strconv.Itoa(mem)+"m")
+	}
+	cpus := 1.0
+	if c.Docker.CPUs != nil {
+		cpus = *c.Docker.CPUs
+	}
+	if cpus > 0 {
+		argv = append(argv, "--cpus", pythonFloat(cpus))
+	}
+	for i, a := range c.Docker.ExtraArgs {
+		a = strings.TrimSpace(a)
+		// rlm_code refuses --network=host; its split spelling, and --net,
+		// are refused here too (the rest of its list, and more, is the
+		// policy every command line meets).
+		if v, ok := strings.CutPrefix(a, "--network="); ok && v == "host" || a == "--net=host" ||
+			(a == "--network" || a == "--net") && i+1 < len(c.Docker.ExtraArgs) && strings.TrimSpace(c.Docker.ExtraArgs[i+1]) == "host" {
+			return nil, fmt.Errorf("%w: docker.extra_args %q: --network host shares the host's network; rlm_code's policy refuses it (network_enabled governs the network)", ErrBadSpec, c.Docker.ExtraArgs)
+		}
+		argv = append(argv, a)
+	}
+	return append(append(argv, c.Docker.Image), command...), nil
+}
+
+// pythonFloat prints f as Python's str(float) does for ordinary values
+// (1.0, 0.5, 2.0).
+func pythonFloat(f float64) string {
+	s := strconv.FormatFloat(f, 'f', -1, 64)
+	if !strings.ContainsAny(s, ".eE") {
+		s += ".0"
+	}
+	return s
+}

@@ -1,0 +1,116 @@
+package dockercompat
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The example from rlm_code's own test (reference §3.5).
+const rlmExample = `
+project: demo
+sandbox:
+  runtime: docker
+  default_timeout_seconds: 15
+  memory_limit_mb: 1024
+  allowed_mount_roots: [".", "/tmp"]
+  env_allowlist: ["HTTP_PROXY"]
+  docker: {image: python:3.11-alpine, memory_limit_mb: 768, cpus: 2, network_enabled: false, extra_args: ["--init"]}
+`
+
+func TestRLMConfigArgv(t *testing.T) {
+	if !IsRLMConfig([]byte(rlmExample)) || IsRLMConfig([]byte("type: docker\ndocker: {image: x}\n")) {
+		t.Fatal("IsRLMConfig tells the formats apart wrongly")
+	}
+	c, err := ParseRLMConfig([]byte(rlmExample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DefaultTimeoutSeconds != 15 || c.Docker.Image != "python:3.11-alpine" {
+		t.Errorf("decoded %+v", c)
+	}
+	env := c.Env(func(k string) (string, bool) {
+		if k == "HTTP_PROXY" {
+			return "http://proxy:3128\r\n", true
+		}
+		return "", false
+	})
+	argv, err := c.DockerArgv("/tmp/wd", env, []string{"python", "/workspace/x.py"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// rlm_code's DockerSandboxRuntime.execute, token for token.
+	want := []string{"run", "--rm", "--workdir", "/workspace", "--volume", "/tmp/wd:/workspace:rw",
+		"--env", "HOME=/tmp", "--env", "HTTP_PROXY=http://proxy:3128", "--env", "PYTHONPATH=", "--env", "PYTHONUNBUFFERED=1", "--env", "TMPDIR=/tmp",
+		"--network", "none", "--memory", "768m", "--cpus", "2.0", "--init", "python:3.11-alpine", "python", "/workspace/x.py"}
+	if !slices.Equal(argv, want) {
+		t.Errorf("argv\n got %q\nwant %q", argv, want)
+	}
+
+	// Defaults: image, 512m (a configured 0 too), cpus 1.0.
+	c, err = ParseRLMConfig([]byte("sandbox:\n  docker: {memory_limit_mb: 0}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv, _ = c.DockerArgv("/w", nil, []string{"true"})
+	if s := strings.Join(argv, " "); s != "run --rm --workdir /workspace --volume /w:/workspace:rw --network none --memory 512m --cpus 1.0 python:3.11-slim true" {
+		t.Errorf("defaults: %s", s)
+	}
+	if c.DefaultTimeoutSeconds != 30 {
+		t.Errorf("default timeout %v, want 30", c.DefaultTimeoutSeconds)
+	}
+	for _, extra := range [][]string{{"--network=host"}, {"--network", "host"}, {"--net", " host"}, {"--net=host"}} {
+		c.Docker.ExtraArgs = extra
+		if _, err := c.DockerArgv("/w", nil, nil); err == nil || !strings.Contains(err.Error(), "--network host") {
+			t.Errorf("extra_args %q: %v", extra, err)
+		}
+	}
+	c.Docker.NetworkEnabled = true
+	if _, err := c.DockerArgv("/w", nil, nil); !errors.Is(err, ErrRLMNetwork) {
+		t.Errorf("network_enabled: %v", err)
+	}
+}
+
+func TestRLMConfigRefused(t *testing.T) {
+	for _, c := range []struct{ yaml, msg string }{
+		{"sandbox:\n  docker: {imag: x}\n", `unknown key "sandbox.docker.imag"`},
+		{"sandbox:\n  timeout: 3\n", `unknown key "sandbox.timeout"`},
+		{"sandbox:\n  runtime: modal\n", `sandbox.runtime is "modal"`},
+		{"sandbox:\n  docker: {extra_args: notalist}\n", "sandbox"},
+		{"sandbox:\n  default_timeout_seconds: -1\n", "must not be negative"},
+		{"other: 1\n", "no sandbox: block"},
+	} {
+		if _, err := ParseRLMConfig([]byte(c.yaml)); err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%q: %v, want %q", c.yaml, err, c.msg)
+		}
+	}
+}
+
+func TestPolicyFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(p, []byte("allowed_mount_roots: [work, /srv/data/]\nallow_unsafe: [cap-add=NET_ADMIN]\n"), 0o644)
+	pol, err := LoadPolicy(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(pol.AllowedMountRoots, []string{filepath.Join(dir, "work"), "/srv/data"}) || !slices.Equal(pol.AllowUnsafe, []string{"cap-add=NET_ADMIN"}) {
+		t.Errorf("policy %+v", pol)
+	}
+	os.WriteFile(p, []byte("allowed_roots: [/x]\n"), 0o644)
+	if _, err := LoadPolicy(p); err == nil || !strings.Contains(err.Error(), `unknown key "allowed_roots"`) || !strings.Contains(err.Error(), "allowed_mount_roots, allow_unsafe") {
+		t.Errorf("unknown policy key: %v", err)
+	}
+	// An rlm_code config is a policy: its roots, rlm_code's defaults when empty.
+	os.WriteFile(p, []byte(rlmExample), 0o644)
+	if pol, err = LoadPolicy(p); err != nil || !slices.Equal(pol.AllowedMountRoots, []string{dir, "/tmp"}) {
+		t.Errorf("rlm config as policy: %+v %v", pol, err)
+	}
+	os.WriteFile(p, []byte("sandbox: {runtime: docker}\n"), 0o644)
+	if pol, err = LoadPolicy(p); err != nil || len(pol.AllowedMountRoots) != 5 || pol.AllowedMountRoots[1] != "/tmp" {
+		t.Errorf("rlm defaults as policy: %+v %v", pol, err)
+	}
+}
