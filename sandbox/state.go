@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -145,11 +144,30 @@ func (r stateRoot) read(id string) (*record, error) {
 // creating or finding a sandbox by name does not read every state file.
 const namesDir = ".names"
 
-var validName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)
+// validName: ^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$, docker's rule.
+var validName = nameMatcher(128, "_.-")
+
+// nameMatcher returns a check for names of 1 to max ASCII letters and
+// digits, with the punctuation in extra allowed after the first.
+func nameMatcher(max int, extra string) func(string) bool {
+	return func(s string) bool {
+		if s == "" || len(s) > max {
+			return false
+		}
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+			if !alnum && (i == 0 || !strings.ContainsRune(extra, rune(c))) {
+				return false
+			}
+		}
+		return true
+	}
+}
 
 // claimNameLocked gives name to id. Preconditions: the create lock is held.
 func (r stateRoot) claimNameLocked(name, id string) error {
-	if !validName.MatchString(name) {
+	if !validName(name) {
 		return fmt.Errorf("invalid sandbox name %q: use letters, digits, '_', '.' and '-', starting with a letter or digit", name)
 	}
 	if err := os.MkdirAll(filepath.Join(r.dir, namesDir), 0o700); err != nil {
@@ -291,7 +309,7 @@ func (r stateRoot) find(ref string) (*record, error) {
 	} else if _, serr := os.Stat(r.sandboxDir(ref)); serr == nil && !strings.HasPrefix(ref, ".") && !strings.Contains(ref, "/") {
 		return r.brokenRecord(ref, "", err), nil
 	}
-	if id, err := os.Readlink(filepath.Join(r.dir, namesDir, ref)); err == nil && validName.MatchString(ref) {
+	if id, err := os.Readlink(filepath.Join(r.dir, namesDir, ref)); err == nil && validName(ref) {
 		rec, err := r.read(id)
 		if err == nil {
 			return rec, nil
