@@ -326,12 +326,13 @@ func parseVolume(v string) (backend.Mount, error) {
 }
 
 // handOverWorkdir treats the docker idiom of a workspace, `-w D -v SRC:D`
-// (rlm_code's `--workdir /workspace --volume DIR:/workspace:rw`), as
-// slopbox treats --workspace: as root, SRC's root-owned entries are handed
-// to the sandbox's user, so a harness's root-owned temporary directory is
-// writable by container root (SPEC "Security decisions"). Any other
-// read-write bind of a directory owned by host root stays root's and only
-// readable: say so, and how to hand it over.
+// (rlm_code's `--workdir /workspace --volume DIR:/workspace:rw`) with SRC
+// a temporary directory, as slopbox treats --workspace: as root, SRC's
+// root-owned entries are handed to the sandbox's user, so a harness's
+// root-owned temporary workspace is writable by container root (SPEC
+// "Security decisions"). Nothing outside the temporary directories changes
+// owner unasked: any other read-write bind of a directory owned by host
+// root stays root's, and slopbox says so and how to hand it over (:U).
 func handOverWorkdir(s *backend.SpawnSpec, workdir string) {
 	if os.Geteuid() != 0 {
 		return // rootless: the caller's own files map to container root
@@ -341,7 +342,7 @@ func handOverWorkdir(s *backend.SpawnSpec, workdir string) {
 		if m.ReadOnly {
 			continue
 		}
-		if s.Workspace == "" && workdir != "" && path.Clean(m.Target) == path.Clean(workdir) {
+		if s.Workspace == "" && workdir != "" && path.Clean(m.Target) == path.Clean(workdir) && inTempDir(m.Source) {
 			m.HandOver = true
 		}
 		if m.HandOver {
@@ -352,6 +353,21 @@ func handOverWorkdir(s *backend.SpawnSpec, workdir string) {
 			fmt.Fprintf(os.Stderr, "slopbox: note: %s is owned by host root, which no sandbox id maps to (container root is not host root), so the sandbox cannot write there; add :U (-v %s:%s:U) to give its root-owned files to the sandbox's user, or chown it to an unprivileged id\n", m.Source, m.Source, m.Target)
 		}
 	}
+}
+
+// inTempDir reports whether src (symlinks resolved) lies below the
+// temporary directory ($TMPDIR, /tmp) or /var/tmp.
+func inTempDir(src string) bool {
+	real, err := filepath.EvalSymlinks(src)
+	if err != nil {
+		return false
+	}
+	for _, dir := range []string{os.TempDir(), "/tmp", "/var/tmp"} {
+		if d, err := filepath.EvalSymlinks(dir); err == nil && d != "/" && strings.HasPrefix(real, d+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // openBackend opens the sandbox backend with the global flags. A CLI

@@ -490,5 +490,19 @@ func TestVolumeOwnership(t *testing.T) {
 	if got := owned(filepath.Join(tmp, "out.txt")); got == 0 {
 		t.Errorf("the workdir volume's new file is host root's")
 	}
+	// The same idiom over a directory outside the temporary directories
+	// changes no owner unasked: it is only noted.
+	srv, err := os.MkdirTemp("/var/lib", "slopbox-it-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(srv) })
+	os.Chmod(srv, 0o755)
+	if out, code := e.docker("", "run", "--rm", "--workdir", "/w", "--volume", srv+":/w:rw", e.ref, "sh", "-c", "echo x > f"); code == 0 || !strings.Contains(out, ":U") {
+		t.Errorf("-w D -v /var/lib/…:D: %d %q", code, out)
+	}
+	if owned(srv) != 0 {
+		t.Errorf("a directory outside the temporary directories changed owner")
+	}
 	e.expect125(`option "bogus" is not supported`, "run", "--rm", "-v", tmp+":/x:bogus", e.ref, "true")
 }
