@@ -225,7 +225,7 @@ func (c *RLMSandbox) DockerArgv(workdir string, env map[string]string, command [
 		// policy every command line meets).
 		if v, ok := strings.CutPrefix(a, "--network="); ok && v == "host" || a == "--net=host" ||
 			(a == "--network" || a == "--net") && i+1 < len(c.Docker.ExtraArgs) && strings.TrimSpace(c.Docker.ExtraArgs[i+1]) == "host" {
-			return nil, fmt.Errorf("%w: docker.extra_args %q: --network host shares the host's network; rlm_code's policy refuses it (network_enabled governs the network)", ErrBadSpec, c.Docker.ExtraArgs)
+			return nil, fmt.Errorf("%w: sandbox.docker.extra_args %q: --network host shares the host's network; rlm_code's policy refuses it (network_enabled governs the network)", ErrBadSpec, c.Docker.ExtraArgs)
 		}
 		argv = append(argv, a)
 	}

@@ -168,7 +168,6 @@ func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 		}
 		s.Mounts = append(s.Mounts, m)
 	}
-	handOverWorkdir(&s, f.workdir)
 	if s.Limits, err = f.limits(); err != nil {
 		return s, err
 	}
@@ -181,7 +180,11 @@ func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 		s.Unsafe = append(slices.Clone(pol.AllowUnsafe), s.Unsafe...)
 	}
 	// Before anything is pulled or created.
-	return s, s.CheckPolicy()
+	if err := s.CheckPolicy(); err != nil {
+		return s, err
+	}
+	handOverWorkdir(&s, f.workdir)
+	return s, nil
 }
 
 // defaultPolicy is the operator's policy file when --policy and
