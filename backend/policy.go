@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrUnsafe is wrapped when a SpawnSpec weakens the sandbox in a way the
@@ -71,4 +75,79 @@ func hostSystemPath(src string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// ParseVolume reads docker's -v HOST:CONTAINER[:OPTIONS] (read-write by
+// default; options ro, rw, U, and z/Z, which mean nothing without SELinux).
+// The CLI's -v and the Engine API's HostConfig.Binds both use it.
+func ParseVolume(v string) (Mount, error) {
+	parts := strings.Split(v, ":")
+	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
+		return Mount{}, fmt.Errorf("-v %q: want HOST:CONTAINER[:ro|rw] (named volumes are not supported)", v)
+	}
+	m := Mount{Source: parts[0], Target: parts[1]}
+	if len(parts) == 3 {
+		for _, o := range strings.Split(parts[2], ",") {
+			switch o {
+			case "ro":
+				m.ReadOnly = true
+			case "rw", "z", "Z": // no SELinux labels to set here, as on a host without SELinux
+			case "U":
+				m.HandOver = true
+			default:
+				return Mount{}, fmt.Errorf("-v %q: option %q is not supported (ro, rw, U)", v, o)
+			}
+		}
+	}
+	return m, nil
+}
+
+// HostSharing is what a docker command line (or an Engine API HostConfig)
+// may ask for that would share the host with a sandbox. Check refuses it,
+// naming the policy: nothing can allow it.
+type HostSharing struct {
+	Privileged                            bool
+	Devices                               []string
+	PidMode, IpcMode, UTSMode, UsernsMode string
+}
+
+// Check refuses a privileged sandbox, host devices and host namespaces.
+func (h HostSharing) Check() error {
+	refuse := func(flag, why string) error {
+		return fmt.Errorf("%w: %s %s", ErrUnsafe, flag, why)
+	}
+	switch {
+	case h.Privileged:
+		return refuse("--privileged", "would turn the sandbox off; slopbox has no privileged mode (for one capability: --cap-add NAME --allow-unsafe cap-add=NAME)")
+	case len(h.Devices) > 0:
+		return refuse("--device "+h.Devices[0], "would pass a host device in; slopbox passes none")
+	}
+	for _, ns := range []struct{ flag, value string }{{"--pid", h.PidMode}, {"--ipc", h.IpcMode}, {"--uts", h.UTSMode}, {"--userns", h.UsernsMode}} {
+		switch ns.value {
+		case "", "private":
+		case "host":
+			return refuse(ns.flag+"=host", "would share the host's namespace with the sandbox; slopbox never does")
+		default:
+			return fmt.Errorf("%s %q is not supported (every sandbox has its own)", ns.flag, ns.value)
+		}
+	}
+	return nil
+}
+
+// ParseSignal reads a signal as docker kill -s does: KILL, SIGKILL or 9.
+func ParseSignal(s string) (syscall.Signal, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 || n > 64 {
+			return 0, fmt.Errorf("invalid signal: %s", s)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := strings.ToUpper(s)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if sig := unix.SignalNum(name); sig != 0 {
+		return sig, nil
+	}
+	return 0, fmt.Errorf("invalid signal: %s (e.g. KILL, TERM, HUP, 15)", s)
 }

@@ -231,6 +231,7 @@ func monitorMain(args []string) int {
 	if _, err := os.Stat(filepath.Join(dir, stateFile)); err != nil {
 		return 0 // removed meanwhile
 	}
+	record := slices.Clone(b.Bytes())
 	if atomicfile.WriteVolatile(filepath.Join(dir, exitFile), &b, 0o600) != nil || p.lost {
 		return 0 // the sandbox went away (stop, rm): its stopper handles the rest
 	}
@@ -240,9 +241,50 @@ func monitorMain(args []string) int {
 	}
 	defer bk.Close()
 	if sb, err := bk.Open(id); err == nil && sb.Running() {
+		if sb.rec.AutoRemove {
+			// Removed with the sandbox: keep how it ended for a waiter
+			// (docker run --rm waits for condition=removed).
+			bk.keepExit(id, record)
+		}
 		sb.Stop()
 	}
 	return 0
+}
+
+// exitsDir keeps the exit records of sandboxes removed when their command
+// ended (AutoRemove), for keepExitFor.
+const exitsDir = "exits"
+
+// keepExitFor is how long a removed sandbox's exit record is kept.
+const keepExitFor = 10 * time.Minute
+
+// keepExit records the exit of sandbox id, which is about to be removed,
+// and drops records older than keepExitFor.
+func (b *Backend) keepExit(id string, record []byte) {
+	dir := filepath.Join(b.root, exitsDir)
+	if os.MkdirAll(dir, 0o700) != nil {
+		return
+	}
+	if ents, err := os.ReadDir(dir); err == nil {
+		for _, e := range ents {
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > keepExitFor {
+				os.Remove(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	atomicfile.WriteVolatile(filepath.Join(dir, id+".json"), bytes.NewReader(record), 0o600)
+}
+
+// RemovedExit returns the exit code and end of the main command of the
+// sandbox with full id, removed when it ended (AutoRemove), if that was
+// less than keepExitFor ago.
+func (b *Backend) RemovedExit(id string) (int, time.Time, bool) {
+	var e exitRecord
+	data, err := os.ReadFile(filepath.Join(b.root, exitsDir, filepath.Base(id)+".json"))
+	if err != nil || json.Unmarshal(data, &e) != nil {
+		return 0, time.Time{}, false
+	}
+	return e.ExitCode, e.FinishedAt, true
 }
 
 // forwardedSignals are the signals Signal delivers through the monitor.
@@ -575,3 +617,84 @@ func parseLog(b []byte) []logLine {
 	}
 	return out
 }
+
+// OutputFollower follows the main command's output from the moment it was
+// made (docker attach): see FollowOutput.
+type OutputFollower struct {
+	s    *Sandbox
+	f    *os.File
+	base time.Time // the end of the run before, if any
+}
+
+// FollowOutput starts following the sandbox's log from its current end,
+// before the next run starts (docker run attaches before it starts). The
+// open log stays readable when an AutoRemove sandbox goes with its command.
+func (s *Sandbox) FollowOutput() (*OutputFollower, error) {
+	f, err := os.OpenFile(filepath.Join(s.dir, logFile), os.O_RDONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var base time.Time
+	if e, ok := readExit(s.dir); ok {
+		base = e.FinishedAt
+	}
+	return &OutputFollower{s: s, f: f, base: base}, nil
+}
+
+// Copy writes the output to stdout and stderr as it comes, until the run
+// that follows FollowOutput has ended (or the sandbox is gone) and all of
+// it is written, or ctx ends.
+func (o *OutputFollower) Copy(ctx context.Context, stdout, stderr io.Writer) error {
+	defer o.f.Close()
+	var pending []byte
+	buf := make([]byte, 64<<10)
+	drain := func() {
+		for {
+			n, _ := o.f.Read(buf)
+			if n == 0 {
+				return
+			}
+			pending = append(pending, buf[:n]...)
+			for {
+				i := bytes.IndexByte(pending, '\n')
+				if i < 0 {
+					break
+				}
+				var l logLine
+				if json.Unmarshal(pending[:i], &l) == nil {
+					if l.Stream == "stderr" {
+						io.WriteString(stderr, l.Log)
+					} else {
+						io.WriteString(stdout, l.Log)
+					}
+				}
+				pending = pending[i+1:]
+			}
+		}
+	}
+	for {
+		drain()
+		ended := false
+		if e, ok := readExit(o.s.dir); ok && e.FinishedAt.After(o.base) {
+			ended = true
+		} else if _, err := os.Stat(filepath.Join(o.s.dir, stateFile)); err != nil {
+			ended = true // removed
+		}
+		if ended {
+			drain()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Close stops following without copying.
+func (o *OutputFollower) Close() { o.f.Close() }

@@ -7,16 +7,14 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"text/template"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
+	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -123,7 +121,7 @@ func killCmd() *cobra.Command {
 		Short: "Kill sandboxes (SIGKILL: every process, like stop), or send their main command a signal",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sig, err := parseSignal(sigName)
+			sig, err := backend.ParseSignal(sigName)
 			if err != nil {
 				return err
 			}
@@ -132,24 +130,6 @@ func killCmd() *cobra.Command {
 	}
 	c.Flags().StringVarP(&sigName, "signal", "s", "KILL", "signal: KILL stops the sandbox; TERM, HUP, INT, USR1, … go to the main command's processes (run -d)")
 	return c
-}
-
-// parseSignal reads a signal as docker kill -s does: KILL, SIGKILL or 9.
-func parseSignal(s string) (syscall.Signal, error) {
-	if n, err := strconv.Atoi(s); err == nil {
-		if n <= 0 || n > 64 {
-			return 0, fmt.Errorf("invalid signal: %s", s)
-		}
-		return syscall.Signal(n), nil
-	}
-	name := strings.ToUpper(s)
-	if !strings.HasPrefix(name, "SIG") {
-		name = "SIG" + name
-	}
-	if sig := unix.SignalNum(name); sig != 0 {
-		return sig, nil
-	}
-	return 0, fmt.Errorf("invalid signal: %s (e.g. KILL, TERM, HUP, 15)", s)
 }
 
 func rmCmd() *cobra.Command {

@@ -162,7 +162,7 @@ func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 		s.Mounts = append(s.Mounts, mnt)
 	}
 	for _, v := range f.volumes {
-		m, err := parseVolume(v)
+		m, err := backend.ParseVolume(v)
 		if err != nil {
 			return s, err
 		}
@@ -303,29 +303,6 @@ func parseEnv(kvs []string) (map[string]string, error) {
 		env[k] = v
 	}
 	return env, nil
-}
-
-// parseVolume reads docker's -v HOST:CONTAINER[:ro|rw] (read-write by default).
-func parseVolume(v string) (backend.Mount, error) {
-	parts := strings.Split(v, ":")
-	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
-		return backend.Mount{}, fmt.Errorf("-v %q: want HOST:CONTAINER[:ro|rw] (named volumes are not supported)", v)
-	}
-	m := backend.Mount{Source: parts[0], Target: parts[1]}
-	if len(parts) == 3 {
-		for _, o := range strings.Split(parts[2], ",") {
-			switch o {
-			case "ro":
-				m.ReadOnly = true
-			case "rw", "z", "Z": // no SELinux labels to set here, as on a host without SELinux
-			case "U":
-				m.HandOver = true
-			default:
-				return backend.Mount{}, fmt.Errorf("-v %q: option %q is not supported (ro, rw, U)", v, o)
-			}
-		}
-	}
-	return m, nil
 }
 
 // handOverWorkdir treats the docker idiom of a workspace, `-w D -v SRC:D`
@@ -490,26 +467,8 @@ func signalContext() (context.Context, context.CancelFunc) {
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// refuseHostSharing refuses, naming the policy, the docker flags that
-// would share the host with the sandbox; nothing can allow them.
+// refuseHostSharing refuses the flags that would share a host namespace
+// or device (backend.HostSharing).
 func (f *spawnFlags) refuseHostSharing() error {
-	refuse := func(flag, why string) error {
-		return fmt.Errorf("%w: %s %s", backend.ErrUnsafe, flag, why)
-	}
-	switch {
-	case f.privileged:
-		return refuse("--privileged", "would turn the sandbox off; slopbox has no privileged mode (for one capability: --cap-add NAME --allow-unsafe cap-add=NAME)")
-	case len(f.devices) > 0:
-		return refuse("--device "+f.devices[0], "would pass a host device in; slopbox passes none")
-	}
-	for _, ns := range []struct{ flag, value string }{{"--pid", f.pidNS}, {"--ipc", f.ipcNS}, {"--uts", f.utsNS}, {"--userns", f.userNS}} {
-		switch ns.value {
-		case "", "private":
-		case "host":
-			return refuse(ns.flag+"=host", "would share the host's namespace with the sandbox; slopbox never does")
-		default:
-			return fmt.Errorf("%s %q is not supported (every sandbox has its own)", ns.flag, ns.value)
-		}
-	}
-	return nil
+	return backend.HostSharing{Privileged: f.privileged, Devices: f.devices, PidMode: f.pidNS, IpcMode: f.ipcNS, UTSMode: f.utsNS, UsernsMode: f.userNS}.Check()
 }

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/slopbox/slopbox/dockercompat/engine"
+)
+
+func serveCmd() *cobra.Command {
+	var socket string
+	var idle time.Duration
+	var debug bool
+	c := &cobra.Command{
+		Use:   "serve [--socket PATH] [--idle-exit DURATION]",
+		Short: "Serve the Docker Engine API on a unix socket (DOCKER_HOST=unix://PATH for docker-py and the docker CLI)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if socket == "" {
+				socket = defaultSocket()
+			}
+			b, err := openBackend()
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			b.KeepReady(true) // a warm pool per image, as the Go API keeps
+			srv := engine.New(b, version)
+			if debug {
+				srv.Log = func(f string, a ...any) { fmt.Fprintf(os.Stderr, "slopbox serve: "+f+"\n", a...) }
+			}
+			if pol, err := loadPolicy(); err != nil {
+				return err
+			} else if pol != nil {
+				srv.AllowedMountRoots, srv.AllowUnsafe = pol.AllowedMountRoots, pol.AllowUnsafe
+			}
+			ln, err := listenUnix(socket)
+			if err != nil {
+				return err
+			}
+			defer os.Remove(socket)
+			hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+			done := make(chan error, 1)
+			go func() { done <- hs.Serve(ln) }()
+			fmt.Fprintf(os.Stderr, "slopbox: serving the Docker Engine API on %s (export DOCKER_HOST=unix://%s)\n", socket, socket)
+			var tick <-chan time.Time
+			if idle > 0 {
+				t := time.NewTicker(min(idle/4, time.Second))
+				defer t.Stop()
+				tick = t.C
+			}
+			for {
+				select {
+				case err := <-done:
+					if errors.Is(err, http.ErrServerClosed) {
+						return nil
+					}
+					return err
+				case <-sigs:
+					// Sandboxes belong to the state root, not to the service:
+					// they stay as they are.
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					hs.Shutdown(ctx)
+					cancel()
+					return nil
+				case <-tick:
+					if srv.Idle() >= idle {
+						fmt.Fprintf(os.Stderr, "slopbox: no request for %v: exiting (--idle-exit)\n", idle)
+						ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+						hs.Shutdown(ctx)
+						cancel()
+						return nil
+					}
+				}
+			}
+		},
+	}
+	c.Flags().StringVar(&socket, "socket", "", "unix socket to listen on (default $XDG_RUNTIME_DIR/slopbox.sock, else slopbox.sock in the state root)")
+	c.Flags().BoolVar(&debug, "debug", false, "log every request to stderr")
+	c.Flags().DurationVar(&idle, "idle-exit", 0, "exit after this long without a request (0: never)")
+	return c
+}
+
+// defaultSocket is the per-user socket path.
+func defaultSocket() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "slopbox.sock")
+	}
+	return filepath.Join(globals.root, "slopbox.sock")
+}
+
+// listenUnix listens on path with mode 0600, replacing a stale socket but
+// never one a live server answers on.
+func listenUnix(path string) (net.Listener, error) {
+	if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("serve: %s is in use by another server; stop it or give --socket", path)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("serve: %s exists and is not a socket", path)
+		}
+		os.Remove(path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	return ln, nil
+}

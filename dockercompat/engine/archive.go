@@ -1,0 +1,67 @@
+package engine
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"net/http"
+	"path"
+	"time"
+
+	"github.com/slopbox/slopbox/sandbox"
+)
+
+// containerArchive is docker cp's endpoint: HEAD and GET
+// /containers/{id}/archive?path=P answer X-Docker-Container-Path-Stat (the
+// base64 JSON of name, size, mode as a Go FileMode, mtime, linkTarget),
+// GET with a tar of P; PUT extracts a tar into the directory P. The
+// sandbox's side runs inside the sandbox, as slopbox cp's does.
+func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		writeError(w, http.StatusBadRequest, "path is required")
+		return
+	}
+	switch r.Method {
+	case http.MethodPut:
+		if err := sb.CopyIn(r.Context(), r.Body, p, true); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	case http.MethodHead, http.MethodGet:
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(sb.CopyOut(r.Context(), p, pw)) }()
+		defer pr.Close()
+		// The first entry of the tar is P itself: its header is the stat.
+		var head bytes.Buffer
+		h, err := tar.NewReader(io.TeeReader(pr, &head)).Next()
+		if err != nil {
+			writeError(w, http.StatusNotFound, "Could not find the file "+p+" in container "+sb.Name())
+			return
+		}
+		mode := fs.FileMode(h.Mode & 0o777)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			mode |= fs.ModeDir
+		case tar.TypeSymlink:
+			mode |= fs.ModeSymlink
+		}
+		stat, _ := json.Marshal(map[string]any{"name": path.Base(h.Name), "size": h.Size, "mode": uint32(mode),
+			"mtime": h.ModTime.Format(time.RFC3339Nano), "linkTarget": h.Linkname})
+		w.Header().Set("X-Docker-Container-Path-Stat", base64.StdEncoding.EncodeToString(stat))
+		if r.Method == http.MethodHead {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-tar")
+		w.WriteHeader(http.StatusOK)
+		w.Write(head.Bytes())
+		io.Copy(w, pr)
+	default:
+		writeError(w, http.StatusNotFound, "page not found: "+r.Method+" archive")
+	}
+}

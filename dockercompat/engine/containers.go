@@ -1,0 +1,710 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/sandbox"
+)
+
+// strSlice is Docker's strslice: a JSON string or array of strings.
+type strSlice []string
+
+func (s *strSlice) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*s = nil
+		return nil
+	}
+	var one string
+	if json.Unmarshal(b, &one) == nil {
+		*s = strSlice{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return err
+	}
+	*s = many
+	return nil
+}
+
+// createBody is the part of POST /containers/create slopbox reads.
+type createBody struct {
+	Hostname     string
+	User         string
+	Env          []string
+	Cmd          strSlice
+	Entrypoint   *strSlice
+	Image        string
+	WorkingDir   string
+	Labels       map[string]string
+	Tty          bool
+	OpenStdin    bool
+	ExposedPorts map[string]struct{}
+	HostConfig   struct {
+		Binds  []string
+		Mounts []struct {
+			Type, Source, Target string
+			ReadOnly             bool
+		}
+		Tmpfs                                 map[string]string
+		NetworkMode                           string
+		PortBindings                          map[string][]struct{ HostIp, HostPort string }
+		Memory                                int64
+		NanoCpus                              int64
+		CpuQuota, CpuPeriod                   int64
+		PidsLimit                             *int64
+		AutoRemove                            bool
+		ReadonlyRootfs                        bool
+		Privileged                            bool
+		CapAdd, CapDrop, SecurityOpt          []string
+		PidMode, IpcMode, UTSMode, UsernsMode string
+		Devices                               []struct{ PathOnHost string }
+		Init                                  *bool
+	}
+}
+
+func badRequest(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, a...))
+}
+
+// spawnSpec turns a create body into the same SpawnSpec the CLI builds,
+// with the same policy.
+func (s *Server) spawnSpec(c *createBody, name string) (backend.SpawnSpec, error) {
+	h := c.HostConfig
+	spec := backend.SpawnSpec{Image: c.Image, Name: name, User: c.User, Hostname: c.Hostname, Labels: c.Labels,
+		NoWorkspaceMount: true, Cwd: c.WorkingDir, DisableSetup: true, AutoRemove: h.AutoRemove,
+		ReadOnlyRootfs: h.ReadonlyRootfs, CapAdd: h.CapAdd, CapDrop: h.CapDrop,
+		AllowedMountRoots: s.AllowedMountRoots, Unsafe: slices.Clone(s.AllowUnsafe)}
+	var devices []string
+	for _, d := range h.Devices {
+		devices = append(devices, d.PathOnHost)
+	}
+	ipc := h.IpcMode
+	if ipc == "shareable" {
+		ipc = "" // the daemon's default: the sandbox's own
+	}
+	if err := (backend.HostSharing{Privileged: h.Privileged, Devices: devices, PidMode: h.PidMode, IpcMode: ipc, UTSMode: h.UTSMode, UsernsMode: h.UsernsMode}).Check(); err != nil {
+		return spec, err
+	}
+	for _, o := range h.SecurityOpt {
+		switch strings.ReplaceAll(o, ":", "=") {
+		case "seccomp=unconfined":
+			spec.SeccompUnconfined = true
+		case "no-new-privileges", "no-new-privileges=true":
+		default:
+			return spec, badRequest("SecurityOpt %q is not supported (seccomp=unconfined, no-new-privileges)", o)
+		}
+	}
+	switch h.NetworkMode {
+	case "", "default", "bridge", "none":
+		// slopbox has no bridge yet: a sandbox gets its own loopback only,
+		// as the CLI's default.
+		spec.Network = backend.NetworkNone
+	case "host":
+		spec.Network = backend.NetworkHost
+	default:
+		return spec, badRequest("NetworkMode %q is not supported (none, host; bridge networking is not there yet)", h.NetworkMode)
+	}
+	for port, binds := range h.PortBindings {
+		if len(binds) > 0 {
+			return spec, fmt.Errorf("%w: publishing %s needs bridge networking, which slopbox does not support yet", errNotImplemented, port)
+		}
+	}
+	env := map[string]string{}
+	for _, kv := range c.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		if k == "" {
+			return spec, badRequest("Env %q: want KEY=VALUE", kv)
+		}
+		env[k] = v
+	}
+	if len(env) > 0 {
+		spec.Env = env
+	}
+	for _, b := range h.Binds {
+		m, err := backend.ParseVolume(b)
+		if err != nil {
+			return spec, badRequest("%v", err)
+		}
+		spec.Mounts = append(spec.Mounts, m)
+	}
+	for _, m := range h.Mounts {
+		switch m.Type {
+		case "bind", "":
+			spec.Mounts = append(spec.Mounts, backend.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+		case "tmpfs":
+			if h.Tmpfs == nil {
+				h.Tmpfs = map[string]string{}
+			}
+			h.Tmpfs[m.Target] = ""
+		default:
+			return spec, badRequest("mount type %q is not supported (bind, tmpfs)", m.Type)
+		}
+	}
+	spec.Limits = backend.Limits{MemoryBytes: h.Memory, CPUs: float64(h.NanoCpus) / 1e9}
+	if h.CpuQuota > 0 && h.CpuPeriod > 0 && spec.Limits.CPUs == 0 {
+		spec.Limits.CPUs = float64(h.CpuQuota) / float64(h.CpuPeriod)
+	}
+	if h.PidsLimit != nil && *h.PidsLimit > 0 {
+		spec.Limits.Pids = *h.PidsLimit
+	}
+	for dst, opts := range h.Tmpfs {
+		if dst != "/tmp" {
+			return spec, badRequest("Tmpfs %s: only /tmp can be a tmpfs for now", dst)
+		}
+		spec.Limits.TmpBytes = 64 << 20
+		for _, o := range strings.Split(opts, ",") {
+			if v, ok := strings.CutPrefix(o, "size="); ok {
+				n, err := strconv.ParseInt(strings.TrimSuffix(strings.ToLower(v), "m"), 10, 64)
+				if err != nil || n <= 0 {
+					return spec, badRequest("Tmpfs /tmp: size %q (want e.g. size=64m)", v)
+				}
+				spec.Limits.TmpBytes = n << 20
+			}
+		}
+	}
+	return spec, spec.CheckPolicy()
+}
+
+// command merges the create body's Entrypoint and Cmd with the image's, as
+// the daemon does.
+func command(img *image.Image, c *createBody) []string {
+	cfg := img.Config.Config
+	if c.Entrypoint != nil {
+		return append(slices.Clone([]string(*c.Entrypoint)), c.Cmd...)
+	}
+	cmd := []string(c.Cmd)
+	if len(cmd) == 0 {
+		cmd = cfg.Cmd
+	}
+	return append(slices.Clone(cfg.Entrypoint), cmd...)
+}
+
+func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
+	var c createBody
+	if err := json.NewDecoder(r.Body).Decode(&c); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON in the request body: "+err.Error())
+		return
+	}
+	if c.Image == "" {
+		writeError(w, http.StatusBadRequest, "config.Image is required")
+		return
+	}
+	img, err := s.b.Store().Get(c.Image)
+	if err != nil {
+		s.imageError(w, c.Image, err)
+		return
+	}
+	spec, err := s.spawnSpec(&c, r.URL.Query().Get("name"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	cmd := command(img, &c)
+	if len(cmd) == 0 {
+		writeError(w, http.StatusBadRequest, "no command specified")
+		return
+	}
+	sb, err := s.b.Create(r.Context(), spec, cmd)
+	if err != nil {
+		if errors.Is(err, sandbox.ErrNameInUse) {
+			writeError(w, http.StatusConflict, fmt.Sprintf("Conflict. The container name %q is already in use by another container. You have to remove (or rename) that container to be able to reuse that name.", "/"+spec.Name))
+			return
+		}
+		fail(w, err)
+		return
+	}
+	if c.Tty || c.OpenStdin {
+		if err := sb.SetDetachOptions(sandbox.DetachOptions{TTY: c.Tty, OpenStdin: c.OpenStdin}); err != nil {
+			sb.Remove()
+			fail(w, err)
+			return
+		}
+	}
+	s.events.emit("container", "create", sb.ID(), map[string]string{"name": sb.Name(), "image": c.Image})
+	writeJSON(w, http.StatusCreated, map[string]any{"Id": sb.ID(), "Warnings": []string{}})
+}
+
+// open finds container ref or answers 404 as Docker does.
+func (s *Server) open(w http.ResponseWriter, ref string) *sandbox.Sandbox {
+	sb, err := s.b.Open(ref)
+	if err != nil {
+		if errors.Is(err, sandbox.ErrNotFound) {
+			writeError(w, http.StatusNotFound, "No such container: "+ref)
+		} else {
+			fail(w, err)
+		}
+		return nil
+	}
+	return sb
+}
+
+func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb string) {
+	m := r.Method
+	switch {
+	case verb == "" && m == http.MethodDelete:
+		s.containerRemove(w, r, ref)
+		return
+	case verb == "wait" && m == http.MethodPost:
+		s.containerWait(w, r, ref)
+		return
+	}
+	sb := s.open(w, ref)
+	if sb == nil {
+		return
+	}
+	switch {
+	case verb == "json" && m == http.MethodGet:
+		writeJSON(w, http.StatusOK, inspect(sb.Info()))
+	case verb == "start" && m == http.MethodPost:
+		if sb.Running() {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		if err := sb.Start(r.Context()); err != nil {
+			if sb.Info().AutoRemove {
+				sb.Remove() // as the daemon: a --rm container that cannot start goes
+			}
+			var se *sandbox.StartError
+			if errors.As(err, &se) {
+				writeError(w, http.StatusBadRequest, "failed to create task for container: "+se.Msg)
+				return
+			}
+			fail(w, err)
+			return
+		}
+		s.events.emit("container", "start", sb.ID(), map[string]string{"name": sb.Name()})
+		w.WriteHeader(http.StatusNoContent)
+	case (verb == "stop" || verb == "restart") && m == http.MethodPost:
+		if verb == "stop" && !sb.Running() {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		if err := s.stop(r.Context(), sb, r.URL.Query().Get("t")); err != nil {
+			fail(w, err)
+			return
+		}
+		if verb == "restart" {
+			if err := sb.Start(r.Context()); err != nil {
+				fail(w, err)
+				return
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	case verb == "kill" && m == http.MethodPost:
+		sig := syscall.SIGKILL
+		if v := r.URL.Query().Get("signal"); v != "" {
+			var err error
+			if sig, err = backend.ParseSignal(v); err != nil {
+				writeError(w, http.StatusBadRequest, err.Error())
+				return
+			}
+		}
+		if !sb.Running() {
+			writeError(w, http.StatusConflict, fmt.Sprintf("Cannot kill container: %s: container %s is not running", ref, sb.ID()))
+			return
+		}
+		if err := sb.Signal(sig); err != nil {
+			fail(w, err)
+			return
+		}
+		s.events.emit("container", "kill", sb.ID(), map[string]string{"name": sb.Name(), "signal": strconv.Itoa(int(sig))})
+		w.WriteHeader(http.StatusNoContent)
+	case verb == "logs" && m == http.MethodGet:
+		s.containerLogs(w, r, sb)
+	case verb == "attach" && m == http.MethodPost:
+		s.containerAttach(w, r, sb)
+	case verb == "resize" && m == http.MethodPost:
+		w.WriteHeader(http.StatusOK) // the main command's terminal keeps its size
+	case verb == "exec" && m == http.MethodPost:
+		s.execCreate(w, r, sb)
+	case verb == "top" && m == http.MethodGet:
+		s.containerTop(w, sb)
+	case verb == "stats" && m == http.MethodGet:
+		s.containerStats(w, sb)
+	case verb == "rename" && m == http.MethodPost:
+		if err := s.b.Rename(ref, r.URL.Query().Get("name")); err != nil {
+			fail(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	case verb == "archive":
+		s.containerArchive(w, r, sb)
+	case (verb == "pause" || verb == "unpause") && m == http.MethodPost:
+		writeError(w, http.StatusNotImplemented, verb+" is not supported by slopbox (no freezer for rootless sandboxes here)")
+	default:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("page not found: %s /containers/%s/%s is not served by slopbox", m, ref, verb))
+	}
+}
+
+// stop is docker stop: SIGTERM to the main command, SIGKILL for the whole
+// sandbox after t seconds (10 by default) or at once when it has none.
+func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error {
+	grace := 10 * time.Second
+	if t != "" {
+		n, err := strconv.Atoi(t)
+		if err != nil {
+			return badRequest("invalid t=%q", t)
+		}
+		grace = time.Duration(n) * time.Second
+	}
+	if grace > 0 && sb.Signal(syscall.SIGTERM) == nil {
+		ctx, cancel := context.WithTimeout(ctx, grace)
+		defer cancel()
+		for sb.Running() && ctx.Err() == nil {
+			if reopened, err := s.b.Open(sb.ID()); err != nil || !reopened.Running() {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if reopened, err := s.b.Open(sb.ID()); err == nil && reopened.Running() {
+		if err := reopened.Stop(); err != nil {
+			return err
+		}
+	}
+	s.events.emit("container", "die", sb.ID(), map[string]string{"name": sb.Name()})
+	s.events.emit("container", "stop", sb.ID(), map[string]string{"name": sb.Name()})
+	return nil
+}
+
+func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) {
+	sb := s.open(w, ref)
+	if sb == nil {
+		return
+	}
+	if sb.Running() && !boolParam(r, "force") {
+		writeError(w, http.StatusConflict, fmt.Sprintf("cannot remove container %q: container is running: stop the container before removing or force remove", "/"+sb.Name()))
+		return
+	}
+	if err := sb.Remove(); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		fail(w, err)
+		return
+	}
+	s.events.emit("container", "destroy", sb.ID(), map[string]string{"name": sb.Name()})
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// containerWait is POST /containers/{id}/wait?condition=not-running|
+// next-exit|removed. The 200 header goes out at once (API >= 1.30), then
+// the body when the condition holds. docker run sends it before start.
+func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
+	cond := r.URL.Query().Get("condition")
+	switch cond {
+	case "", "not-running", "next-exit", "removed":
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid condition: %q", cond))
+		return
+	}
+	sb := s.open(w, ref)
+	if sb == nil {
+		return
+	}
+	id := sb.ID()
+	base := sb.Info().FinishedAt
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	code := -1
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		cur, err := s.b.Open(id)
+		if err != nil {
+			// Removed: its exit is kept when it went with its command.
+			if c, _, ok := s.b.RemovedExit(id); ok {
+				code = c
+			}
+			if code < 0 {
+				code = 0
+			}
+			break
+		}
+		info := cur.Info()
+		if !info.Running && (info.FinishedAt.After(base) || cond == "" || cond == "not-running") {
+			code = info.ExitCode
+			if cond != "removed" {
+				break
+			}
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-tick.C:
+		}
+	}
+	json.NewEncoder(w).Encode(map[string]any{"StatusCode": code})
+}
+
+func (s *Server) containerLogs(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+	q := r.URL.Query()
+	o := sandbox.LogOptions{Follow: boolParam(r, "follow"), Timestamps: boolParam(r, "timestamps"), Tail: -1}
+	if t := q.Get("tail"); t != "" && t != "all" {
+		n, err := strconv.Atoi(t)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid tail "+t)
+			return
+		}
+		o.Tail = n
+	}
+	if v := q.Get("since"); v != "" && v != "0" {
+		if sec, err := strconv.ParseFloat(v, 64); err == nil {
+			o.Since = time.Unix(0, int64(sec*1e9))
+		}
+	}
+	tty := sb.Info().Tty
+	if tty {
+		w.Header().Set("Content-Type", "application/vnd.docker.raw-stream")
+	} else {
+		w.Header().Set("Content-Type", "application/vnd.docker.multiplexed-stream")
+	}
+	w.WriteHeader(http.StatusOK)
+	fl, _ := w.(http.Flusher)
+	out := &flushWriter{w: w, f: fl}
+	stdout, stderr := io.Writer(out), io.Writer(out)
+	if !tty {
+		stdout, stderr = frames(out)
+	}
+	if !boolParam(r, "stdout") {
+		stdout = io.Discard
+	}
+	if !boolParam(r, "stderr") {
+		stderr = io.Discard
+	}
+	sb.Logs(r.Context(), o, stdout, stderr)
+}
+
+// containerAttach is docker run's attach, made before start: the
+// connection is hijacked and carries the main command's output (framed
+// unless it has a terminal) from its start until the sandbox stops. The
+// output is the sandbox's log, followed; stdin is not passed on.
+func (s *Server) containerAttach(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+	tty := sb.Info().Tty
+	follow, err := sb.FollowOutput()
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	conn, buf, err := hijack(w, r, tty)
+	if err != nil {
+		follow.Close()
+		return
+	}
+	defer conn.Close()
+	go io.Copy(io.Discard, buf) // stdin: not passed to a sandbox's main command
+	var stdout, stderr io.Writer = conn, conn
+	if !tty {
+		stdout, stderr = frames(conn)
+	}
+	if !boolParam(r, "stdout") {
+		stdout = io.Discard
+	}
+	if !boolParam(r, "stderr") {
+		stderr = io.Discard
+	}
+	// Not r.Context(): that ends when the client half-closes its side.
+	follow.Copy(context.Background(), stdout, stderr)
+}
+
+func (s *Server) containerList(w http.ResponseWriter, r *request) {
+	list, err := s.b.List()
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	var filters map[string][]string
+	if f := r.URL.Query().Get("filters"); f != "" {
+		if err := json.Unmarshal([]byte(f), &filters); err != nil {
+			// Older clients send {"key":{"value":true}}.
+			var old map[string]map[string]bool
+			if json.Unmarshal([]byte(f), &old) != nil {
+				writeError(w, http.StatusBadRequest, "invalid filters: "+err.Error())
+				return
+			}
+			filters = map[string][]string{}
+			for k, vs := range old {
+				for v := range vs {
+					filters[k] = append(filters[k], v)
+				}
+			}
+		}
+	}
+	all := boolParam(r, "all")
+	out := []map[string]any{}
+	for _, i := range list {
+		if i.Broken != "" || (!all && !i.Running && len(filters["status"]) == 0) || !matches(i, filters) {
+			continue
+		}
+		st := state(i)
+		out = append(out, map[string]any{
+			"Id": i.ID, "Names": []string{"/" + i.Name}, "Image": i.Image, "ImageID": i.ImageID,
+			"Command": strings.Join(i.Command, " "), "Created": i.Created.Unix(), "Ports": []any{},
+			"Labels": nonNil(i.Labels), "State": st, "Status": status(i, st),
+			"HostConfig":      map[string]string{"NetworkMode": i.Network},
+			"NetworkSettings": map[string]any{"Networks": map[string]any{}}, "Mounts": []any{},
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func matches(i sandbox.Info, filters map[string][]string) bool {
+	for k, vs := range filters {
+		ok := false
+		for _, v := range vs {
+			switch k {
+			case "id":
+				ok = ok || strings.HasPrefix(i.ID, v)
+			case "name":
+				ok = ok || strings.Contains(i.Name, strings.TrimPrefix(v, "/"))
+			case "label":
+				lk, lv, has := strings.Cut(v, "=")
+				got, present := i.Labels[lk]
+				ok = ok || present && (!has || got == lv)
+			case "status":
+				ok = ok || state(i) == v
+			case "ancestor":
+				ok = ok || i.Image == v || strings.HasPrefix(i.ImageID, v) || strings.Contains(i.Image, "/"+v)
+			default:
+				return false
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// state is Docker's State.Status.
+func state(i sandbox.Info) string {
+	switch {
+	case i.Running:
+		return "running"
+	case i.Pid == 0 && i.FinishedAt.IsZero():
+		return "created"
+	}
+	return "exited"
+}
+
+func status(i sandbox.Info, st string) string {
+	switch st {
+	case "running":
+		return "Up " + ago(i.Created)
+	case "created":
+		return "Created"
+	}
+	return fmt.Sprintf("Exited (%d) %s ago", i.ExitCode, ago(i.FinishedAt))
+}
+
+func ago(t time.Time) string {
+	d := time.Since(t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%d seconds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%d minutes", int(d.Minutes()))
+	}
+	return fmt.Sprintf("%d hours", int(d.Hours()))
+}
+
+// inspect is GET /containers/{id}/json in Docker's shape, with the fields
+// docker-py and the docker CLI read.
+func inspect(i sandbox.Info) map[string]any {
+	st := state(i)
+	finished := "0001-01-01T00:00:00Z"
+	if !i.FinishedAt.IsZero() {
+		finished = i.FinishedAt.Format(time.RFC3339Nano)
+	}
+	path, args := "", []string{}
+	if len(i.Command) > 0 {
+		path, args = i.Command[0], i.Command[1:]
+	}
+	pid := 0
+	if i.Running {
+		pid = i.Pid
+	}
+	return map[string]any{
+		"Id": i.ID, "Created": i.Created.Format(time.RFC3339Nano), "Path": path, "Args": args,
+		"State": map[string]any{
+			"Status": st, "Running": i.Running, "Paused": false, "Restarting": false, "OOMKilled": i.OOMKills > 0,
+			"Dead": false, "Pid": pid, "ExitCode": i.ExitCode, "Error": "", "StartedAt": i.LastExec.Format(time.RFC3339Nano),
+			"FinishedAt": finished,
+		},
+		"Image": i.ImageID, "Name": "/" + i.Name, "RestartCount": 0, "Driver": "overlay", "Platform": "linux",
+		"LogPath": i.StateDir + "/container.log", "MountLabel": "", "ProcessLabel": "", "AppArmorProfile": "", "ExecIDs": nil,
+		"HostConfig": map[string]any{
+			"NetworkMode": i.Network, "AutoRemove": i.AutoRemove, "ReadonlyRootfs": i.ReadonlyRootfs,
+			"Memory": i.Limits.MemoryBytes, "NanoCpus": int64(i.Limits.CPUs * 1e9), "PidsLimit": i.Limits.Pids,
+			"CapAdd": i.CapAdd, "CapDrop": i.CapDrop, "Privileged": false,
+			"LogConfig": map[string]any{"Type": "json-file", "Config": map[string]string{}},
+			"SecurityOpt": []string{"seccomp=" + i.SeccompProfile, "no-new-privileges"},
+		},
+		"Config": map[string]any{
+			"Hostname": "", "User": i.User, "Env": []string{}, "Cmd": i.Command, "Image": i.Image, "WorkingDir": i.Workdir,
+			"Entrypoint": nil, "Labels": nonNil(i.Labels), "Tty": i.Tty, "OpenStdin": i.OpenStdin,
+			"AttachStdin": false, "AttachStdout": true, "AttachStderr": true,
+		},
+		"NetworkSettings": map[string]any{"Ports": map[string]any{}, "Networks": map[string]any{}, "IPAddress": ""},
+		"Mounts":          []any{},
+	}
+}
+
+func (s *Server) containerPrune(w http.ResponseWriter, r *request) {
+	removed, err := s.b.Prune(false)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	if removed == nil {
+		removed = []string{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ContainersDeleted": removed, "SpaceReclaimed": 0})
+}
+
+func (s *Server) containerTop(w http.ResponseWriter, sb *sandbox.Sandbox) {
+	procs, err := sb.Processes()
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	rows := [][]string{}
+	for _, p := range procs {
+		rows = append(rows, []string{strconv.Itoa(p.UID), strconv.Itoa(p.PID), p.Start.Format("15:04"), p.CPU.Truncate(time.Second).String(), p.Command})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"Titles": []string{"UID", "PID", "STIME", "TIME", "CMD"}, "Processes": rows})
+}
+
+func (s *Server) containerStats(w http.ResponseWriter, sb *sandbox.Sandbox) {
+	st, err := sb.Stats()
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"read": time.Now().Format(time.RFC3339Nano), "id": sb.ID(), "name": "/" + sb.Name(),
+		"pids_stats":   map[string]any{"current": st.Pids},
+		"memory_stats": map[string]any{"usage": st.MemoryBytes, "limit": st.MemoryLimit},
+		"cpu_stats":    map[string]any{"cpu_usage": map[string]any{"total_usage": st.CPU.Nanoseconds()}, "online_cpus": 1},
+	})
+}

@@ -1,0 +1,284 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/sandbox"
+)
+
+// execInstance is one exec: created, then started once.
+type execInstance struct {
+	ID, Container                       string
+	Cmd, Env                            []string
+	User, WorkingDir                    string
+	Tty, AttachStdin, AttachOut, AttErr bool
+
+	mu       sync.Mutex
+	started  bool
+	running  bool
+	exitCode int
+	pid      int
+	term     *sandbox.Terminal
+}
+
+func (s *Server) execCreate(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+	var body struct {
+		AttachStdin, AttachStdout, AttachStderr, Tty, Privileged bool
+		Cmd                                                      strSlice
+		Env                                                      []string
+		User, WorkingDir                                         string
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON in the request body: "+err.Error())
+		return
+	}
+	if len(body.Cmd) == 0 {
+		writeError(w, http.StatusBadRequest, "No exec command specified")
+		return
+	}
+	if body.Privileged {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%v: a privileged exec would turn the sandbox off; slopbox has no privileged mode", backend.ErrUnsafe))
+		return
+	}
+	if !sb.Running() {
+		writeError(w, http.StatusConflict, fmt.Sprintf("container %s is not running", sb.ID()))
+		return
+	}
+	var b [16]byte
+	rand.Read(b[:])
+	e := &execInstance{ID: hex.EncodeToString(b[:]), Container: sb.ID(), Cmd: body.Cmd, Env: body.Env, User: body.User,
+		WorkingDir: body.WorkingDir, Tty: body.Tty, AttachStdin: body.AttachStdin, AttachOut: body.AttachStdout, AttErr: body.AttachStderr}
+	s.mu.Lock()
+	s.execs[e.ID] = e
+	s.mu.Unlock()
+	writeJSON(w, http.StatusCreated, map[string]string{"Id": e.ID})
+}
+
+func (s *Server) execRoute(w http.ResponseWriter, r *request, id, verb string) {
+	s.mu.Lock()
+	e := s.execs[id]
+	s.mu.Unlock()
+	if e == nil {
+		writeError(w, http.StatusNotFound, "No such exec instance: "+id)
+		return
+	}
+	switch {
+	case verb == "json" && r.Method == http.MethodGet:
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]any{
+			"ID": e.ID, "ContainerID": e.Container, "Running": e.running, "ExitCode": exitCodeOrNull(e),
+			"Pid": e.pid, "OpenStdin": e.AttachStdin, "OpenStdout": e.AttachOut, "OpenStderr": e.AttErr,
+			"ProcessConfig": map[string]any{"tty": e.Tty, "entrypoint": e.Cmd[0], "arguments": e.Cmd[1:], "privileged": false, "user": e.User},
+		})
+	case verb == "start" && r.Method == http.MethodPost:
+		s.execStart(w, r, e)
+	case verb == "resize" && r.Method == http.MethodPost:
+		h, _ := strconv.Atoi(r.URL.Query().Get("h"))
+		wd, _ := strconv.Atoi(r.URL.Query().Get("w"))
+		e.mu.Lock()
+		t := e.term
+		e.mu.Unlock()
+		if t != nil && h > 0 && wd > 0 {
+			t.Resize(uint16(h), uint16(wd))
+		}
+		w.WriteHeader(http.StatusOK)
+	default:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("page not found: %s /exec/%s/%s is not served by slopbox", r.Method, id, verb))
+	}
+}
+
+// exitCodeOrNull: Docker reports null until the exec has ended.
+func exitCodeOrNull(e *execInstance) any {
+	if !e.started || e.running {
+		return nil
+	}
+	return e.exitCode
+}
+
+func (e *execInstance) request() (backend.ExecRequest, error) {
+	req := backend.ExecRequest{Argv: e.Cmd, User: e.User, Cwd: e.WorkingDir}
+	for _, kv := range e.Env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return req, fmt.Errorf("%w: Env %q: want KEY=VALUE", errBadRequest, kv)
+		}
+		if req.Env == nil {
+			req.Env = map[string]string{}
+		}
+		req.Env[k] = v
+	}
+	return req, nil
+}
+
+// execStart runs the exec with the hijacked connection as its stdio:
+// multiplexed frames without a terminal, the raw terminal with one. The
+// connection closes when the command ends; GET /exec/{id}/json then has
+// its exit code.
+func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
+	var body struct {
+		Detach, Tty bool
+		ConsoleSize []uint16
+	}
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
+			writeError(w, http.StatusBadRequest, "invalid JSON in the request body: "+err.Error())
+			return
+		}
+	}
+	e.mu.Lock()
+	if e.started {
+		e.mu.Unlock()
+		writeError(w, http.StatusConflict, "exec "+e.ID+" has already been started")
+		return
+	}
+	e.started, e.running = true, true
+	e.mu.Unlock()
+	finish := func(code int) {
+		e.mu.Lock()
+		e.running, e.exitCode = false, code
+		e.mu.Unlock()
+	}
+	sb, err := s.b.Open(e.Container)
+	if err != nil {
+		finish(126)
+		writeError(w, http.StatusNotFound, "No such container: "+e.Container)
+		return
+	}
+	req, err := e.request()
+	if err != nil {
+		finish(126)
+		fail(w, err)
+		return
+	}
+	if body.Detach {
+		devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+		if err != nil {
+			finish(126)
+			fail(w, err)
+			return
+		}
+		defer devnull.Close()
+		if _, err := sb.Attach(context.Background(), req, devnull, devnull, devnull, true); err != nil {
+			finish(126)
+			fail(w, err)
+			return
+		}
+		finish(0) // detached: its end is not followed
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	conn, in, err := hijack(w, r, e.Tty)
+	if err != nil {
+		finish(126)
+		return
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if e.Tty {
+		rows, cols := uint16(0), uint16(0)
+		if len(body.ConsoleSize) == 2 {
+			rows, cols = body.ConsoleSize[0], body.ConsoleSize[1]
+		}
+		t, err := sb.AttachTerminal(ctx, req, rows, cols)
+		if err != nil {
+			var se *sandbox.StartError
+			if errors.As(err, &se) {
+				io.WriteString(conn, se.Msg+"\r\n")
+				finish(se.Code)
+				return
+			}
+			io.WriteString(conn, err.Error()+"\r\n")
+			finish(126)
+			return
+		}
+		defer t.Close()
+		e.mu.Lock()
+		e.term = t
+		e.mu.Unlock()
+		if e.AttachStdin {
+			go io.Copy(t.Master, in)
+		}
+		copied := make(chan struct{})
+		go func() { io.Copy(conn, t.Master); close(copied) }()
+		code, _, _ := t.Wait(ctx, 0)
+		select {
+		case <-copied:
+		case <-t.Done():
+		}
+		finish(code)
+		return
+	}
+	stdin, err := os.OpenFile(os.DevNull, os.O_RDONLY, 0)
+	if err != nil {
+		finish(126)
+		return
+	}
+	if e.AttachStdin {
+		stdin.Close()
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			finish(126)
+			return
+		}
+		stdin = pr
+		go func() {
+			io.Copy(pw, in) // the client half-closes at its stdin's end
+			pw.Close()
+		}()
+	}
+	defer stdin.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		finish(126)
+		return
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		finish(126)
+		return
+	}
+	stdout, stderr := frames(conn)
+	if !e.AttachOut {
+		stdout = io.Discard
+	}
+	if !e.AttErr {
+		stderr = io.Discard
+	}
+	var wg sync.WaitGroup
+	for _, c := range []struct {
+		r *os.File
+		w io.Writer
+	}{{outR, stdout}, {errR, stderr}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			io.Copy(c.w, c.r)
+			c.r.Close()
+		}()
+	}
+	code, err := sb.Attach(ctx, req, stdin, outW, errW, false)
+	outW.Close()
+	errW.Close()
+	wg.Wait()
+	if err != nil {
+		stderr.Write([]byte(err.Error() + "\n"))
+		code = 126
+	}
+	finish(code)
+}

@@ -1,0 +1,272 @@
+// Package engine serves the Docker Engine API over slopbox's image store
+// and sandboxes (slopbox serve), so that docker-py and the docker CLI drive
+// slopbox with DOCKER_HOST alone. Everything goes through the same image,
+// sandbox and backend packages as slopbox's own CLI, policy included, and
+// the sandboxes live in the same state root: a container made here is one
+// the CLI sees, and the other way round.
+//
+// The JSON shapes, status codes, version negotiation and stream formats are
+// Docker's (moby api/, docker/cli client/, docker-py); see the package's
+// README section for what is covered.
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/oci"
+	"github.com/slopbox/slopbox/sandbox"
+)
+
+// API versions served: podman's numbers. docker-py takes ApiVersion from
+// /version verbatim; the docker CLI negotiates down from its own (1.51).
+const (
+	APIVersion    = "1.44"
+	MinAPIVersion = "1.24"
+)
+
+// Server answers Engine API requests.
+type Server struct {
+	b       *sandbox.Backend
+	version string // slopbox's version, for /version and Server:
+
+	// Policy applied to every container created here (the CLI's policy
+	// file): allowed mount roots and explicit allowances.
+	AllowedMountRoots []string
+	AllowUnsafe       []string
+
+	mu    sync.Mutex
+	execs map[string]*execInstance
+
+	// active counts requests in flight; last is when the last one ended
+	// (unix nanoseconds), for Idle.
+	active atomic.Int64
+	last   atomic.Int64
+
+	events *eventHub
+
+	// Log, when set, gets one line per request (slopbox serve --debug).
+	Log func(format string, a ...any)
+}
+
+// New serves the sandboxes and images of backend b.
+func New(b *sandbox.Backend, version string) *Server {
+	s := &Server{b: b, version: version, execs: map[string]*execInstance{}, events: newEventHub()}
+	s.last.Store(time.Now().UnixNano())
+	return s
+}
+
+// Idle reports how long the server has had no request in flight.
+func (s *Server) Idle() time.Duration {
+	if s.active.Load() > 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, s.last.Load()))
+}
+
+var versionPrefix = regexp.MustCompile(`^/v([0-9]+\.[0-9]+)(/.*)$`)
+
+// ServeHTTP strips and checks the API version, sets Docker's headers and
+// routes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.active.Add(1)
+	defer func() {
+		s.last.Store(time.Now().UnixNano())
+		s.active.Add(-1)
+	}()
+	h := w.Header()
+	h.Set("Api-Version", APIVersion)
+	h.Set("Ostype", "linux")
+	h.Set("Server", "slopbox/"+s.version+" (linux)")
+	h.Set("Docker-Experimental", "false")
+	version := APIVersion
+	if m := versionPrefix.FindStringSubmatch(r.URL.Path); m != nil {
+		version, r.URL.Path = m[1], m[2]
+		if versionLess(version, MinAPIVersion) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("client version %s is too old. Minimum supported API version is %s, please upgrade your client to a newer version", version, MinAPIVersion))
+			return
+		}
+		if versionLess(APIVersion, version) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("client version %s is too new. Maximum supported API version is %s", version, APIVersion))
+			return
+		}
+	}
+	req := &request{Request: r, version: version}
+	if s.Log != nil {
+		s.Log("%s %s (API %s)", r.Method, r.URL.RequestURI(), version)
+	}
+	s.route(w, req)
+}
+
+// request is an HTTP request with its negotiated API version.
+type request struct {
+	*http.Request
+	version string
+}
+
+// atLeast reports whether the request's API version is v or later.
+func (r *request) atLeast(v string) bool { return !versionLess(r.version, v) }
+
+func versionLess(a, b string) bool {
+	am, an, _ := strings.Cut(a, ".")
+	bm, bn, _ := strings.Cut(b, ".")
+	ai, _ := strconv.Atoi(am)
+	bi, _ := strconv.Atoi(bm)
+	if ai != bi {
+		return ai < bi
+	}
+	aj, _ := strconv.Atoi(an)
+	bj, _ := strconv.Atoi(bn)
+	return aj < bj
+}
+
+func (s *Server) route(w http.ResponseWriter, r *request) {
+	p := r.URL.Path
+	seg := strings.Split(strings.Trim(p, "/"), "/")
+	m := r.Method
+	switch {
+	case p == "/_ping" && (m == http.MethodGet || m == http.MethodHead):
+		s.ping(w, r)
+	case p == "/version" && m == http.MethodGet:
+		s.versionInfo(w, r)
+	case p == "/info" && m == http.MethodGet:
+		s.info(w, r)
+	case p == "/events" && m == http.MethodGet:
+		s.eventsStream(w, r)
+	case p == "/images/json" && m == http.MethodGet:
+		s.imageList(w, r)
+	case p == "/images/create" && m == http.MethodPost:
+		s.imagePull(w, r)
+	case p == "/images/load" && m == http.MethodPost:
+		s.imageLoad(w, r)
+	case strings.HasPrefix(p, "/images/") && len(p) > len("/images/"):
+		s.imageRoute(w, r, strings.TrimPrefix(p, "/images/"))
+	case p == "/containers/create" && m == http.MethodPost:
+		s.containerCreate(w, r)
+	case p == "/containers/json" && m == http.MethodGet:
+		s.containerList(w, r)
+	case p == "/containers/prune" && m == http.MethodPost:
+		s.containerPrune(w, r)
+	case len(seg) >= 2 && seg[0] == "containers":
+		s.containerRoute(w, r, seg[1], strings.Join(seg[2:], "/"))
+	case len(seg) == 3 && seg[0] == "exec":
+		s.execRoute(w, r, seg[1], seg[2])
+	default:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("page not found: %s %s is not served by slopbox", m, p))
+	}
+}
+
+func (s *Server) ping(w http.ResponseWriter, r *request) {
+	h := w.Header()
+	h.Set("Cache-Control", "no-cache, no-store, must-revalidate")
+	h.Set("Pragma", "no-cache")
+	h.Set("Swarm", "inactive")
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	if r.Method == http.MethodHead {
+		h.Set("Content-Length", "0")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	w.Write([]byte("OK"))
+}
+
+func (s *Server) versionInfo(w http.ResponseWriter, r *request) {
+	kernel := kernelVersion()
+	writeJSON(w, http.StatusOK, map[string]any{
+		"Platform": map[string]string{"Name": "slopbox"},
+		"Components": []map[string]any{{
+			"Name": "Engine", "Version": s.version,
+			"Details": map[string]string{"ApiVersion": APIVersion, "MinAPIVersion": MinAPIVersion, "Os": "linux", "Arch": runtime.GOARCH, "KernelVersion": kernel},
+		}},
+		"Version": s.version, "ApiVersion": APIVersion, "MinAPIVersion": MinAPIVersion,
+		"GitCommit": s.version, "GoVersion": runtime.Version(), "Os": "linux", "Arch": runtime.GOARCH,
+		"KernelVersion": kernel, "Experimental": false, "BuildTime": "",
+	})
+}
+
+func (s *Server) info(w http.ResponseWriter, r *request) {
+	list, _ := s.b.List()
+	running := 0
+	for _, i := range list {
+		if i.Running {
+			running++
+		}
+	}
+	images, _ := s.b.Store().List()
+	host, _ := os.Hostname()
+	writeJSON(w, http.StatusOK, map[string]any{
+		"ID": "slopbox", "Containers": len(list), "ContainersRunning": running, "ContainersPaused": 0,
+		"ContainersStopped": len(list) - running, "Images": len(images), "Driver": "overlay",
+		"DockerRootDir": s.b.Store().Root(), "OperatingSystem": "slopbox", "OSType": "linux",
+		"Architecture": runtime.GOARCH, "KernelVersion": kernelVersion(), "NCPU": runtime.NumCPU(),
+		"Name": host, "ServerVersion": s.version, "Runtimes": map[string]any{"slopbox": map[string]string{"path": "libcontainer"}},
+		"DefaultRuntime": "slopbox", "SecurityOptions": []string{"name=seccomp,profile=default", "name=rootless", "name=no-new-privileges"},
+		"LoggingDriver": "json-file", "CgroupDriver": "cgroupfs", "Swarm": map[string]any{"LocalNodeState": "inactive"},
+		"Labels": []string{}, "ExperimentalBuild": false, "Debug": false,
+	})
+}
+
+func kernelVersion() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// writeJSON writes v with status code.
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+// writeError writes Docker's error body. The docker CLI parses it only when
+// the Content-Type is exactly application/json.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"message": msg})
+}
+
+// statusOf maps slopbox's errors to Docker's status codes.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, image.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, sandbox.ErrNameInUse):
+		return http.StatusConflict
+	case errors.Is(err, backend.ErrUnsafe), errors.Is(err, oci.ErrBadMount), errors.Is(err, oci.ErrMountNotAllowed),
+		errors.Is(err, oci.ErrMountInWorkdir), errors.Is(err, errBadRequest):
+		return http.StatusBadRequest
+	case errors.Is(err, errNotImplemented):
+		return http.StatusNotImplemented
+	}
+	return http.StatusInternalServerError
+}
+
+var (
+	errBadRequest     = errors.New("bad request")
+	errNotImplemented = errors.New("not implemented")
+)
+
+// fail writes err with its status.
+func fail(w http.ResponseWriter, err error) {
+	writeError(w, statusOf(err), err.Error())
+}
+
+// boolParam reads a docker boolean query parameter (1, true, True).
+func boolParam(r *request, name string) bool {
+	v := r.URL.Query().Get(name)
+	return v == "1" || strings.EqualFold(v, "true")
+}

@@ -1,0 +1,141 @@
+package engine
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// hijack takes over the connection for attach and exec start: with the
+// Upgrade header (the docker CLI demands it) it answers 101 UPGRADED as
+// moby does, else 200 with the stream's content type (docker-py accepts
+// both). The stream is raw with a terminal, multiplexed otherwise.
+func hijack(w http.ResponseWriter, r *request, tty bool) (net.Conn, *bufio.Reader, error) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "the connection cannot be hijacked")
+		return nil, nil, errors.New("not hijackable")
+	}
+	conn, rw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	ct := "application/vnd.docker.raw-stream"
+	if !tty && r.atLeast("1.42") {
+		ct = "application/vnd.docker.multiplexed-stream"
+	}
+	if r.Header.Get("Upgrade") != "" {
+		io.WriteString(conn, "HTTP/1.1 101 UPGRADED\r\nContent-Type: "+ct+"\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
+	} else {
+		io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Type: "+ct+"\r\n\r\n")
+	}
+	return conn, rw.Reader, nil
+}
+
+// frameWriter writes Docker's multiplexed stream frames: one byte for the
+// stream (1 stdout, 2 stderr), three zero bytes, the payload's length as a
+// big-endian uint32, then the payload. Writers of one stream share mu.
+type frameWriter struct {
+	w      io.Writer
+	stream byte
+	mu     *sync.Mutex
+}
+
+// frames returns the stdout and stderr frame writers of one connection.
+func frames(w io.Writer) (stdout, stderr io.Writer) {
+	mu := &sync.Mutex{}
+	return &frameWriter{w: w, stream: 1, mu: mu}, &frameWriter{w: w, stream: 2, mu: mu}
+}
+
+func (f *frameWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var h [8]byte
+	h[0] = f.stream
+	binary.BigEndian.PutUint32(h[4:], uint32(len(p)))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.w.Write(h[:]); err != nil {
+		return 0, err
+	}
+	return f.w.Write(p)
+}
+
+// flushWriter flushes after each write, so followed logs arrive as written.
+type flushWriter struct {
+	w  io.Writer
+	f  http.Flusher
+	mu sync.Mutex
+}
+
+func (f *flushWriter) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, err := f.w.Write(p)
+	if f.f != nil {
+		f.f.Flush()
+	}
+	return n, err
+}
+
+// eventHub fans container and image events out to /events subscribers.
+type eventHub struct {
+	mu   sync.Mutex
+	subs map[chan map[string]any]struct{}
+}
+
+func newEventHub() *eventHub { return &eventHub{subs: map[chan map[string]any]struct{}{}} }
+
+func (h *eventHub) emit(typ, action, id string, attrs map[string]string) {
+	now := time.Now()
+	ev := map[string]any{"Type": typ, "Action": action, "status": action, "id": id,
+		"Actor": map[string]any{"ID": id, "Attributes": attrs}, "scope": "local",
+		"time": now.Unix(), "timeNano": now.UnixNano()}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for c := range h.subs {
+		select {
+		case c <- ev:
+		default: // a slow reader misses events rather than stalling the server
+		}
+	}
+}
+
+// eventsStream is GET /events: events of this server as they happen, one
+// JSON object per line, until the client goes.
+func (s *Server) eventsStream(w http.ResponseWriter, r *request) {
+	c := make(chan map[string]any, 64)
+	s.events.mu.Lock()
+	s.events.subs[c] = struct{}{}
+	s.events.mu.Unlock()
+	defer func() {
+		s.events.mu.Lock()
+		delete(s.events.subs, c)
+		s.events.mu.Unlock()
+	}()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	fl, _ := w.(http.Flusher)
+	if fl != nil {
+		fl.Flush()
+	}
+	enc := json.NewEncoder(w)
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case ev := <-c:
+			enc.Encode(ev)
+			if fl != nil {
+				fl.Flush()
+			}
+		}
+	}
+}
