@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
-HARNESS=${BENCH_HARNESS:-$(cd "$REPO/../shared/bench" 2>/dev/null && pwd || true)}
+HARNESS=${BENCH_HARNESS:-}
+if [[ -z $HARNESS && -d $REPO/../shared/bench ]]; then HARNESS=$(cd "$REPO/../shared/bench" && pwd); fi
 [[ -x $HARNESS/40-bench.sh ]] || { echo "bench harness not found (set BENCH_HARNESS=…/shared/bench)" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || { echo "make bench must run as root (it drives docker, podman and a bench user)" >&2; exit 1; }
 export BENCH_WORK=${BENCH_WORK:-$REPO/.work/bench}

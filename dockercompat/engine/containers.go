@@ -657,7 +657,7 @@ func inspect(i sandbox.Info) map[string]any {
 			"NetworkMode": i.Network, "AutoRemove": i.AutoRemove, "ReadonlyRootfs": i.ReadonlyRootfs,
 			"Memory": i.Limits.MemoryBytes, "NanoCpus": int64(i.Limits.CPUs * 1e9), "PidsLimit": i.Limits.Pids,
 			"CapAdd": i.CapAdd, "CapDrop": i.CapDrop, "Privileged": false,
-			"LogConfig": map[string]any{"Type": "json-file", "Config": map[string]string{}},
+			"LogConfig":   map[string]any{"Type": "json-file", "Config": map[string]string{}},
 			"SecurityOpt": []string{"seccomp=" + i.SeccompProfile, "no-new-privileges"},
 		},
 		"Config": map[string]any{

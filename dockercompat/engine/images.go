@@ -8,8 +8,6 @@ import (
 	"os"
 	"strings"
 	"time"
-
-	"github.com/slopbox/slopbox/image"
 )
 
 // imageRoute serves /images/{name}[/json|/tag|/get|/history]; names have
@@ -211,4 +209,3 @@ func (s *Server) imageLoad(w http.ResponseWriter, r *request) {
 		w.Write(append(b, '\r', '\n'))
 	}
 }
-
