@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"os/signal"
-	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -183,7 +182,9 @@ func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 	if err := s.CheckPolicy(); err != nil {
 		return s, err
 	}
-	handOverWorkdir(&s, f.workdir)
+	for _, note := range s.HandOverWorkdir(f.workdir) {
+		fmt.Fprintln(os.Stderr, "slopbox: note:", note)
+	}
 	return s, nil
 }
 
@@ -305,50 +306,6 @@ func parseEnv(kvs []string) (map[string]string, error) {
 	return env, nil
 }
 
-// handOverWorkdir treats the docker idiom of a workspace, `-w D -v SRC:D`
-// (rlm_code's `--workdir /workspace --volume DIR:/workspace:rw`) with SRC
-// a temporary directory, as slopbox treats --workspace: as root, SRC's
-// root-owned entries are handed to the sandbox's user, so a harness's
-// root-owned temporary workspace is writable by container root (SPEC
-// "Security decisions"). Nothing outside the temporary directories changes
-// owner unasked: any other read-write bind of a directory owned by host
-// root stays root's, and slopbox says so and how to hand it over (:U).
-func handOverWorkdir(s *backend.SpawnSpec, workdir string) {
-	if os.Geteuid() != 0 {
-		return // rootless: the caller's own files map to container root
-	}
-	for i := range s.Mounts {
-		m := &s.Mounts[i]
-		if m.ReadOnly {
-			continue
-		}
-		if s.Workspace == "" && workdir != "" && path.Clean(m.Target) == path.Clean(workdir) && inTempDir(m.Source) {
-			m.HandOver = true
-		}
-		if m.HandOver {
-			continue
-		}
-		var st syscall.Stat_t
-		if syscall.Stat(m.Source, &st) == nil && st.Uid == 0 && st.Mode&0o002 == 0 {
-			fmt.Fprintf(os.Stderr, "slopbox: note: %s is owned by host root, which no sandbox id maps to (container root is not host root), so the sandbox cannot write there; add :U (-v %s:%s:U) to give its root-owned files to the sandbox's user, or chown it to an unprivileged id\n", m.Source, m.Source, m.Target)
-		}
-	}
-}
-
-// inTempDir reports whether src (symlinks resolved) lies below the
-// temporary directory ($TMPDIR, /tmp) or /var/tmp.
-func inTempDir(src string) bool {
-	real, err := filepath.EvalSymlinks(src)
-	if err != nil {
-		return false
-	}
-	for _, dir := range []string{os.TempDir(), "/tmp", "/var/tmp"} {
-		if d, err := filepath.EvalSymlinks(dir); err == nil && d != "/" && strings.HasPrefix(real, d+"/") {
-			return true
-		}
-	}
-	return false
-}
 
 // openBackend opens the sandbox backend with the global flags. A CLI
 // process spawns at most one sandbox: it keeps none ready.

@@ -175,7 +175,15 @@ func (s *Server) spawnSpec(c *createBody, name string) (backend.SpawnSpec, error
 			}
 		}
 	}
-	return spec, spec.CheckPolicy()
+	if err := spec.CheckPolicy(); err != nil {
+		return spec, err
+	}
+	for _, note := range spec.HandOverWorkdir(c.WorkingDir) {
+		if s.Log != nil {
+			s.Log("note: %s", note)
+		}
+	}
+	return spec, nil
 }
 
 // command merges the create body's Entrypoint and Cmd with the image's, as

@@ -1,0 +1,88 @@
+"""The Docker SDK calls SlopCodeBench makes (reference §1.6), against
+DOCKER_HOST, plus images.pull, containers.run(remove=True) and its
+exit-code error, and api.exec_start(stream=True). Prints OK lines; any
+failure raises."""
+import os
+import sys
+
+import docker
+
+image, workspace = sys.argv[1], sys.argv[2]
+
+client = docker.from_env()
+assert client.ping() is True
+print("OK version", client.version()["ApiVersion"])
+
+client.images.pull(image)
+print("OK pull")
+
+c = client.containers.create(
+    image,
+    command="sleep infinity",
+    tty=False,
+    detach=True,
+    stdin_open=False,
+    environment={"K": "V", "HARNESS": "slopcodebench"},
+    volumes={workspace: {"bind": "/workspace", "mode": "rw"}},
+    user="0:0",
+    network_mode="none",
+    working_dir="/workspace",
+    ports={},
+)
+c.start()
+c.reload()
+assert c.status == "running", c.status
+print("OK running", c.name)
+
+code, (out, err) = c.exec_run(["/bin/sh", "-c", "echo $K; pwd; echo oops >&2; echo hi > /workspace/from_container; exit 4"], demux=True)
+assert code == 4, code
+assert out == b"V\n/workspace\n", out
+assert err == b"oops\n", err
+assert open(os.path.join(workspace, "from_container")).read() == "hi\n"
+print("OK exec_run demux")
+
+code, out = c.exec_run("cat /workspace/from_container")
+assert code == 0 and out == b"hi\n", (code, out)
+print("OK exec_run")
+
+eid = client.api.exec_create(c.id, ["sh", "-c", "for i in 1 2 3; do echo $i; done"])["Id"]
+chunks = b"".join(client.api.exec_start(eid, stream=True))
+assert chunks == b"1\n2\n3\n", chunks
+assert client.api.exec_inspect(eid)["ExitCode"] == 0
+print("OK exec_start stream")
+
+c.stop(timeout=1)
+c.reload()
+assert c.status == "exited", c.status
+print("OK stop")
+c.remove(force=True)
+try:
+    client.containers.get(c.id)
+    raise AssertionError("removed container still there")
+except docker.errors.NotFound:
+    pass
+print("OK remove")
+
+c2 = client.containers.create(image, command="sleep infinity", detach=True)
+c2.start()
+c2.kill()
+c2.remove(force=True)
+print("OK kill")
+
+out = client.containers.run(image, ["echo", "ran"], remove=True)
+assert out == b"ran\n", out
+try:
+    client.containers.run(image, ["sh", "-c", "echo bad >&2; exit 3"], remove=True)
+    raise AssertionError("no ContainerError")
+except docker.errors.ContainerError as e:
+    assert e.exit_status == 3, e.exit_status
+print("OK run")
+
+try:
+    client.containers.create("no/such-image:v1", command="true")
+    raise AssertionError("no ImageNotFound")
+except docker.errors.ImageNotFound:
+    pass
+print("OK image not found")
+client.close()
+print("OK close")
