@@ -1,0 +1,219 @@
+package integration
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// serve starts `slopbox serve` on e's state root and returns its socket;
+// the server is stopped (SIGTERM, as a user would) when the test ends.
+func (e *env) serve(t *testing.T) string {
+	t.Helper()
+	sock := filepath.Join(searchable(t, t.TempDir()), "slopbox.sock")
+	cmd := exec.Command(e.bin, "--root", e.root, "serve", "--socket", sock)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("serve exited with %v after SIGTERM:\n%s", err, log.String())
+			}
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("serve did not exit on SIGTERM")
+		}
+		if _, err := os.Stat(sock); err == nil {
+			t.Errorf("serve left its socket behind")
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if fi, err := os.Stat(sock); err == nil {
+			if fi.Mode().Perm() != 0o600 {
+				t.Errorf("socket mode %v, want 0600", fi.Mode().Perm())
+			}
+			return sock
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not listen:\n%s", log.String())
+		}
+	}
+}
+
+// dockerCLI runs the installed docker client against sock.
+func dockerCLI(t *testing.T, sock, stdin string, args ...string) (string, int) {
+	t.Helper()
+	bin, err := exec.LookPath("docker")
+	if err != nil {
+		t.Fatalf("the docker CLI is not installed (these machines ship a docker 28 client): %v", err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix://"+sock, "DOCKER_CONFIG="+t.TempDir())
+	cmd.Stdin = strings.NewReader(stdin)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("docker %v hung:\n%s", args, out.String())
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), code
+}
+
+// TestServeDockerCLI: the installed docker CLI drives slopbox serve, and
+// what it makes is the CLI's too (one state root).
+func TestServeDockerCLI(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	docker := func(stdin string, args ...string) (string, int) {
+		t.Helper()
+		return dockerCLI(t, sock, stdin, args...)
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, code := docker("", args...)
+		if code != 0 {
+			t.Fatalf("docker %v: exit %d\n%s", args, code, out)
+		}
+		return out
+	}
+	if out := must("version", "--format", "{{.Server.APIVersion}} {{.Server.Os}}"); out != "1.44 linux\n" {
+		t.Errorf("version: %q", out)
+	}
+	if out := must("info", "--format", "{{.ServerVersion}}"); strings.TrimSpace(out) == "" {
+		t.Errorf("info: %q", out)
+	}
+	must("pull", e.ref)
+	if out := must("images", "--format", "{{.Repository}}:{{.Tag}}"); !strings.Contains(out, "it/busybox:latest") {
+		t.Errorf("images: %q", out)
+	}
+	if out := must("run", "--rm", e.ref, "echo", "hi"); out != "hi\n" {
+		t.Errorf("run --rm echo hi: %q", out)
+	}
+	if out, code := docker("", "run", "--rm", e.ref, "sh", "-c", "echo out; echo err >&2; exit 3"); code != 3 || !strings.Contains(out, "out\n") || !strings.Contains(out, "err\n") {
+		t.Errorf("run exit 3: %d %q", code, out)
+	}
+	if out, code := docker("", "run", "--rm", e.ref, "no-such-command"); code != 127 || !strings.Contains(out, "executable file not found") {
+		t.Errorf("run of a missing command: %d %q", code, out)
+	}
+	id := strings.TrimSpace(must("run", "-d", "--name", "s1", e.ref, "sh", "-c", "echo started; exec sleep infinity"))
+	if len(id) < 12 {
+		t.Fatalf("run -d printed %q", id)
+	}
+	if out := must("exec", "s1", "sh", "-c", "echo $0; id -u", "exec-out"); out != "exec-out\n0\n" {
+		t.Errorf("exec: %q", out)
+	}
+	if out, code := docker("piped\n", "exec", "-i", "s1", "cat"); code != 0 || out != "piped\n" {
+		t.Errorf("exec -i: %d %q", code, out)
+	}
+	if _, code := docker("", "exec", "s1", "sh", "-c", "exit 7"); code != 7 {
+		t.Errorf("exec exit 7: %d", code)
+	}
+	if out := must("ps", "--format", "{{.Names}} {{.State}}"); !strings.Contains(out, "s1 running") {
+		t.Errorf("ps: %q", out)
+	}
+	if out := must("inspect", "--format", "{{.State.Status}} {{.Name}}", "s1"); out != "running /s1\n" {
+		t.Errorf("inspect: %q", out)
+	}
+	if out := must("logs", "s1"); out != "started\n" {
+		t.Errorf("logs: %q", out)
+	}
+	// The CLI sees and drives what the server made, and the other way round.
+	if out := e.must("exec", "s1", "echo", "from-cli"); out != "from-cli\n" {
+		t.Errorf("slopbox exec into a served container: %q", out)
+	}
+	e.must("run", "-d", "--name", "c1", e.ref, "sleep", "infinity")
+	if out := must("exec", "c1", "echo", "from-docker"); out != "from-docker\n" {
+		t.Errorf("docker exec into a CLI-made sandbox: %q", out)
+	}
+	must("rm", "-f", "c1")
+
+	// cp both ways.
+	dir := searchable(t, t.TempDir())
+	os.WriteFile(filepath.Join(dir, "in.txt"), []byte("copied in\n"), 0o644)
+	must("cp", filepath.Join(dir, "in.txt"), "s1:/tmp/in.txt")
+	if out := must("exec", "s1", "cat", "/tmp/in.txt"); out != "copied in\n" {
+		t.Errorf("cp in: %q", out)
+	}
+	must("exec", "s1", "sh", "-c", "mkdir -p /tmp/d/sub && echo made > /tmp/d/sub/f && chmod 640 /tmp/d/sub/f")
+	must("cp", "s1:/tmp/d", filepath.Join(dir, "d"))
+	if b, err := os.ReadFile(filepath.Join(dir, "d", "sub", "f")); err != nil || string(b) != "made\n" {
+		t.Errorf("cp out: %q %v", b, err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "d", "sub", "f")); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Errorf("cp out kept no mode: %v %v", fi, err)
+	}
+	if out, code := docker("", "cp", "s1:/no/such", dir); code == 0 || !strings.Contains(out, "Could not find the file /no/such") {
+		t.Errorf("cp of a missing path: %d %q", code, out)
+	}
+
+	// logs -f follows until the container stops; wait gives its code.
+	must("run", "-d", "--name", "f1", e.ref, "sh", "-c", "for i in 1 2 3; do echo line$i; sleep 0.2; done; exit 5")
+	if out := must("logs", "-f", "f1"); out != "line1\nline2\nline3\n" {
+		t.Errorf("logs -f: %q", out)
+	}
+	if out := must("wait", "f1"); out != "5\n" {
+		t.Errorf("wait: %q", out)
+	}
+	must("kill", "s1")
+	if out, code := docker("", "rm", "s1"); code != 0 {
+		t.Errorf("rm of a killed container: %d %q", code, out)
+	}
+	must("rm", "-f", "f1")
+	if out, code := docker("", "rm", "nosuch"); code != 1 || !strings.Contains(out, "No such container: nosuch") {
+		t.Errorf("rm of a missing container: %d %q", code, out)
+	}
+	if out, code := docker("", "run", "--rm", "--privileged", e.ref, "true"); code != 125 || !strings.Contains(out, "privileged") {
+		t.Errorf("run --privileged: %d %q", code, out)
+	}
+	if out := must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("containers left: %q", out)
+	}
+}
+
+// TestServeDockerPy: the Docker SDK for Python (docker-py, Debian's
+// python3-docker) makes SlopCodeBench's calls against slopbox serve.
+func TestServeDockerPy(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	ws := searchable(t, t.TempDir())
+	script, err := filepath.Abs("testdata/dockerpy_slopcodebench.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Debian's Python, where python3-docker is (scripts/deps.sh).
+	cmd := exec.Command("/usr/bin/python3", script, e.ref, ws)
+	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix://"+sock)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.HasSuffix(string(out), "OK close\n") {
+		t.Fatalf("docker-py: %v\n%s", err, out)
+	}
+	if out, _ := e.run("", "ps", "-a", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("docker-py's calls left containers: %q", out)
+	}
+}
