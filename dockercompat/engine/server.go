@@ -151,6 +151,8 @@ func (s *Server) route(w http.ResponseWriter, r *request) {
 		s.imagePull(w, r)
 	case p == "/images/load" && m == http.MethodPost:
 		s.imageLoad(w, r)
+	case p == "/images/get" && m == http.MethodGet:
+		s.imageSave(w, r.URL.Query()["names"])
 	case strings.HasPrefix(p, "/images/") && len(p) > len("/images/"):
 		s.imageRoute(w, r, strings.TrimPrefix(p, "/images/"))
 	case p == "/containers/create" && m == http.MethodPost:

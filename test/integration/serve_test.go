@@ -2,6 +2,10 @@ package integration
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -179,6 +183,28 @@ func TestServeDockerCLI(t *testing.T) {
 	if out := must("wait", "f1"); out != "5\n" {
 		t.Errorf("wait: %q", out)
 	}
+	// exec -it through a pseudo-terminal: the terminal's size, job control.
+	dockerBin, _ := exec.LookPath("docker")
+	cfg := t.TempDir()
+	out, code := e.script(t, "DOCKER_HOST=unix://"+sock+" DOCKER_CONFIG="+cfg+" "+dockerBin+" exec -it s1 sh -c 'tty; stty size; exit 6'")
+	if code != 6 || !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "33 101") {
+		t.Errorf("exec -it: %d %q", code, out)
+	}
+
+	// Images: save, load, tag, rmi, a missing one.
+	tarball := filepath.Join(dir, "img.tar")
+	must("save", "-o", tarball, e.ref)
+	if out := must("load", "-i", tarball); !strings.Contains(out, "Loaded image") {
+		t.Errorf("load: %q", out)
+	}
+	must("tag", e.ref, "example.com/copy:v1")
+	if out := must("image", "inspect", "--format", "{{.Os}}", "example.com/copy:v1"); out != "linux\n" {
+		t.Errorf("image inspect: %q", out)
+	}
+	if out, code := docker("", "image", "inspect", "example.com/nosuch:v1"); code != 1 || !strings.Contains(out, "No such image") {
+		t.Errorf("image inspect of a missing image: %d %q", code, out)
+	}
+
 	must("kill", "s1")
 	if out, code := docker("", "rm", "s1"); code != 0 {
 		t.Errorf("rm of a killed container: %d %q", code, out)
@@ -192,6 +218,57 @@ func TestServeDockerCLI(t *testing.T) {
 	}
 	if out := must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("containers left: %q", out)
+	}
+}
+
+// TestServeProtocol: version negotiation, Docker's errors for what is not
+// served (never a hang), and --idle-exit.
+func TestServeProtocol(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}, Timeout: 10 * time.Second}
+	for _, c := range []struct {
+		method, path string
+		code         int
+		msg          string
+	}{
+		{"GET", "/_ping", 200, "OK"},
+		{"GET", "/v1.24/version", 200, `"ApiVersion":"1.44"`},
+		{"GET", "/v1.99/version", 400, "is too new. Maximum supported API version is 1.44"},
+		{"GET", "/v1.12/version", 400, "is too old. Minimum supported API version is 1.24"},
+		{"GET", "/v1.44/swarm", 404, "GET /swarm is not served by slopbox"},
+		{"POST", "/v1.44/build", 404, "POST /build is not served by slopbox"},
+		{"GET", "/v1.44/containers/nosuch/json", 404, "No such container: nosuch"},
+		{"POST", "/v1.44/containers/nosuch/pause", 404, "No such container"},
+	} {
+		req, _ := http.NewRequest(c.method, "http://slopbox"+c.path, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Errorf("%s %s: %v", c.method, c.path, err)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || !strings.Contains(string(body), c.msg) || resp.Header.Get("Api-Version") != "1.44" {
+			t.Errorf("%s %s: %d %q (Api-Version %q), want %d with %q", c.method, c.path, resp.StatusCode, body, resp.Header.Get("Api-Version"), c.code, c.msg)
+		}
+		if c.code >= 400 && resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("%s %s: error Content-Type %q", c.method, c.path, resp.Header.Get("Content-Type"))
+		}
+	}
+	// A second server on the same socket is refused; --idle-exit ends one.
+	if out, code := e.run("", "serve", "--socket", sock); code == 0 || !strings.Contains(out, "in use by another server") {
+		t.Errorf("a second server on a live socket: %d %q", code, out)
+	}
+	idle := filepath.Join(searchable(t, t.TempDir()), "idle.sock")
+	start := time.Now()
+	if out, code := e.run("", "serve", "--socket", idle, "--idle-exit", "300ms"); code != 0 || !strings.Contains(out, "--idle-exit") {
+		t.Errorf("serve --idle-exit: %d %q", code, out)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("--idle-exit 300ms took %v", time.Since(start))
 	}
 }
 
