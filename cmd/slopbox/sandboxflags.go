@@ -306,7 +306,6 @@ func parseEnv(kvs []string) (map[string]string, error) {
 	return env, nil
 }
 
-
 // openBackend opens the sandbox backend with the global flags. A CLI
 // process spawns at most one sandbox: it keeps none ready.
 func openBackend() (*sandbox.Backend, error) {
