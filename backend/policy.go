@@ -3,7 +3,9 @@ package backend
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,12 +40,66 @@ func (s SpawnSpec) CheckPolicy() error {
 	if s.SeccompUnconfined && !slices.Contains(s.Unsafe, "seccomp=unconfined") {
 		return fmt.Errorf("%w: --security-opt seccomp=unconfined turns off the sandbox's syscall filter; allow it explicitly with --allow-unsafe seccomp=unconfined", ErrUnsafe)
 	}
-	for _, m := range append(slices.Clone(s.Mounts), backend2static(s.StaticAssets)...) {
-		if p, bad := hostSystemPath(m.Source); bad && !slices.Contains(s.Unsafe, "mount="+p) {
-			return fmt.Errorf("%w: mounting the host's %s (-v %s:%s) exposes the host to the sandbox; allow it explicitly with --allow-unsafe mount=%s", ErrUnsafe, p, m.Source, m.Target, p)
+	mounts := append(slices.Clone(s.Mounts), backend2static(s.StaticAssets)...)
+	if s.Workspace != "" && !s.NoWorkspaceMount {
+		// The workspace is a read-write bind too, handed over as root.
+		mounts = append(mounts, Mount{Source: s.Workspace, Target: "--workspace", HandOver: true})
+	}
+	for _, m := range mounts {
+		if err := CheckMountSource(m, s.Unsafe); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// CheckMountSource refuses a bind source that is, or leads through a
+// symlink to, one of UnsafeMountSources (unless unsafe allows it), and a
+// hand-over (:U, a workspace) of a host system directory, which would give
+// the host's files to a sandbox's user. The CLI and the Engine API check a
+// spec with it, and the sandbox backend checks again what it resolved.
+func CheckMountSource(m Mount, unsafe []string) error {
+	paths := []string{m.Source}
+	if path.IsAbs(m.Source) {
+		if real, err := filepath.EvalSymlinks(m.Source); err == nil && real != path.Clean(m.Source) {
+			paths = append(paths, real)
+		}
+	}
+	for _, src := range paths {
+		if p, bad := hostSystemPath(src); bad && !slices.Contains(unsafe, "mount="+p) {
+			via := ""
+			if src != paths[0] {
+				via = " through the symlink " + m.Source
+			}
+			return fmt.Errorf("%w: mounting the host's %s%s (-v %s:%s) exposes the host to the sandbox; allow it explicitly with --allow-unsafe mount=%s", ErrUnsafe, p, via, m.Source, m.Target, p)
+		}
+		// Only root hands over (rootless, the caller's files are its own).
+		if m.HandOver && !m.ReadOnly && os.Geteuid() == 0 && handOverForbidden(src) {
+			return fmt.Errorf("%w: handing %s over to the sandbox's user (:U, or as a workspace) would change the owner of the host's system files; mount a directory of your own", ErrUnsafe, src)
+		}
+	}
+	return nil
+}
+
+// handOverForbidden reports whether src (clean, absolute) is a host
+// system directory, or lies in one, whose files must keep their owners.
+func handOverForbidden(src string) bool {
+	if !path.IsAbs(src) {
+		return false
+	}
+	p := path.Clean(src)
+	for _, d := range []string{"/", "/var", "/home", "/opt", "/srv", "/mnt", "/media", "/tmp", "/var/tmp", "/root"} {
+		if p == d {
+			return true
+		}
+	}
+	for _, d := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/etc", "/proc",
+		"/sys", "/dev", "/run", "/var/lib", "/var/log", "/var/cache", "/var/spool", "/var/mail", "/var/backups", "/var/opt", "/var/local"} {
+		if p == d || strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 func backend2static(assets []StaticAsset) []Mount {

@@ -440,7 +440,7 @@ func TestResourceHogsContained(t *testing.T) {
 		return
 	}
 	t.Run("fork-bomb", func(t *testing.T) {
-		res, err := sb.Exec(context.Background(), backend.ExecRequest{Shell: "bomb() { bomb | bomb & }; bomb; exec sleep 30", Timeout: 3 * time.Second})
+		res, err := sb.Exec(context.Background(), backend.ExecRequest{Shell: "(bomb() { bomb | bomb & }; bomb); exec sleep 30", Timeout: 3 * time.Second})
 		if err != nil || !res.TimedOut {
 			t.Fatalf("%+v %v", res, err)
 		}

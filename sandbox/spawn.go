@@ -241,9 +241,23 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 	if err != nil {
 		return nil, err
 	}
+	handOver := map[string]bool{}
+	if !spec.NoWorkspaceMount {
+		handOver[path.Clean(workdir)] = true
+	}
+	for _, m := range spec.Mounts {
+		if m.HandOver {
+			handOver[path.Clean(m.Target)] = true
+		}
+	}
 	for _, m := range ms {
 		if _, err := os.Stat(m.Source); err != nil {
 			return nil, fmt.Errorf("mount %s: %w", m.Destination, err)
+		}
+		// Again on what is mounted: the resolved source.
+		bm := backend.Mount{Source: m.Source, Target: m.Destination, ReadOnly: slices.Contains(m.Options, "ro"), HandOver: handOver[m.Destination]}
+		if err := backend.CheckMountSource(bm, spec.Unsafe); err != nil {
+			return nil, err
 		}
 	}
 	return ms, nil

@@ -296,3 +296,45 @@ func (e *env) runRoot(root string, args ...string) (string, int) {
 	}
 	return string(out), 0
 }
+
+// The mount policy judges where a bind leads, not how it is spelled: a
+// symlink to /etc, /proc or / is refused as the directory itself is, and
+// as root nothing hands a host system directory over to a sandbox's user
+// (:U, or as the workspace). Nothing is left behind by a refusal.
+func TestPolicyFollowsSymlinks(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	dir := searchable(t, t.TempDir())
+	for _, target := range []string{"/etc", "/proc", "/"} {
+		link := filepath.Join(dir, "to"+strings.ReplaceAll(target, "/", "-"))
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+		out, code := e.run("", "run", "--rm", "-v", link+":/h", e.ref, "true")
+		if code != 125 || !strings.Contains(out, "through the symlink "+link) || !strings.Contains(out, "--allow-unsafe") {
+			t.Errorf("-v %s (-> %s): exit %d %q, want 125 naming the symlink", link, target, code, out)
+		}
+	}
+	if os.Geteuid() == 0 {
+		rootLink := filepath.Join(dir, "to-")
+		for _, args := range [][]string{
+			{"-v", "/usr:/x:U"}, {"-v", "/var/lib:/x:U"}, {"-v", "/usr/share:/x:U"}, {"-v", rootLink + ":/x:U"},
+			{"--workspace", "/usr/share"}, {"--workspace", "/var"},
+		} {
+			out, code := e.run("", append(append([]string{"run", "--rm"}, args...), e.ref, "true")...)
+			if code != 125 || (!strings.Contains(out, "system files") && !strings.Contains(out, "--allow-unsafe")) {
+				t.Errorf("%v: exit %d %q, want 125", args, code, out)
+			}
+		}
+		// The owner of what was refused is unchanged.
+		if fi, err := os.Stat("/usr/share"); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+			t.Errorf("/usr/share: %v %v", fi, err)
+		}
+	}
+	if left, _ := e.run("", "ps", "-a", "-q"); strings.TrimSpace(left) != "" {
+		t.Errorf("a refusal left sandboxes: %s", left)
+	}
+	if l := e.leftovers(e.sandboxDirs()); len(l) != 0 {
+		t.Errorf("a refusal left: %v", l)
+	}
+}
