@@ -151,7 +151,7 @@ func ParseVolume(v string) (Mount, error) {
 			case "U":
 				m.HandOver = true
 			default:
-				return Mount{}, fmt.Errorf("-v %q: option %q is not supported (ro, rw, U)", v, o)
+				return Mount{}, InvalidValue("-v %q: option %q is not supported (ro, rw, U)", v, o)
 			}
 		}
 	}
@@ -184,7 +184,7 @@ func (h HostSharing) Check() error {
 		case "host":
 			return refuse(ns.flag+"=host", "would share the host's namespace with the sandbox; slopbox never does")
 		default:
-			return fmt.Errorf("%s %q is not supported (every sandbox has its own)", ns.flag, ns.value)
+			return InvalidValue("%s %q is not supported (every sandbox has its own)", ns.flag, ns.value)
 		}
 	}
 	return nil

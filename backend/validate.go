@@ -17,7 +17,16 @@ var (
 	// ErrUnmappedUser is wrapped when a user's uid, gid or a supplementary
 	// group lies outside the ids the sandbox's user namespace maps.
 	ErrUnmappedUser = errors.New("user outside the sandbox's id range")
+	// ErrInvalidValue is wrapped when a name, flag or option given is not
+	// one slopbox takes (see InvalidValue).
+	ErrInvalidValue = errors.New("invalid value")
 )
+
+// InvalidValue is an error with the message given that matches
+// ErrInvalidValue.
+func InvalidValue(format string, a ...any) error {
+	return &valueError{fmt.Sprintf(format, a...), ErrInvalidValue}
+}
 
 // MinMemoryBytes is the smallest memory limit accepted (Docker's: 6 MiB).
 const MinMemoryBytes = 6 << 20

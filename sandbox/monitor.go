@@ -22,6 +22,8 @@ import (
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/atomicfile"
 	"github.com/slopbox/slopbox/internal/reexec"
+
+	"golang.org/x/sys/unix"
 )
 
 // A sandbox's main command (docker run -d, start) runs under a monitor: a
@@ -51,6 +53,9 @@ type DetachOptions struct {
 	TTY bool `json:"tty,omitempty"`
 	// OpenStdin keeps its stdin open, unwritten (docker run -di).
 	OpenStdin bool `json:"open_stdin,omitempty"`
+	// Rows and Cols size the terminal at start (0: 24×80).
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
 }
 
 // exitRecord is what exitFile holds.
@@ -63,6 +68,23 @@ type exitRecord struct {
 // and returns once it runs. A command that cannot be started gives a
 // *StartError.
 func (s *Sandbox) RunDetached(ctx context.Context, req backend.ExecRequest, o DetachOptions) error {
+	return s.runDetached(ctx, req, o, AttachedStart{})
+}
+
+// AttachedStart is what a client attached before start (docker run through
+// the Engine API) gives the main command.
+type AttachedStart struct {
+	// Stdin, without a terminal, is the command's stdin, in place of the
+	// open, unwritten one of OpenStdin. The caller keeps its own copy.
+	Stdin *os.File
+	// Master, with a terminal, is given a duplicate of its master once the
+	// command runs, to write the client's input to and resize it. It is
+	// the callee's to close.
+	Master func(*os.File)
+}
+
+func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o DetachOptions, a AttachedStart) error {
+	started := false
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -77,6 +99,9 @@ func (s *Sandbox) RunDetached(ctx context.Context, req backend.ExecRequest, o De
 	cmd.detach = true
 	if o.TTY {
 		cmd.tty, cmd.rows, cmd.cols = true, 24, 80
+		if o.Rows > 0 && o.Cols > 0 {
+			cmd.rows, cmd.cols = o.Rows, o.Cols
+		}
 	}
 	if s.rec.Detach != o {
 		s.rec.Detach = o
@@ -109,6 +134,24 @@ func (s *Sandbox) RunDetached(ctx context.Context, req backend.ExecRequest, o De
 			return err
 		}
 		files = append(files, master)
+		if a.Master != nil {
+			fd, err := unix.FcntlInt(master.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			dup := os.NewFile(uintptr(fd), "ptmx")
+			defer func() {
+				if dup != nil {
+					dup.Close()
+				}
+			}()
+			defer func() {
+				if started {
+					a.Master(dup)
+					dup = nil
+				}
+			}()
+		}
 	} else {
 		outR, outW, err := os.Pipe()
 		if err != nil {
@@ -127,7 +170,9 @@ func (s *Sandbox) RunDetached(ctx context.Context, req backend.ExecRequest, o De
 			return err
 		}
 		defer stdin.Close()
-		if o.OpenStdin {
+		if a.Stdin != nil {
+			stdin = a.Stdin
+		} else if o.OpenStdin {
 			r, w, err := os.Pipe()
 			if err != nil {
 				return err
@@ -172,6 +217,7 @@ func (s *Sandbox) RunDetached(ctx context.Context, req backend.ExecRequest, o De
 	}
 	go m.Wait() // a long-lived caller (serve) reaps it
 	touch(filepath.Join(s.dir, socketFile))
+	started = true
 	return nil
 }
 
@@ -273,6 +319,16 @@ func (b *Backend) keepExit(id string, record []byte) {
 		}
 	}
 	atomicfile.WriteVolatile(filepath.Join(dir, id+".json"), bytes.NewReader(record), 0o600)
+}
+
+// KeepRemovedExit records, for RemovedExit, that the main command of a
+// sandbox about to be removed ends with code (docker rm -f of a running
+// container: 137, its SIGKILL, for a waiter).
+func (s *Sandbox) KeepRemovedExit(code int) {
+	b, err := json.Marshal(exitRecord{ExitCode: code, FinishedAt: time.Now().UTC()})
+	if err == nil {
+		s.b.keepExit(s.rec.ID, append(b, '\n'))
+	}
 }
 
 // RemovedExit returns the exit code and end of the main command of the
@@ -419,12 +475,14 @@ func exitInfo(dir string, i *Info) {
 
 // logWriter appends JSON lines ({"log","stream","time"}, docker's
 // json-file format) to the sandbox's log, keeping at most maxLog bytes in
-// it and the one before it (logFile.1).
+// it and the one before it (logFile.1); not while a client follows it
+// (docker run's attach, logs -f), which gets all of it.
 type logWriter struct {
-	path string
-	mu   sync.Mutex
-	f    *os.File
-	size int64
+	path     string
+	mu       sync.Mutex
+	f        *os.File
+	size     int64
+	deferred int64 // the size a rotation put off by a follower waits for
 }
 
 const (
@@ -480,10 +538,14 @@ func (w *logWriter) write(stream string, p []byte) {
 	b = append(b, '\n')
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.f != nil && w.size+int64(len(b)) > maxLog {
-		w.f.Close()
-		w.f = nil
-		os.Rename(w.path, w.path+".1")
+	if w.f != nil && w.size+int64(len(b)) > max(maxLog, w.deferred) {
+		if w.attached() {
+			// Not while a client follows; asked again a MiB later.
+			w.deferred = w.size + 1<<20
+		} else {
+			w.deferred = 0
+			w.rotate()
+		}
 	}
 	if w.f == nil {
 		f, err := os.OpenFile(w.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
@@ -496,6 +558,12 @@ func (w *logWriter) write(stream string, p []byte) {
 	if n, err := w.f.Write(b); err == nil {
 		w.size += int64(n)
 	}
+}
+
+func (w *logWriter) rotate() {
+	w.f.Close()
+	w.f = nil
+	os.Rename(w.path, w.path+".1")
 }
 
 func (w *logWriter) close() {
@@ -517,81 +585,68 @@ type LogOptions struct {
 
 // Logs writes the sandbox's log (the main command's output): stdout lines
 // to stdout, stderr lines to stderr. With Follow it goes on until the
-// sandbox stops or ctx ends.
+// sandbox stops, ctx ends or a write fails.
 func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writer) error {
-	emit := func(l logLine) {
+	emit := func(l logLine) error {
 		if !o.Since.IsZero() && l.Time.Before(o.Since) {
-			return
+			return nil
 		}
 		w := stdout
 		if l.Stream == "stderr" {
 			w = stderr
 		}
 		if o.Timestamps {
-			io.WriteString(w, l.Time.Format(time.RFC3339Nano)+" ")
+			if _, err := io.WriteString(w, l.Time.Format(time.RFC3339Nano)+" "); err != nil {
+				return err
+			}
 		}
-		io.WriteString(w, l.Log)
+		_, err := io.WriteString(w, l.Log)
+		return err
 	}
 	path := filepath.Join(s.dir, logFile)
-	var lines []logLine
-	for _, p := range []string{path + ".1", path} {
-		b, err := os.ReadFile(p)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
+	if o.Follow {
+		// No rotation while it follows: a slow reader misses nothing.
+		marker, err := markAttached(s.dir)
+		if err != nil {
 			return err
 		}
-		lines = append(lines, parseLog(b)...)
+		defer os.Remove(marker)
 	}
+	// The current file is opened first, so that nothing written while the
+	// rest is read is missed.
+	tail := &logTail{path: path}
+	tail.f, _ = os.Open(path)
+	defer tail.close()
+	b, err := os.ReadFile(path + ".1")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	lines := parseLog(b)
+	tail.poll(func(l logLine) error { lines = append(lines, l); return nil })
 	if o.Tail >= 0 && len(lines) > o.Tail {
 		lines = lines[len(lines)-o.Tail:]
 	}
 	for _, l := range lines {
-		emit(l)
+		if err := emit(l); err != nil {
+			return err
+		}
 	}
 	if !o.Follow {
 		return nil
 	}
-	f, err := os.Open(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	var off int64
-	if f != nil {
-		fi, _ := f.Stat()
-		off = fi.Size()
-		f.Close()
-	}
-	var partial []byte
 	var deadline time.Time
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
 		stopped := !s.rec.alive()
-		if fi, err := os.Stat(path); err == nil {
-			if fi.Size() < off { // rotated
-				off = 0
-			}
-			if fi.Size() > off {
-				f, err := os.Open(path)
-				if err == nil {
-					b := make([]byte, fi.Size()-off)
-					n, _ := f.ReadAt(b, off)
-					f.Close()
-					off += int64(n)
-					partial = append(partial, b[:n]...)
-					if i := bytes.LastIndexByte(partial, '\n'); i >= 0 {
-						for _, l := range parseLog(partial[:i+1]) {
-							emit(l)
-						}
-						partial = append([]byte(nil), partial[i+1:]...)
-					}
-				}
-			}
+		if err := tail.poll(emit); err != nil {
+			return err
 		}
 		if stopped {
 			// The monitor may still be writing the last lines: give it
 			// until it records the exit, or a moment.
 			if _, ok := readExit(s.dir); ok || s.rec.Pid == 0 || len(s.rec.Command) == 0 {
-				return nil
+				return tail.poll(emit)
 			}
 			if deadline.IsZero() {
 				deadline = time.Now().Add(2 * time.Second)
@@ -604,6 +659,83 @@ func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writ
 			return nil
 		case <-t.C:
 		}
+	}
+}
+
+// logTail reads a log as it grows, across rotations: when its path names
+// a new file, the rest of the old one is read first, then the new one from
+// its start.
+type logTail struct {
+	path    string
+	f       *os.File // nil until the log exists
+	buf     []byte
+	pending []byte
+}
+
+// poll calls emit with each whole line written since the last poll, and
+// returns emit's first error.
+func (t *logTail) poll(emit func(logLine) error) error {
+	for {
+		if err := t.drain(emit); err != nil {
+			return err
+		}
+		fi, err := os.Stat(t.path)
+		if err != nil {
+			return nil // removed, or between a rotation's rename and create
+		}
+		if t.f != nil {
+			if cur, err := t.f.Stat(); err == nil && os.SameFile(fi, cur) {
+				return nil
+			}
+		}
+		nf, err := os.Open(t.path)
+		if err != nil {
+			return nil
+		}
+		if t.f != nil {
+			if err := t.drain(emit); err != nil {
+				nf.Close()
+				return err
+			}
+			t.f.Close()
+		}
+		t.f, t.pending = nf, nil
+	}
+}
+
+func (t *logTail) drain(emit func(logLine) error) error {
+	if t.f == nil {
+		return nil
+	}
+	if t.buf == nil {
+		t.buf = make([]byte, 64<<10)
+	}
+	for {
+		n, _ := t.f.Read(t.buf)
+		if n == 0 {
+			return nil
+		}
+		t.pending = append(t.pending, t.buf[:n]...)
+		for {
+			i := bytes.IndexByte(t.pending, '\n')
+			if i < 0 {
+				break
+			}
+			var l logLine
+			line := t.pending[:i]
+			t.pending = t.pending[i+1:]
+			if json.Unmarshal(line, &l) == nil {
+				if err := emit(l); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+func (t *logTail) close() {
+	if t.f != nil {
+		t.f.Close()
 	}
 }
 
@@ -621,16 +753,18 @@ func parseLog(b []byte) []logLine {
 // OutputFollower follows the main command's output from the moment it was
 // made (docker attach): see FollowOutput.
 type OutputFollower struct {
-	s    *Sandbox
-	f    *os.File
-	base time.Time // the end of the run before, if any
+	s      *Sandbox
+	tail   *logTail
+	marker string
+	base   time.Time // the end of the run before, if any
 }
 
 // FollowOutput starts following the sandbox's log from its current end,
 // before the next run starts (docker run attaches before it starts). The
 // open log stays readable when an AutoRemove sandbox goes with its command.
 func (s *Sandbox) FollowOutput() (*OutputFollower, error) {
-	f, err := os.OpenFile(filepath.Join(s.dir, logFile), os.O_RDONLY|os.O_CREATE, 0o600)
+	path := filepath.Join(s.dir, logFile)
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -642,42 +776,33 @@ func (s *Sandbox) FollowOutput() (*OutputFollower, error) {
 	if e, ok := readExit(s.dir); ok {
 		base = e.FinishedAt
 	}
-	return &OutputFollower{s: s, f: f, base: base}, nil
+	// While it follows, the log is not rotated (see logWriter.attached):
+	// an attached client gets all of the output, however far behind it is.
+	marker, err := markAttached(s.dir)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &OutputFollower{s: s, tail: &logTail{path: path, f: f}, base: base, marker: marker}, nil
 }
 
 // Copy writes the output to stdout and stderr as it comes, until the run
 // that follows FollowOutput has ended (or the sandbox is gone) and all of
-// it is written, or ctx ends.
+// it is written, a write fails, or ctx ends.
 func (o *OutputFollower) Copy(ctx context.Context, stdout, stderr io.Writer) error {
-	defer o.f.Close()
-	var pending []byte
-	buf := make([]byte, 64<<10)
-	drain := func() {
-		for {
-			n, _ := o.f.Read(buf)
-			if n == 0 {
-				return
-			}
-			pending = append(pending, buf[:n]...)
-			for {
-				i := bytes.IndexByte(pending, '\n')
-				if i < 0 {
-					break
-				}
-				var l logLine
-				if json.Unmarshal(pending[:i], &l) == nil {
-					if l.Stream == "stderr" {
-						io.WriteString(stderr, l.Log)
-					} else {
-						io.WriteString(stdout, l.Log)
-					}
-				}
-				pending = pending[i+1:]
-			}
+	defer o.Close()
+	emit := func(l logLine) error {
+		w := stdout
+		if l.Stream == "stderr" {
+			w = stderr
 		}
+		_, err := io.WriteString(w, l.Log)
+		return err
 	}
 	for {
-		drain()
+		if err := o.tail.poll(emit); err != nil {
+			return err
+		}
 		ended := false
 		if e, ok := readExit(o.s.dir); ok && e.FinishedAt.After(o.base) {
 			ended = true
@@ -685,8 +810,7 @@ func (o *OutputFollower) Copy(ctx context.Context, stdout, stderr io.Writer) err
 			ended = true // removed
 		}
 		if ended {
-			drain()
-			return nil
+			return o.tail.poll(emit)
 		}
 		select {
 		case <-ctx.Done():
@@ -697,4 +821,41 @@ func (o *OutputFollower) Copy(ctx context.Context, stdout, stderr io.Writer) err
 }
 
 // Close stops following without copying.
-func (o *OutputFollower) Close() { o.f.Close() }
+func (o *OutputFollower) Close() {
+	o.tail.close()
+	os.Remove(o.marker)
+}
+
+// attachedDir holds a file per client attached to the main command's
+// output, named by the attaching process's pid.
+const attachedDir = "attached"
+
+func markAttached(dir string) (string, error) {
+	d := filepath.Join(dir, attachedDir)
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(d, strconv.Itoa(os.Getpid())+"-")
+	if err != nil {
+		return "", err
+	}
+	f.Close()
+	return f.Name(), nil
+}
+
+// attached reports whether a live process follows the log (a marker of a
+// process that is gone is dropped).
+func (w *logWriter) attached() bool {
+	d := filepath.Join(filepath.Dir(w.path), attachedDir)
+	ents, _ := os.ReadDir(d)
+	live := false
+	for _, e := range ents {
+		pid, _, _ := strings.Cut(e.Name(), "-")
+		if n, err := strconv.Atoi(pid); err == nil && n > 0 && (syscall.Kill(n, 0) == nil || syscall.Kill(n, 0) == syscall.EPERM) {
+			live = true
+		} else {
+			os.Remove(filepath.Join(d, e.Name()))
+		}
+	}
+	return live
+}

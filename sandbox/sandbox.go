@@ -680,6 +680,12 @@ func (s *Sandbox) Stop() error {
 // Start starts a created or stopped sandbox (its files are kept) and runs
 // its recorded command, if any, detached.
 func (s *Sandbox) Start(ctx context.Context) error {
+	return s.StartAttached(ctx, AttachedStart{})
+}
+
+// StartAttached is Start for a client attached before it (see
+// AttachedStart).
+func (s *Sandbox) StartAttached(ctx context.Context, a AttachedStart) error {
 	if s.rec.Pid > 0 && s.rec.alive() {
 		return nil
 	}
@@ -689,7 +695,7 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	if len(s.rec.Command) == 0 {
 		return nil
 	}
-	return s.RunDetached(ctx, backend.ExecRequest{Argv: s.rec.Command}, s.rec.Detach)
+	return s.runDetached(ctx, backend.ExecRequest{Argv: s.rec.Command}, s.rec.Detach, a)
 }
 
 // SetDetachOptions records how Start attaches the main command (docker

@@ -168,7 +168,7 @@ func nameMatcher(max int, extra string) func(string) bool {
 // claimNameLocked gives name to id. Preconditions: the create lock is held.
 func (r stateRoot) claimNameLocked(name, id string) error {
 	if !validName(name) {
-		return fmt.Errorf("invalid sandbox name %q: use letters, digits, '_', '.' and '-', starting with a letter or digit", name)
+		return backend.InvalidValue("invalid sandbox name %q: use letters, digits, '_', '.' and '-', starting with a letter or digit", name)
 	}
 	if err := os.MkdirAll(filepath.Join(r.dir, namesDir), 0o700); err != nil {
 		return err

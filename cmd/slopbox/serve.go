@@ -29,6 +29,13 @@ func serveCmd() *cobra.Command {
 			if socket == "" {
 				socket = defaultSocket()
 			}
+			// First, while nothing else runs: listenUnix sets the umask.
+			ln, lock, err := listenUnix(socket)
+			if err != nil {
+				return err
+			}
+			defer lock.Close()
+			defer ln.Close() // which removes the socket (and only ours)
 			b, err := openBackend()
 			if err != nil {
 				return err
@@ -44,11 +51,6 @@ func serveCmd() *cobra.Command {
 			} else if pol != nil {
 				srv.AllowedMountRoots, srv.AllowUnsafe = pol.AllowedMountRoots, pol.AllowUnsafe
 			}
-			ln, err := listenUnix(socket)
-			if err != nil {
-				return err
-			}
-			defer os.Remove(socket)
 			hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -102,30 +104,43 @@ func defaultSocket() string {
 }
 
 // listenUnix listens on path with mode 0600, replacing a stale socket but
-// never one a live server answers on.
-func listenUnix(path string) (net.Listener, error) {
+// never one a live server answers on. A server holds path.lock for its
+// life, so two starting at once cannot both take the path.
+func listenUnix(path string) (_ net.Listener, lock *os.File, err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, nil, fmt.Errorf("serve: %w", err)
+	}
+	lock, err = os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("serve: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return nil, nil, fmt.Errorf("serve: %s is in use by another server; stop it or give --socket", path)
+	}
 	if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
 		c.Close()
-		return nil, fmt.Errorf("serve: %s is in use by another server; stop it or give --socket", path)
+		return nil, nil, fmt.Errorf("serve: %s is in use by another server; stop it or give --socket", path)
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("serve: %s exists and is not a socket", path)
+			return nil, nil, fmt.Errorf("serve: %s exists and is not a socket", path)
 		}
 		os.Remove(path)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("serve: %w", err)
 	}
 	old := syscall.Umask(0o177)
 	ln, err := net.Listen("unix", path)
 	syscall.Umask(old)
 	if err != nil {
-		return nil, fmt.Errorf("serve: %w", err)
+		return nil, nil, fmt.Errorf("serve: %w", err)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("serve: %w", err)
+		return nil, nil, fmt.Errorf("serve: %w", err)
 	}
-	return ln, nil
+	return ln, lock, nil
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
@@ -23,6 +24,12 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 	p := r.URL.Query().Get("path")
 	if p == "" {
 		writeError(w, http.StatusBadRequest, "path is required")
+		return
+	}
+	if !sb.Running() {
+		// Docker copies into and out of a stopped container's filesystem;
+		// slopbox copies through the running sandbox, confined to it.
+		writeError(w, http.StatusConflict, fmt.Sprintf("container %s is not running: slopbox copies files only while it runs; start it first", sb.Name()))
 		return
 	}
 	switch r.Method {

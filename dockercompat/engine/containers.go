@@ -72,6 +72,7 @@ type createBody struct {
 		PidMode, IpcMode, UTSMode, UsernsMode string
 		Devices                               []struct{ PathOnHost string }
 		Init                                  *bool
+		ConsoleSize                           []uint16 // [height, width] of a Tty (API 1.42)
 	}
 }
 
@@ -215,7 +216,8 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 		s.imageError(w, c.Image, err)
 		return
 	}
-	spec, err := s.spawnSpec(&c, r.URL.Query().Get("name"))
+	// Docker takes a name with its leading slash, as inspect shows it.
+	spec, err := s.spawnSpec(&c, strings.TrimPrefix(r.URL.Query().Get("name"), "/"))
 	if err != nil {
 		fail(w, err)
 		return
@@ -235,7 +237,11 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 		return
 	}
 	if c.Tty || c.OpenStdin {
-		if err := sb.SetDetachOptions(sandbox.DetachOptions{TTY: c.Tty, OpenStdin: c.OpenStdin}); err != nil {
+		o := sandbox.DetachOptions{TTY: c.Tty, OpenStdin: c.OpenStdin}
+		if cs := c.HostConfig.ConsoleSize; c.Tty && len(cs) == 2 && cs[0] > 0 && cs[1] > 0 {
+			o.Rows, o.Cols = cs[0], cs[1]
+		}
+		if err := sb.SetDetachOptions(o); err != nil {
 			sb.Remove()
 			fail(w, err)
 			return
@@ -281,7 +287,12 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
-		if err := sb.Start(r.Context()); err != nil {
+		as := s.attachedStart(sb.ID())
+		err := sb.StartAttached(r.Context(), as)
+		if as.Stdin != nil {
+			as.Stdin.Close()
+		}
+		if err != nil {
 			if sb.Info().AutoRemove {
 				sb.Remove() // as the daemon: a --rm container that cannot start goes
 			}
@@ -305,7 +316,12 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			return
 		}
 		if verb == "restart" {
-			if err := sb.Start(r.Context()); err != nil {
+			as := s.attachedStart(sb.ID())
+			err := sb.StartAttached(r.Context(), as)
+			if as.Stdin != nil {
+				as.Stdin.Close()
+			}
+			if err != nil {
 				fail(w, err)
 				return
 			}
@@ -335,7 +351,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 	case verb == "attach" && m == http.MethodPost:
 		s.containerAttach(w, r, sb)
 	case verb == "resize" && m == http.MethodPost:
-		w.WriteHeader(http.StatusOK) // the main command's terminal keeps its size
+		s.containerResize(w, r, sb)
 	case verb == "exec" && m == http.MethodPost:
 		s.execCreate(w, r, sb)
 	case verb == "top" && m == http.MethodGet:
@@ -343,7 +359,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 	case verb == "stats" && m == http.MethodGet:
 		s.containerStats(w, sb)
 	case verb == "rename" && m == http.MethodPost:
-		if err := s.b.Rename(ref, r.URL.Query().Get("name")); err != nil {
+		if err := s.b.Rename(ref, strings.TrimPrefix(r.URL.Query().Get("name"), "/")); err != nil {
 			fail(w, err)
 			return
 		}
@@ -396,6 +412,9 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 	if sb.Running() && !boolParam(r, "force") {
 		writeError(w, http.StatusConflict, fmt.Sprintf("cannot remove container %q: container is running: stop the container before removing or force remove", "/"+sb.Name()))
 		return
+	}
+	if sb.Running() && len(sb.Info().Command) > 0 {
+		sb.KeepRemovedExit(128 + int(syscall.SIGKILL)) // for a waiter, as Docker's 137
 	}
 	if err := sb.Remove(); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		fail(w, err)
@@ -494,38 +513,6 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *request, sb *sandbox.Sa
 		stderr = io.Discard
 	}
 	sb.Logs(r.Context(), o, stdout, stderr)
-}
-
-// containerAttach is docker run's attach, made before start: the
-// connection is hijacked and carries the main command's output (framed
-// unless it has a terminal) from its start until the sandbox stops. The
-// output is the sandbox's log, followed; stdin is not passed on.
-func (s *Server) containerAttach(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
-	tty := sb.Info().Tty
-	follow, err := sb.FollowOutput()
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	conn, buf, err := hijack(w, r, tty)
-	if err != nil {
-		follow.Close()
-		return
-	}
-	defer conn.Close()
-	go io.Copy(io.Discard, buf) // stdin: not passed to a sandbox's main command
-	var stdout, stderr io.Writer = conn, conn
-	if !tty {
-		stdout, stderr = frames(conn)
-	}
-	if !boolParam(r, "stdout") {
-		stdout = io.Discard
-	}
-	if !boolParam(r, "stderr") {
-		stderr = io.Discard
-	}
-	// Not r.Context(): that ends when the client half-closes its side.
-	follow.Copy(context.Background(), stdout, stderr)
 }
 
 func (s *Server) containerList(w http.ResponseWriter, r *request) {

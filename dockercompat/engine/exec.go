@@ -209,9 +209,11 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 		e.mu.Lock()
 		e.term = t
 		e.mu.Unlock()
+		var dst io.Writer = io.Discard
 		if e.AttachStdin {
-			go io.Copy(t.Master, in)
+			dst = t.Master
 		}
+		go watchClient(ctx, conn, in, dst, nil, cancel)
 		copied := make(chan struct{})
 		go func() { io.Copy(conn, t.Master); close(copied) }()
 		code, _, _ := t.Wait(ctx, 0)
@@ -235,10 +237,10 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 			return
 		}
 		stdin = pr
-		go func() {
-			io.Copy(pw, in) // the client half-closes at its stdin's end
-			pw.Close()
-		}()
+		// The client half-closes at its stdin's end.
+		go watchClient(ctx, conn, in, pw, pw, cancel)
+	} else {
+		go watchClient(ctx, conn, in, io.Discard, nil, cancel)
 	}
 	defer stdin.Close()
 	outR, outW, err := os.Pipe()

@@ -49,6 +49,8 @@ type Server struct {
 
 	mu    sync.Mutex
 	execs map[string]*execInstance
+	// attached holds the clients attached to a main command, by container.
+	attached map[string]*attachment
 
 	// active counts requests in flight; last is when the last one ended
 	// (unix nanoseconds), for Idle.
@@ -63,7 +65,7 @@ type Server struct {
 
 // New serves the sandboxes and images of backend b.
 func New(b *sandbox.Backend, version string) *Server {
-	s := &Server{b: b, version: version, execs: map[string]*execInstance{}, events: newEventHub()}
+	s := &Server{b: b, version: version, execs: map[string]*execInstance{}, attached: map[string]*attachment{}, events: newEventHub()}
 	s.last.Store(time.Now().UnixNano())
 	return s
 }
@@ -249,7 +251,8 @@ func statusOf(err error) int {
 	case errors.Is(err, sandbox.ErrNameInUse):
 		return http.StatusConflict
 	case errors.Is(err, backend.ErrUnsafe), errors.Is(err, oci.ErrBadMount), errors.Is(err, oci.ErrMountNotAllowed),
-		errors.Is(err, oci.ErrMountInWorkdir), errors.Is(err, errBadRequest):
+		errors.Is(err, oci.ErrMountInWorkdir), errors.Is(err, errBadRequest), errors.Is(err, backend.ErrInvalidValue),
+		errors.Is(err, backend.ErrInvalidLimit), errors.Is(err, backend.ErrInvalidTimeout), errors.Is(err, backend.ErrUnmappedUser):
 		return http.StatusBadRequest
 	case errors.Is(err, errNotImplemented):
 		return http.StatusNotImplemented

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -330,3 +331,37 @@ func TestRunFlags(t *testing.T) {
 }
 
 func runtimeArch() string { return runtime.GOARCH }
+
+// The log of a detached command is bounded (two files of 8 MiB), keeps
+// the end of a long output whole, and a client that follows it (logs -f)
+// misses nothing however long the output.
+func TestLogBound(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	contiguous := func(what, out string) int {
+		t.Helper()
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if len(lines) < 2 || lines[len(lines)-1] != "END" {
+			t.Fatalf("%s: %d lines, ending %q", what, len(lines), out[max(0, len(out)-40):])
+		}
+		first, err := strconv.Atoi(lines[0])
+		if err != nil {
+			t.Fatalf("%s: first line %q", what, lines[0])
+		}
+		for i, l := range lines[:len(lines)-1] {
+			if l != strconv.Itoa(first+i) {
+				t.Fatalf("%s: line %d is %q, want %d (a gap)", what, i, l, first+i)
+			}
+		}
+		return len(lines) - 1
+	}
+	e.must("run", "-d", "--name", "big", e.ref, "sh", "-c", "seq 1 400000; echo END")
+	e.must("wait", "big")
+	if n := contiguous("logs", e.must("logs", "big")); n >= 400000 || n < 100000 {
+		t.Errorf("logs kept %d of 400000 lines; want the bounded end", n)
+	}
+	e.must("run", "-d", "--name", "followed", e.ref, "sh", "-c", "sleep 0.5; seq 1 400000; echo END")
+	if n := contiguous("logs -f", e.must("logs", "-f", "followed")); n != 400000 {
+		t.Errorf("logs -f got %d of 400000 lines", n)
+	}
+}

@@ -191,6 +191,22 @@ func TestServeDockerCLI(t *testing.T) {
 		t.Errorf("exec -it: %d %q", code, out)
 	}
 
+	// run -i passes stdin to the main command and ends at its end; run -it
+	// gives it a terminal of the client's size.
+	if out, code := docker("piped\nlines\n", "run", "-i", "--rm", e.ref, "cat"); code != 0 || out != "piped\nlines\n" {
+		t.Errorf("run -i: %d %q", code, out)
+	}
+	out, code = e.script(t, "DOCKER_HOST=unix://"+sock+" DOCKER_CONFIG="+cfg+" "+dockerBin+" run -it --rm "+e.ref+" sh -c 'tty; stty size; read l; echo got-$l; exit 4'", "typed\n")
+	if code != 4 || !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "33 101") || !strings.Contains(out, "got-typed") {
+		t.Errorf("run -it: %d %q", code, out)
+	}
+	// All of a long output reaches the attached client, beyond the log's
+	// bound (2 x 8 MiB), though the container is removed as it ends.
+	out = must("run", "--rm", e.ref, "sh", "-c", "seq 1 300000; echo END")
+	if lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n"); len(lines) != 300001 || lines[299999] != "300000" || lines[300000] != "END" {
+		t.Errorf("run with a long output: %d lines, ending %q", len(lines), out[max(0, len(out)-40):])
+	}
+
 	// Images: save, load, tag, rmi, a missing one.
 	tarball := filepath.Join(dir, "img.tar")
 	must("save", "-o", tarball, e.ref)
@@ -258,10 +274,90 @@ func TestServeProtocol(t *testing.T) {
 			t.Errorf("%s %s: error Content-Type %q", c.method, c.path, resp.Header.Get("Content-Type"))
 		}
 	}
+	// What the caller got wrong is a 400 naming it; a name may carry
+	// Docker's leading slash.
+	e.must("pull", "-q", e.ref)
+	post := func(path, body string) (int, string) {
+		t.Helper()
+		resp, err := client.Post("http://slopbox"+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	img := `"Image":"` + e.ref + `","Cmd":["sleep","infinity"]`
+	for _, c := range []struct{ path, body, msg string }{
+		{"/v1.44/containers/create?name=bad%20name", "{" + img + "}", "invalid sandbox name"},
+		{"/v1.44/containers/create", "{" + img + `,"HostConfig":{"PidMode":"container:x"}}`, "is not supported (every sandbox has its own)"},
+		{"/v1.44/containers/create", "{" + img + `,"HostConfig":{"Binds":["/tmp:/x:zz"]}}`, "is not supported (ro, rw, U)"},
+		{"/v1.44/containers/create", "{" + img + `,"HostConfig":{"Memory":1000}}`, "Minimum memory limit"},
+	} {
+		if code, body := post(c.path, c.body); code != 400 || !strings.Contains(body, c.msg) {
+			t.Errorf("POST %s %s: %d %s, want 400 with %q", c.path, c.body, code, body, c.msg)
+		}
+	}
+	if code, body := post("/v1.44/containers/create?name=/slashed", "{"+img+"}"); code != 201 {
+		t.Errorf("create with a leading slash: %d %s", code, body)
+	}
+	if code, body := post("/v1.44/containers/slashed/start", ""); code != 204 {
+		t.Errorf("start: %d %s", code, body)
+	}
+	// wait on a container removed by force while it runs: 137, as Docker.
+	waited := make(chan string, 1)
+	go func() {
+		_, body := post("/v1.44/containers/slashed/wait?condition=removed", "")
+		waited <- body
+	}()
+	time.Sleep(300 * time.Millisecond)
+	req, _ := http.NewRequest("DELETE", "http://slopbox/v1.44/containers/slashed?force=1", nil)
+	if resp, err := client.Do(req); err != nil || resp.StatusCode != 204 {
+		t.Errorf("rm -f: %v %v", resp, err)
+	}
+	if body := <-waited; !strings.Contains(body, `"StatusCode":137`) {
+		t.Errorf("wait after rm -f: %s", body)
+	}
+
 	// A second server on the same socket is refused; --idle-exit ends one.
 	if out, code := e.run("", "serve", "--socket", sock); code == 0 || !strings.Contains(out, "in use by another server") {
 		t.Errorf("a second server on a live socket: %d %q", code, out)
 	}
+	// A client that attaches and goes away does not keep a server busy:
+	// the attach ends, and --idle-exit ends the server.
+	e.must("pull", "-q", e.ref)
+	id := strings.TrimSpace(e.must("create", e.ref, "echo", "never started"))
+	idleSock := filepath.Join(searchable(t, t.TempDir()), "attach.sock")
+	srv := exec.Command(e.bin, "--root", e.root, "serve", "--socket", idleSock, "--idle-exit", "1s")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- srv.Wait() }()
+	t.Cleanup(func() { srv.Process.Kill() })
+	var conn net.Conn
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var err error
+		if conn, err = net.Dial("unix", idleSock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not listen: %v", err)
+		}
+	}
+	io.WriteString(conn, "POST /v1.44/containers/"+id+"/attach?stream=1&stdout=1&stderr=1 HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
+	head := make([]byte, 64)
+	if n, _ := conn.Read(head); !strings.HasPrefix(string(head[:n]), "HTTP/1.1 101") {
+		t.Errorf("attach: %q", head[:n])
+	}
+	conn.Close()
+	select {
+	case <-exited:
+	case <-time.After(15 * time.Second):
+		t.Errorf("a server whose attached client went away did not idle-exit")
+	}
+	e.must("rm", id)
+
 	idle := filepath.Join(searchable(t, t.TempDir()), "idle.sock")
 	start := time.Now()
 	if out, code := e.run("", "serve", "--socket", idle, "--idle-exit", "300ms"); code != 0 || !strings.Contains(out, "--idle-exit") {

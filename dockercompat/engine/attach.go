@@ -1,0 +1,249 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slopbox/slopbox/sandbox"
+)
+
+// attachment is a client attached to a container's main command (docker
+// run without -d attaches, then starts): its stdin, for the start to
+// hand to the command, and, with a terminal, the terminal's master, to
+// write that stdin to and resize. It lasts as long as the attach.
+type attachment struct {
+	tty   bool
+	stdin *os.File // the read end of what the client sends; nil without stdin
+
+	mu     sync.Mutex
+	master *os.File
+	used   bool
+	closed bool
+}
+
+// start is what StartAttached gets from the attachment (once).
+func (a *attachment) start() sandbox.AttachedStart {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.used || a.closed {
+		return sandbox.AttachedStart{}
+	}
+	a.used = true
+	if !a.tty {
+		// The caller closes it once started: the command holds the only
+		// read end, so that writes to a command that is gone fail.
+		in := a.stdin
+		a.stdin = nil
+		return sandbox.AttachedStart{Stdin: in}
+	}
+	return sandbox.AttachedStart{Master: func(m *os.File) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.closed {
+			m.Close()
+			return
+		}
+		a.master = m
+		if a.stdin != nil {
+			go io.Copy(m, a.stdin)
+		}
+	}}
+}
+
+func (a *attachment) resize(h, w uint16) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.master == nil {
+		return nil
+	}
+	return unix.IoctlSetWinsize(int(a.master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: h, Col: w})
+}
+
+func (a *attachment) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.closed = true
+	if a.master != nil {
+		a.master.Close()
+	}
+	if a.stdin != nil {
+		a.stdin.Close()
+	}
+}
+
+// containerAttach is docker run's attach, made before start: the
+// connection is hijacked and carries the main command's output (framed
+// unless it has a terminal) from its start until it ends, and with
+// stdin=1 what the client sends becomes the command's stdin (it ends when
+// the client half-closes). The attach ends, too, when the client goes.
+func (s *Server) containerAttach(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+	info := sb.Info()
+	tty := info.Tty
+	follow, err := sb.FollowOutput()
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	a := &attachment{tty: tty}
+	var stdinW *os.File
+	if boolParam(r, "stdin") && info.OpenStdin && !info.Running {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			follow.Close()
+			fail(w, err)
+			return
+		}
+		a.stdin, stdinW = pr, pw
+	}
+	conn, buf, err := hijack(w, r, tty)
+	if err != nil {
+		follow.Close()
+		a.close()
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		return
+	}
+	defer conn.Close()
+	s.mu.Lock()
+	s.attached[sb.ID()] = a
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.attached[sb.ID()] == a {
+			delete(s.attached, sb.ID())
+		}
+		s.mu.Unlock()
+		a.close()
+	}()
+	// Not r.Context(): that ends when the client half-closes its side.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if stdinW != nil {
+		go watchClient(ctx, conn, buf, stdinW, stdinW, cancel)
+	} else {
+		go watchClient(ctx, conn, buf, io.Discard, nil, cancel)
+	}
+	var stdout, stderr io.Writer = conn, conn
+	if !tty {
+		stdout, stderr = frames(conn)
+	}
+	if !boolParam(r, "stdout") {
+		stdout = io.Discard
+	}
+	if !boolParam(r, "stderr") {
+		stderr = io.Discard
+	}
+	follow.Copy(ctx, stdout, stderr)
+}
+
+// watchClient copies what the client of conn sends (from in) to dst,
+// closes closer at its end, and calls gone when the client has gone: its
+// side failed, or it closed the connection entirely (not a half-close).
+// A command that is still attached is then killed, as a terminal's
+// hangup would end it, rather than left running with no one to see it.
+func watchClient(ctx context.Context, conn net.Conn, in io.Reader, dst io.Writer, closer io.Closer, gone func()) {
+	err := pump(dst, in)
+	if closer != nil {
+		closer.Close()
+	}
+	if err != nil {
+		gone()
+		return
+	}
+	watchHangup(ctx, conn, gone)
+}
+
+// pump copies src to dst until src ends: nil at its end (EOF, a client's
+// half-close), its error otherwise. A failing dst (the command no longer
+// reads) does not end it.
+func pump(dst io.Writer, src io.Reader) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && dst != io.Discard {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				dst = io.Discard
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// watchHangup calls gone once the peer of conn has closed it entirely
+// (POLLHUP on a unix socket; a half-close gives only POLLRDHUP), until
+// ctx ends.
+func watchHangup(ctx context.Context, conn net.Conn, gone func()) {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		hup := false
+		raw.Control(func(fd uintptr) {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+			if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
+				hup = fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0
+			}
+		})
+		if hup {
+			gone()
+			return
+		}
+	}
+}
+
+// containerResize sizes the main command's terminal through the attached
+// client's attachment (docker run -it); without one it has no effect.
+func (s *Server) containerResize(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+	h, _ := strconv.Atoi(r.URL.Query().Get("h"))
+	wd, _ := strconv.Atoi(r.URL.Query().Get("w"))
+	s.mu.Lock()
+	a := s.attached[sb.ID()]
+	s.mu.Unlock()
+	if a != nil && h > 0 && wd > 0 && h < 1<<16 && wd < 1<<16 {
+		if err := a.resize(uint16(h), uint16(wd)); err != nil {
+			fail(w, err)
+			return
+		}
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// attachedStart is what start hands the main command from a client
+// attached before it, if any.
+func (s *Server) attachedStart(id string) sandbox.AttachedStart {
+	s.mu.Lock()
+	a := s.attached[id]
+	s.mu.Unlock()
+	if a == nil {
+		return sandbox.AttachedStart{}
+	}
+	return a.start()
+}
