@@ -53,5 +53,25 @@ as_user hyperfine --warmup 3 --runs 30 --export-json "$tmp" \
 cp "$tmp" "$OUT/cli10mb.json" && rm -f "$tmp"
 as_user slopbox-bench rm -f bench-10mb >/dev/null
 
+# The Engine API: docker-py (Debian's python3-docker) making SlopCodeBench's
+# calls against dockerd, rootless podman's service and rootless slopbox
+# serve, one after the other (bench/engine/apibench.py).
+ENGINE_RUNS=${ENGINE_RUNS:-30} ENGINE_SCALE=${ENGINE_SCALE:-100}
+engine() { # peer socket service-pids
+	/usr/bin/python3 bench/engine/apibench.py --name "$1" --socket "$2" --image "$BUSYBOX_REF" \
+		--runs "$ENGINE_RUNS" --scale "$ENGINE_SCALE" --service-pids "$3" >>"$OUT/engine.jsonl" ||
+		echo "engine bench of $1 failed" >&2
+}
+engine dockerd /var/run/docker.sock "$(pgrep -xd, dockerd),$(pgrep -xd, containerd)"
+rt=/run/user/$(bench_uid)
+as_user podman system service --time=0 "unix://$rt/podman-bench.sock" &
+for _ in $(seq 50); do [[ -S $rt/podman-bench.sock ]] && break; sleep 0.2; done
+engine podman-rootless "$rt/podman-bench.sock" "$(pgrep -u "$(bench_uid)" -xd, podman)"
+kill %% 2>/dev/null; wait 2>/dev/null || true
+as_user slopbox-bench serve --socket "$rt/slopbox-bench.sock" 2>/dev/null &
+for _ in $(seq 50); do [[ -S $rt/slopbox-bench.sock ]] && break; sleep 0.2; done
+engine slopbox-rootless "$rt/slopbox-bench.sock" "$(pgrep -u "$(bench_uid)" -f -d, 'slopbox-bench serve')"
+kill %% 2>/dev/null; wait 2>/dev/null || true
+
 go run ./bench/cmd/report "$OUT" >BENCHMARKS.md
 echo "wrote BENCHMARKS.md from $OUT" >&2

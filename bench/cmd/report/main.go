@@ -92,6 +92,18 @@ func main() {
 		}
 		return 0
 	}
+	engine := map[string]map[string]float64{} // peer → figure
+	readLines(filepath.Join(dir, "engine.jsonl"), func(b []byte) {
+		var f map[string]any
+		if json.Unmarshal(b, &f) == nil {
+			if peer, ok := f["peer"].(string); ok {
+				engine[peer] = map[string]float64{}
+				for k, v := range f {
+					engine[peer][k] = num(v)
+				}
+			}
+		}
+	})
 	var meta map[string]any
 	if b, err := os.ReadFile(filepath.Join(dir, "meta.json")); err == nil {
 		json.Unmarshal(b, &meta)
@@ -170,6 +182,16 @@ func main() {
 		p("| %v idle sandboxes, rootless: PSS per sandbox | %.0f KiB | crun: %.0f KiB per container | - | ≤ 256 KiB | %s |\n", sc.Extra["n"], pss, rows["crun-rootless/scale"].NewProcsPssKiB/float64(max(1, rows["crun-rootless/scale"].N)), check(pss <= 256))
 		p("| %v idle sandboxes, rootless: all spawned | %.0f ms | crun: %.0f ms for %d | - | ≤ 2000 ms | %s |\n", sc.Extra["n"], total, rows["crun-rootless/scale"].StartTotalMs, rows["crun-rootless/scale"].N, check(total <= 2000))
 	}
+	if sb, dk := engine["slopbox-rootless"], engine["dockerd"]; sb != nil {
+		cs, dcs := sb["create_start_ms"], dk["create_start_ms"]
+		target("Engine API, docker-py `containers.create` + `start` until running, rootless serve", cs, "dockerd", dcs, "≤ 0.1× dockerd", dcs > 0 && cs > 0 && cs <= 0.1*dcs)
+		ex, dex := sb["exec_run_true_ms"], dk["exec_run_true_ms"]
+		target("Engine API, docker-py `exec_run(\"true\")`, rootless serve", ex, "dockerd", dex, "≤ 0.25× dockerd", dex > 0 && ex > 0 && ex <= 0.25*dex)
+		target("Engine API, docker-py `exec_run(\"true\")`, rootless serve", ex, "crun exec CLI (rootless)", crunExec, "< crun exec", crunExec > 0 && ex > 0 && ex < crunExec)
+		mem, dmem := sb["scale_total_pss_kib"], dk["scale_total_pss_kib"]
+		mark := check(dmem > 0 && mem > 0 && mem < dmem)
+		p("| Engine API, %.0f idle containers: PSS of the service and every process they added (their `sleep` aside) | %.0f KiB | dockerd + containerd + shims %.0f KiB | %s | below dockerd's | %s |\n", sb["scale_n"], mem, dmem, ratioOf(mem, dmem), mark)
+	}
 	le, lf := api["rootless"]["local_exec_true_api"].MedianMs, api["rootless"]["fork_exec_floor"].MedianMs
 	target("local backend exec `true` (Go API)", le, "bare fork+exec from Go", lf, "≤ 1.5× floor", lf > 0 && le <= 1.5*lf)
 
@@ -193,6 +215,19 @@ func main() {
 		if sc, ok := api[mode]["scale_idle_sandboxes"]; ok {
 			b, _ := json.Marshal(sc.Extra)
 			p("\nscale_idle_sandboxes (%s): `%s`\n", mode, b)
+		}
+	}
+
+	if len(engine) > 0 {
+		p("\n## Engine API (bench/engine/apibench.py: docker-py, SlopCodeBench's calls)\n\n| service | create + start until running (ms) | exec_run true (ms) | start %v containers (ms) | service PSS before → after (KiB) | new processes | their PSS (KiB) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n", engine["dockerd"]["scale_n"])
+		var en []string
+		for k := range engine {
+			en = append(en, k)
+		}
+		sort.Strings(en)
+		for _, k := range en {
+			f := engine[k]
+			p("| %s | %.2f | %.2f | %.0f | %.0f → %.0f | %.0f | %.0f |\n", k, f["create_start_ms"], f["exec_run_true_ms"], f["scale_start_total_ms"], f["service_pss_kib_before"], f["service_pss_kib_after"], f["scale_new_procs"], f["scale_new_procs_pss_kib"])
 		}
 	}
 
@@ -222,6 +257,13 @@ func main() {
 	p("- slopbox's seccomp filter lists only the native architecture (32-bit compat syscalls are refused), which is stricter than Docker's. It is compiled once per profile with libcontainer's code and cached; each sandbox's PID 1 loads the compiled program.\n")
 	p("- CLI `run -d` starts a spawn server in a new user namespace for each invocation (two re-executions and newuidmap/newgidmap rootless) before it starts the sandbox; the Go API pays that once per Backend.\n")
 	p("- The Go API figures come from a process that keeps its sandbox backend open; the CLI figures include starting the slopbox binary each time.\n")
+}
+
+func ratioOf(a, b float64) string {
+	if a > 0 && b > 0 {
+		return fmt.Sprintf("%.2f×", a/b)
+	}
+	return "-"
 }
 
 func check(ok bool) string {
