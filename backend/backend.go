@@ -121,7 +121,13 @@ type SpawnSpec struct {
 
 	Network string
 	Ports   []PortMapping
-	Limits  Limits
+	// ExtraHosts ("NAME:IP", docker run --add-host) are added to the
+	// sandbox's /etc/hosts; DNS, DNSSearch and DNSOptions (--dns,
+	// --dns-search, --dns-option) replace its resolv.conf's servers,
+	// search domains and options.
+	ExtraHosts                 []string
+	DNS, DNSSearch, DNSOptions []string
+	Limits                     Limits
 	// CapAdd and CapDrop change Docker's default capability set (docker
 	// run --cap-add/--cap-drop names, or ALL). SeccompUnconfined runs
 	// without the syscall filter. Weakenings the policy refuses

@@ -129,6 +129,19 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	if len(spec.Ports) > 0 {
 		return nil, errors.New("spawn: published ports need bridge networking, which is not supported yet")
 	}
+	for _, h := range spec.ExtraHosts {
+		if _, err := oci.ParseHostEntry(h); err != nil {
+			return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("%v", err))
+		}
+	}
+	var dns *oci.DNS
+	if len(spec.DNS)+len(spec.DNSSearch)+len(spec.DNSOptions) > 0 {
+		d, err := oci.ParseDNS(spec.DNS, spec.DNSSearch, spec.DNSOptions)
+		if err != nil {
+			return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("%v", err))
+		}
+		dns = &d
+	}
 
 	rec := &record{
 		ID:        newID(),
@@ -146,8 +159,9 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 		Env:       spawnEnv(img.Config.Config.Env, spec),
 		NoSetup:   spec.DisableSetup,
 		Keep:      spec.Keep, AutoRemove: spec.AutoRemove,
-		Labels:   spec.Labels,
-		Network:  network,
+		Labels:     spec.Labels,
+		Network:    network,
+		ExtraHosts: spec.ExtraHosts, DNS: dns,
 		ReadOnly: spec.ReadOnlyRootfs,
 		CapAdd:   spec.CapAdd, CapDrop: spec.CapDrop, Unconfined: spec.SeccompUnconfined,
 		Limits:  spec.Limits,
@@ -521,6 +535,11 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 		}
 		req.Mounts = append(req.Mounts, lm)
 	}
+	etc, err := b.etcFiles(rec, req.Hostname)
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	req.Mounts = append(req.Mounts, etc...)
 	rec.Pid = pid
 	start, _, ok := procStart(pid)
 	if !ok {

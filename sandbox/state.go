@@ -21,6 +21,7 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/atomicfile"
+	"github.com/slopbox/slopbox/oci"
 	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
 
@@ -53,6 +54,8 @@ type record struct {
 	Keep       bool              `json:"keep,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	Network    string            `json:"network"`
+	ExtraHosts []string          `json:"extra_hosts,omitempty"`
+	DNS        *oci.DNS          `json:"dns,omitempty"`
 	ReadOnly   bool              `json:"readonly_rootfs,omitempty"`
 	AutoRemove bool              `json:"auto_remove,omitempty"`
 	CapAdd     []string          `json:"cap_add,omitempty"`

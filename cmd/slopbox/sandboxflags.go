@@ -35,6 +35,7 @@ type spawnFlags struct {
 	volumes, env, setup, tmpfs, storageOpts         []string
 	capAdd, capDrop, securityOpts, allowUnsafe      []string
 	devices, mounts, labels, envFiles               []string
+	addHosts, dns, dnsSearch, dnsOptions            []string
 	hostname, entrypoint, platform                  string
 	initFlag                                        bool
 	privileged                                      bool
@@ -69,6 +70,10 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVarP(&f.labels, "label", "l", nil, "set a label KEY=VALUE (ps --filter label=KEY[=VALUE])")
 	fs.StringArrayVar(&f.envFiles, "env-file", nil, "read KEY=VALUE lines from a file (# comments; -e wins)")
 	fs.StringVarP(&f.hostname, "hostname", "h", "", "the sandbox's host name (default: from its name)")
+	fs.StringArrayVar(&f.addHosts, "add-host", nil, "add NAME:IP to the sandbox's /etc/hosts")
+	fs.StringArrayVar(&f.dns, "dns", nil, "the sandbox's DNS server (replaces the host's)")
+	fs.StringArrayVar(&f.dnsSearch, "dns-search", nil, "a DNS search domain ('.' for none)")
+	fs.StringArrayVar(&f.dnsOptions, "dns-option", nil, "a resolv.conf option (ndots:2, …)")
 	fs.Bool("help", false, "help for this command (-h is --hostname, as in docker)")
 	fs.StringVar(&f.entrypoint, "entrypoint", "", "replace the image's entrypoint (\"\" clears it)")
 	fs.StringVar(&f.platform, "platform", "", "only this host's platform can run")
@@ -119,6 +124,7 @@ func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 		return s, fmt.Errorf("--platform %s: this host runs %s images only", f.platform, image.HostPlatform())
 	}
 	s.Hostname = f.hostname
+	s.ExtraHosts, s.DNS, s.DNSSearch, s.DNSOptions = f.addHosts, f.dns, f.dnsSearch, f.dnsOptions
 	env := map[string]string{}
 	for _, file := range f.envFiles {
 		kvs, err := readEnvFile(file)

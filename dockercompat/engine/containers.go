@@ -58,21 +58,22 @@ type createBody struct {
 			Type, Source, Target string
 			ReadOnly             bool
 		}
-		Tmpfs                                 map[string]string
-		NetworkMode                           string
-		PortBindings                          map[string][]struct{ HostIp, HostPort string }
-		Memory                                int64
-		NanoCpus                              int64
-		CpuQuota, CpuPeriod                   int64
-		PidsLimit                             *int64
-		AutoRemove                            bool
-		ReadonlyRootfs                        bool
-		Privileged                            bool
-		CapAdd, CapDrop, SecurityOpt          []string
-		PidMode, IpcMode, UTSMode, UsernsMode string
-		Devices                               []struct{ PathOnHost string }
-		Init                                  *bool
-		ConsoleSize                           []uint16 // [height, width] of a Tty (API 1.42)
+		Tmpfs                                  map[string]string
+		NetworkMode                            string
+		PortBindings                           map[string][]struct{ HostIp, HostPort string }
+		Memory                                 int64
+		NanoCpus                               int64
+		CpuQuota, CpuPeriod                    int64
+		PidsLimit                              *int64
+		AutoRemove                             bool
+		ReadonlyRootfs                         bool
+		Privileged                             bool
+		CapAdd, CapDrop, SecurityOpt           []string
+		PidMode, IpcMode, UTSMode, UsernsMode  string
+		Devices                                []struct{ PathOnHost string }
+		Init                                   *bool
+		ConsoleSize                            []uint16 // [height, width] of a Tty (API 1.42)
+		ExtraHosts, Dns, DnsSearch, DnsOptions []string
 	}
 }
 
@@ -87,7 +88,8 @@ func (s *Server) spawnSpec(c *createBody, name string) (backend.SpawnSpec, error
 	spec := backend.SpawnSpec{Image: c.Image, Name: name, User: c.User, Hostname: c.Hostname, Labels: c.Labels,
 		NoWorkspaceMount: true, Cwd: c.WorkingDir, DisableSetup: true, AutoRemove: h.AutoRemove,
 		ReadOnlyRootfs: h.ReadonlyRootfs, CapAdd: h.CapAdd, CapDrop: h.CapDrop,
-		AllowedMountRoots: s.AllowedMountRoots, Unsafe: slices.Clone(s.AllowUnsafe)}
+		AllowedMountRoots: s.AllowedMountRoots, Unsafe: slices.Clone(s.AllowUnsafe),
+		ExtraHosts: h.ExtraHosts, DNS: h.Dns, DNSSearch: h.DnsSearch, DNSOptions: h.DnsOptions}
 	var devices []string
 	for _, d := range h.Devices {
 		devices = append(devices, d.PathOnHost)
