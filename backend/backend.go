@@ -125,6 +125,9 @@ type SpawnSpec struct {
 	// sandbox's /etc/hosts; DNS, DNSSearch and DNSOptions (--dns,
 	// --dns-search, --dns-option) replace its resolv.conf's servers,
 	// search domains and options.
+	// AllowHostLoopback lets a bridge sandbox reach the host's loopback
+	// (on its gateway's address), which it cannot by default.
+	AllowHostLoopback          bool
 	ExtraHosts                 []string
 	DNS, DNSSearch, DNSOptions []string
 	Limits                     Limits

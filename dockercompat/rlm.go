@@ -2,7 +2,6 @@ package dockercompat
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -182,18 +181,13 @@ func (c *RLMSandbox) Env(lookup func(string) (string, bool)) map[string]string {
 	return env
 }
 
-// ErrRLMNetwork: network_enabled asks for Docker's default network.
-var ErrRLMNetwork = errors.New("sandbox.docker.network_enabled: true asks for a network, and slopbox has no bridge networking yet; set it to false (the sandbox gets loopback only)")
-
 // DockerArgv is the docker command line rlm_code's DockerSandboxRuntime
 // builds (reference §3.2), in its order: workdir's volume, env sorted by
-// key, --network none unless enabled, --memory, --cpus, the extra args, the
+// key, --network none unless enabled (then --network bridge: Docker's
+// default, which slopbox's is not), --memory, --cpus, the extra args, the
 // image and the command. It is run through slopbox's one docker parser, so
 // extra_args meet the same policy as any command line.
 func (c *RLMSandbox) DockerArgv(workdir string, env map[string]string, command []string) ([]string, error) {
-	if c.Docker.NetworkEnabled {
-		return nil, ErrRLMNetwork
-	}
 	argv := []string{"run", "--rm", "--workdir", "/workspace", "--volume", workdir + ":/workspace:rw"}
 	keys := make([]string, 0, len(env))
 	for k := range env {
@@ -203,7 +197,11 @@ func (c *RLMSandbox) DockerArgv(workdir string, env map[string]string, command [
 	for _, k := range keys {
 		argv = append(argv, "--env", k+"="+env[k])
 	}
-	argv = append(argv, "--network", "none")
+	if c.Docker.NetworkEnabled {
+		argv = append(argv, "--network", "bridge")
+	} else {
+		argv = append(argv, "--network", "none")
+	}
 	mem := 512 // int(cfg or 512): a configured 0 is 512
 	if c.Docker.MemoryLimitMB != nil && *c.Docker.MemoryLimitMB != 0 {
 		mem = *c.Docker.MemoryLimitMB

@@ -1,7 +1,6 @@
 package dockercompat
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -69,8 +68,9 @@ func TestRLMConfigArgv(t *testing.T) {
 		}
 	}
 	c.Docker.NetworkEnabled = true
-	if _, err := c.DockerArgv("/w", nil, nil); !errors.Is(err, ErrRLMNetwork) {
-		t.Errorf("network_enabled: %v", err)
+	c.Docker.ExtraArgs = nil
+	if argv, err := c.DockerArgv("/w", nil, nil); err != nil || !strings.Contains(strings.Join(argv, " "), "--network bridge --memory") {
+		t.Errorf("network_enabled: %q, %v", argv, err)
 	}
 }
 

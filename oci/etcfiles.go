@@ -17,19 +17,25 @@ import (
 type HostEntry struct {
 	Name string
 	IP   netip.Addr
+	// Gateway: the IP was Docker's special "host-gateway", the address
+	// at which the sandbox reaches the host; the caller fills IP in.
+	Gateway bool
 }
 
-// ParseHostEntry parses --add-host's "NAME:IP" (also "NAME=IP", and an
-// IPv6 address in brackets or not).
+// ParseHostEntry parses --add-host's "NAME:IP" (also "NAME=IP", an IPv6
+// address in brackets or not, and "NAME:host-gateway").
 func ParseHostEntry(s string) (HostEntry, error) {
 	name, ip, ok := strings.Cut(s, "=")
 	if !ok {
 		name, ip, ok = strings.Cut(s, ":")
 	}
+	if ok && ip == "host-gateway" && validHostName(name) {
+		return HostEntry{Name: name, Gateway: true}, nil
+	}
 	ip = strings.TrimSuffix(strings.TrimPrefix(ip, "["), "]")
 	addr, err := netip.ParseAddr(ip)
 	if !ok || name == "" || err != nil || !validHostName(name) {
-		return HostEntry{}, badOption("--add-host %q: want NAME:IP (an IPv4 or IPv6 address)", s)
+		return HostEntry{}, badOption("--add-host %q: want NAME:IP (an IPv4 or IPv6 address, or host-gateway)", s)
 	}
 	return HostEntry{Name: name, IP: addr}, nil
 }

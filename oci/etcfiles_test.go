@@ -52,6 +52,9 @@ func TestEtcHosts(t *testing.T) {
 			t.Errorf("ParseHostEntry(%q) accepted", bad)
 		}
 	}
+	if e, err := ParseHostEntry("host.docker.internal:host-gateway"); err != nil || !e.Gateway || e.Name != "host.docker.internal" {
+		t.Errorf("host-gateway: %+v %v", e, err)
+	}
 	if e, err := ParseHostEntry("v6:[2001:db8::1]"); err != nil || e.IP.String() != "2001:db8::1" {
 		t.Errorf("v6: %v %v", e, err)
 	}

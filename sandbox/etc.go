@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"bytes"
-	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -35,13 +34,16 @@ func (b *Backend) etcFiles(rec *record, hostname string) ([]spawnd.Mount, error)
 		if err != nil {
 			return nil, err
 		}
+		if e.Gateway {
+			e.IP = hostGateway(rec)
+		}
 		extra = append(extra, e)
 	}
 	var dns oci.DNS
 	if rec.DNS != nil {
 		dns = *rec.DNS
 	}
-	var ownIP, gateway netip.Addr
+	ownIP, gateway := bridgeAddrs(rec)
 	files := []struct {
 		name string
 		data []byte

@@ -41,6 +41,11 @@ const (
 	monitorHelper = "sandbox-monitor"
 	exitFile      = "exit.json"
 	monitorFile   = "monitor.pid" // "pid start-time" of the monitor
+	// monitorReady holds the monitor's pid once it forwards signals: the
+	// Go runtime handles every signal from its first instruction (so
+	// SigCgt says nothing), and ends the process on SIGTERM until
+	// signal.Notify has run.
+	monitorReady = "monitor.ready"
 )
 
 func init() {
@@ -234,6 +239,7 @@ func monitorMain(args []string) int {
 	// command's processes instead of ending the monitor.
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwardedSignals...)
+	os.WriteFile(filepath.Join(root, "c", id, monitorReady), []byte(strconv.Itoa(os.Getpid())), 0o600)
 	nc, err := net.FileConn(os.NewFile(3, "agent"))
 	if err != nil {
 		return 1
@@ -365,29 +371,18 @@ func (s *Sandbox) Signal(sig syscall.Signal) error {
 	if !ok || !s.Running() {
 		return fmt.Errorf("sandbox %s: %w (it was created without one, or its command has exited); kill without -s stops it", s.rec.Name, ErrNoMainCommand)
 	}
-	// The monitor catches sig once it has set itself up (a few ms after
+	// The monitor forwards sig once it has set itself up (a few ms after
 	// run -d returns): until then the signal would end it instead.
-	for deadline := time.Now().Add(2 * time.Second); !catches(pid, sig); time.Sleep(time.Millisecond) {
+	ready := func() bool {
+		b, err := os.ReadFile(filepath.Join(s.dir, monitorReady))
+		return err == nil && string(b) == strconv.Itoa(pid)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !ready(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("sandbox %s: its monitor (pid %d) is not ready for signals", s.rec.Name, pid)
 		}
 	}
 	return syscall.Kill(pid, sig)
-}
-
-// catches reports whether process pid has a handler for sig.
-func catches(pid int, sig syscall.Signal) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return false
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "SigCgt:"); ok {
-			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return err == nil && mask&(1<<(uint(sig)-1)) != 0
-		}
-	}
-	return false
 }
 
 // monitorPid is the pid of the monitor of the sandbox in dir, if it runs.
@@ -407,8 +402,12 @@ func monitorPid(dir string) (int, bool) {
 
 // killMonitor kills the monitor of the sandbox in dir, if one runs (and is
 // not this process), and waits, bounded, until it is gone.
-func killMonitor(dir string) error {
-	b, err := os.ReadFile(filepath.Join(dir, monitorFile))
+func killMonitor(dir string) error { return killRecorded(dir, monitorFile, "the monitor") }
+
+// killRecorded kills the process recorded ("pid start-time") in dir/file,
+// if it still runs, and waits until it has gone.
+func killRecorded(dir, file, what string) error {
+	b, err := os.ReadFile(filepath.Join(dir, file))
 	if err != nil {
 		return nil
 	}
@@ -424,7 +423,7 @@ func killMonitor(dir string) error {
 		}
 		syscall.Kill(pid, syscall.SIGKILL)
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the monitor (pid %d) of %s did not exit after SIGKILL", pid, filepath.Base(dir))
+			return fmt.Errorf("%s (pid %d) of %s did not exit after SIGKILL", what, pid, filepath.Base(dir))
 		}
 	}
 }

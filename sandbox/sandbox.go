@@ -293,6 +293,9 @@ func (b *Backend) destroy(rec *record) error {
 	} else if err := killStragglers(rec.ID, b.state.sandboxDir(rec.ID)); err != nil {
 		errs = append(errs, err)
 	}
+	if err := killNetHelper(b.state.sandboxDir(rec.ID)); err != nil {
+		errs = append(errs, err)
+	}
 	if len(rec.Cgroups) == 0 && (rec.Broken != "" || rec.Limits.MemoryBytes > 0 || rec.Limits.CPUs > 0 || rec.Limits.Pids > 0) {
 		// The state lost its cgroup paths (broken), or never got them (a
 		// slopbox killed between making the cgroup and recording it): they
@@ -669,6 +672,9 @@ func (s *Sandbox) Running() bool { return s.rec.alive() }
 // state, like `docker stop`; a sandbox made with AutoRemove is removed.
 func (s *Sandbox) Stop() error {
 	if err := s.rec.killInit(5 * time.Second); err != nil {
+		return err
+	}
+	if err := killNetHelper(s.dir); err != nil {
 		return err
 	}
 	if s.rec.AutoRemove {

@@ -121,7 +121,11 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 		network = backend.NetworkNone
 	}
 	if network == backend.NetworkBridge {
-		return nil, errors.New("spawn: network mode \"bridge\" is not supported yet; use \"none\" (default) or \"host\"")
+		if _, err := netHelper(); err != nil {
+			return nil, fmt.Errorf("spawn: %w", err)
+		}
+	} else if spec.AllowHostLoopback {
+		return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("--allow-host-loopback is for --network bridge (with %s the host's loopback is %s)", network, map[bool]string{true: "shared", false: "out of reach"}[network == backend.NetworkHost]))
 	}
 	if spec.Hostname != "" && !validHostname(spec.Hostname) {
 		return nil, fmt.Errorf("spawn: invalid hostname %q: letters, digits, '-' and '.', at most 63, starting with a letter or digit", spec.Hostname)
@@ -161,7 +165,7 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 		Keep:      spec.Keep, AutoRemove: spec.AutoRemove,
 		Labels:     spec.Labels,
 		Network:    network,
-		ExtraHosts: spec.ExtraHosts, DNS: dns,
+		ExtraHosts: spec.ExtraHosts, DNS: dns, AllowHostLoopback: spec.AllowHostLoopback,
 		ReadOnly: spec.ReadOnlyRootfs,
 		CapAdd:   spec.CapAdd, CapDrop: spec.CapDrop, Unconfined: spec.SeccompUnconfined,
 		Limits:  spec.Limits,
@@ -393,7 +397,13 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	return b.claim(ctx, srv, rec, pid)
+	if err := b.claim(ctx, srv, rec, pid); err != nil {
+		// Stopped again, as it was: no PID 1 or network helper left.
+		unix.Kill(pid, unix.SIGKILL)
+		killNetHelper(b.state.sandboxDir(rec.ID))
+		return err
+	}
+	return nil
 }
 
 // template is what a sandbox's PID 1 is started from before it is claimed:
@@ -551,7 +561,20 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 	if err := b.applyLimits(rec); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	if _, err := srv.call(ctx, b.store.Mapping(), &req, fds, false); err != nil {
+	// slirp4netns needs only the network namespace PID 1 holds: it sets
+	// the interface up while PID 1 mounts. A failed claim's sandbox is
+	// destroyed by the caller, helper included (its pid is recorded).
+	netReady := func() error { return nil }
+	if rec.Network == backend.NetworkBridge {
+		if netReady, err = b.startNetHelper(rec, pid); err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+	}
+	_, err = srv.call(ctx, b.store.Mapping(), &req, fds, false)
+	if nerr := netReady(); err == nil && nerr != nil {
+		err = nerr
+	}
+	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
 	if b.claimedHook != nil {

@@ -25,31 +25,59 @@ env PATH=/usr/sbin:/usr/bin:/sbin:/bin bash "$tc/scripts/go-toolchain.sh"
 "$tc/.work/go/bin/go" version | grep -q "go$(awk '$1 == "go" {print $2; exit}' go.mod) " || { echo "the fetched toolchain is not the one go.mod names" >&2; exit 1; }
 rm -rf "$tc"
 
+# Bridge networking runs slirp4netns as the user, which opens
+# /dev/net/tun: most distributions ship it 0666, these machines 0600
+# (`slopbox doctor` explains it). Set it as distributions do.
+if [[ $(id -u) -eq 0 && -c /dev/net/tun ]]; then
+	chmod 0666 /dev/net/tun
+fi
+
+# checked runs a test command; when it fails, what failed (and, for a
+# timeout, which tests were running) is kept for the summary printed last,
+# where a CI log's tail shows it.
+summary=$(mktemp)
+trap 'rm -f "$summary"' EXIT
+checked() {
+	local log
+	log=$(mktemp)
+	if "$@" 2>&1 | tee "$log"; then
+		rm -f "$log"
+		return 0
+	fi
+	{
+		echo "== FAILED: $*"
+		grep -E -A15 '^panic: test timed out' "$log" | grep -v '^goroutine ' | head -25 || true
+		grep -E '^(--- FAIL|FAIL|panic:|ok )' "$log" | head -60 || true
+	} >>"$summary"
+	rm -f "$log"
+	return 1
+}
+status=0
+
 echo "== tests as root" >&2
-go test -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 30m ./...
+checked go test -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 15m ./... || status=1
 
 # The race detector over the packages with concurrency.
 echo "== race detector" >&2
-go test -race -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 30m ./backend/ ./image/ ./sandbox/ ./test/conformance/
+checked go test -race -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 15m ./backend/ ./image/ ./sandbox/ ./test/conformance/ || status=1
 
 # Each fuzz target for a bounded time (its seeds and testdata/fuzz corpus
 # also ran above, as tests).
 echo "== fuzzing, ${FUZZTIME:=10s} a target" >&2
 for target in "FuzzApplyLayer ./image/archive/" "FuzzParseReference ./image/" "FuzzAgentRequest ./sandbox/" "FuzzParseSpec ./dockercompat/" "FuzzGlob ./dockercompat/" "FuzzReadArchive ./dockercompat/"; do
 	read -r name pkg <<<"$target"
-	go test -tags "$TAGS" -ldflags "$LDFLAGS" -run '^$' -fuzz "^$name\$" -fuzztime "$FUZZTIME" "$pkg"
+	checked go test -tags "$TAGS" -ldflags "$LDFLAGS" -run '^$' -fuzz "^$name\$" -fuzztime "$FUZZTIME" "$pkg" || status=1
 done
 
 [[ $(id -u) -eq 0 ]] || { echo "not root: the rootless run needs root to switch to $TEST_USER" >&2; exit 1; }
 echo "== tests as $TEST_USER (rootless)" >&2
 work=$(mktemp -d /tmp/slopbox-rootless.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work" "$summary"' EXIT
 # The user must be able to read the sources (testdata) wherever CI cloned them.
 git ls-files -z | xargs -0 -I{} cp --parents {} "$work/"
 mkdir -p "$work/bin" && cp bin/slopbox "$work/bin/slopbox" # for test/integration
 chmod -R a+rX "$work"
 chmod 755 "$work"
-status=0
 for pkg in "${ROOTLESS_PKGS[@]}"; do
 	[[ -d $pkg ]] || continue
 	ls "$pkg"/*_test.go >/dev/null 2>&1 || continue
@@ -57,8 +85,10 @@ for pkg in "${ROOTLESS_PKGS[@]}"; do
 	go test -c -tags "$TAGS" -ldflags "$LDFLAGS" -o "$bin" "$pkg"
 	chmod 755 "$bin"
 	echo "-- $pkg as $TEST_USER (left out, root only: $ROOT_ONLY)" >&2
-	if ! su "$TEST_USER" -s /bin/sh -c "cd '$work/$pkg' && HOME=\$(getent passwd $TEST_USER | cut -d: -f6) '$bin' -test.count=1 -test.timeout=20m -test.skip '$ROOT_ONLY'"; then
-		status=1
-	fi
+	checked su "$TEST_USER" -s /bin/sh -c "cd '$work/$pkg' && HOME=\$(getent passwd $TEST_USER | cut -d: -f6) '$bin' -test.count=1 -test.timeout=15m -test.skip '$ROOT_ONLY'" || status=1
 done
+if [[ -s $summary ]]; then
+	echo "== summary of failures" >&2
+	cat "$summary" >&2
+fi
 exit $status

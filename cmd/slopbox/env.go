@@ -101,9 +101,6 @@ func (f *envFlags) open(cmd *cobra.Command, file string) (*dockercompat.Spec, ba
 		if err != nil {
 			return nil, nil, nil, nil, err
 		}
-		if sp.Network == backend.NetworkBridge {
-			return nil, nil, nil, nil, fmt.Errorf("%s: docker.network is bridge (SlopCodeBench's default when unset), which slopbox does not support yet: set network: none or network: host in the spec", file)
-		}
 		if _, err := ensureImage(ctx, sb, sp.Image); err != nil {
 			return nil, nil, nil, nil, err
 		}

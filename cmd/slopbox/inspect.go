@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"text/template"
 
 	"github.com/spf13/cobra"
 )
 
 func inspectCmd() *cobra.Command {
-	return &cobra.Command{
+	var format string
+	c := &cobra.Command{
 		Use:   "inspect IMAGE...",
 		Short: "Show sandbox or image metadata as JSON",
 		Args:  cobra.MinimumNArgs(1),
@@ -32,13 +36,19 @@ func inspectCmd() *cobra.Command {
 				}
 				out = append(out, m)
 			}
-			enc := json.NewEncoder(os.Stdout)
-			enc.SetIndent("", "    ")
-			if out == nil {
-				out = []any{}
-			}
-			if err := enc.Encode(out); err != nil {
-				return err
+			if format != "" {
+				if err := formatEach(format, out); err != nil {
+					return err
+				}
+			} else {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "    ")
+				if out == nil {
+					out = []any{}
+				}
+				if err := enc.Encode(out); err != nil {
+					return err
+				}
 			}
 			if len(errs) > 0 {
 				return &exitError{code: 1, err: errors.Join(errs...)}
@@ -46,4 +56,32 @@ func inspectCmd() *cobra.Command {
 			return nil
 		},
 	}
+	c.Flags().StringVarP(&format, "format", "f", "", "Go template over each object's JSON fields (e.g. '{{.Id}} {{.Pid}}'); json renders a value as JSON")
+	return c
+}
+
+// formatEach prints each object through the Go template text, over its
+// JSON form as docker inspect --format does, one line each.
+func formatEach(text string, objs []any) error {
+	tmpl, err := template.New("format").Funcs(template.FuncMap{"json": jsonString}).Parse(text)
+	if err != nil {
+		return &exitError{code: 125, err: fmt.Errorf("--format: %w", err)}
+	}
+	for _, o := range objs {
+		b, err := json.Marshal(o)
+		if err != nil {
+			return err
+		}
+		var m map[string]any
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber() // 1048576, not 1.048576e+06
+		if err := d.Decode(&m); err != nil {
+			return err
+		}
+		if err := tmpl.Execute(os.Stdout, m); err != nil {
+			return &exitError{code: 1, err: fmt.Errorf("--format: %w", err)}
+		}
+		fmt.Println()
+	}
+	return nil
 }

@@ -42,7 +42,7 @@ type spawnFlags struct {
 	pidNS, ipcNS, utsNS, userNS                     string
 	cpus                                            float64
 	pids                                            int64
-	keep, strict, readOnly                          bool
+	keep, strict, readOnly, allowHostLoopback       bool
 }
 
 func (f *spawnFlags) register(fs *pflag.FlagSet) {
@@ -51,7 +51,8 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE (KEY alone takes the value from the host)")
 	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory of commands (and the workspace's mount point with --workspace)")
 	fs.StringVarP(&f.user, "user", "u", "", "user: name|uid[:group|gid] from the image's /etc/passwd")
-	fs.StringVar(&f.network, "network", "none", "network: none (loopback only) or host")
+	fs.StringVar(&f.network, "network", "none", "network: none (loopback only), bridge (its own, with outbound access through slirp4netns) or host")
+	fs.BoolVar(&f.allowHostLoopback, "allow-host-loopback", false, "with --network bridge: let the sandbox reach the host's loopback (at 10.0.2.2)")
 	fs.StringVar(&f.network, "net", "none", "alias of --network")
 	fs.StringVar(&f.workspace, "workspace", "", "host directory mounted read-write at --workdir (default /workspace)")
 	fs.StringVarP(&f.memory, "memory", "m", "", "memory limit (e.g. 512m, 2g)")
@@ -125,6 +126,7 @@ func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 	}
 	s.Hostname = f.hostname
 	s.ExtraHosts, s.DNS, s.DNSSearch, s.DNSOptions = f.addHosts, f.dns, f.dnsSearch, f.dnsOptions
+	s.AllowHostLoopback = f.allowHostLoopback
 	env := map[string]string{}
 	for _, file := range f.envFiles {
 		kvs, err := readEnvFile(file)

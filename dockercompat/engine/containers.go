@@ -111,14 +111,16 @@ func (s *Server) spawnSpec(c *createBody, name string) (backend.SpawnSpec, error
 		}
 	}
 	switch h.NetworkMode {
-	case "", "default", "bridge", "none":
-		// slopbox has no bridge yet: a sandbox gets its own loopback only,
-		// as the CLI's default.
+	case "", "default", "none":
+		// The safe default, the CLI's: a sandbox gets its own loopback
+		// only, unless bridge is asked for by name.
 		spec.Network = backend.NetworkNone
+	case "bridge":
+		spec.Network = backend.NetworkBridge
 	case "host":
 		spec.Network = backend.NetworkHost
 	default:
-		return spec, badRequest("NetworkMode %q is not supported (none, host; bridge networking is not there yet)", h.NetworkMode)
+		return spec, badRequest("NetworkMode %q is not supported (none, bridge, host; slopbox has no named networks)", h.NetworkMode)
 	}
 	for port, binds := range h.PortBindings {
 		if len(binds) > 0 {

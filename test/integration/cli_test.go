@@ -5,6 +5,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 
@@ -64,11 +65,19 @@ func newEnv(t *testing.T) *env {
 // the exit code.
 func (e *env) run(in string, args ...string) (string, int) {
 	e.t.Helper()
-	cmd := exec.Command(e.bin, append([]string{"--root", e.root}, args...)...)
+	// No command of these tests takes minutes: one that does has hung, and
+	// says so here rather than at the package's timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.bin, append([]string{"--root", e.root}, args...)...)
+	cmd.WaitDelay = 10 * time.Second
 	cmd.Stdin = strings.NewReader(in)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
+	if ctx.Err() != nil {
+		e.t.Fatalf("slopbox %v hung (killed after 3 minutes): %v\n%s", args, err, out.String())
+	}
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()

@@ -76,9 +76,9 @@ docker: {image: `+e.ref+`, network: none, keep_container_after_clean: true}
 	if ps := e.must("ps", "-a", "-q"); strings.TrimSpace(ps) == "" {
 		t.Error("the kept sandbox is gone")
 	}
-	// The default network (bridge) is refused clearly until it exists.
+	// The default network (SlopCodeBench's): bridge, with its own interface.
 	bridge := spec("bridge.yaml", "type: docker\nname: b\ndocker: {image: "+e.ref+"}\n")
-	if out, code := e.run("", "env", "run", bridge, "--workspace", ws, "--", "true"); code != 125 || !strings.Contains(out, "network: none") {
+	if out, code := e.run("", "env", "run", bridge, "--workspace", ws, "--", "sh", "-c", "ip -4 addr show tap0 | grep -o 'inet [0-9.]*'"); code != 0 || !strings.Contains(out, "inet 10.0.2.100") {
 		t.Errorf("bridge spec: exit %d %q", code, out)
 	}
 	// Bad specs are refused with the reason.
@@ -139,7 +139,8 @@ func TestRLMSandboxConfig(t *testing.T) {
 			t.Errorf("extra_args %s: exit %d %q, want 125 naming %q", c.extra, code, out, c.msg)
 		}
 	}
-	if out, code := e.run("", "env", "run", config("net.yaml", ", network_enabled: true"), "--workspace", ws, "--", "true"); code != 125 || !strings.Contains(out, "network_enabled") {
+	// network_enabled: Docker's default network, bridge.
+	if out, code := e.run("", "env", "run", config("net.yaml", ", network_enabled: true"), "--workspace", ws, "--", "sh", "-c", "ip -4 addr show tap0 | grep -o 'inet [0-9.]*'"); code != 0 || !strings.Contains(out, "inet 10.0.2.100") {
 		t.Errorf("network_enabled: true: exit %d %q", code, out)
 	}
 	// The workdir must lie under an allowed root.

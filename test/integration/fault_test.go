@@ -85,6 +85,7 @@ func TestSIGKILLAnywhereThenPruneLeavesNothing(t *testing.T) {
 	seen := map[string]bool{}
 	scenarios := [][]string{
 		{"run", "-d", "--name", "victim", "--memory", "64m", e.ref, "sleep", "1000"},
+		{"run", "-d", "--name", "victim", "--network", "bridge", e.ref, "sleep", "1000"},
 		{"run", "--rm", "--pids-limit", "50", e.ref, "sh", "-c", "sleep 100 & busybox setsid sleep 100 & sleep 100"},
 		{"exec", "base", "sh", "-c", "sleep 100 & busybox setsid sleep 100 & sleep 100"},
 		{"rm", "-f", "base"},

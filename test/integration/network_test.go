@@ -1,9 +1,18 @@
 package integration
 
 import (
+	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/test/fixtures"
@@ -30,7 +39,7 @@ func TestNameResolution(t *testing.T) {
 print(socket.getaddrinfo("localhost", 80, proto=socket.IPPROTO_TCP)[0][4][0])
 print(socket.gethostname(), socket.gethostbyname(socket.gethostname()))
 print(socket.gethostbyname("db"))`
-	for _, mode := range []string{"none", "host"} {
+	for _, mode := range []string{"none", "host", "bridge"} {
 		out, code := e.run("", "run", "--rm", "--network", mode, "--hostname", "box-"+mode, "--add-host", "db:10.1.2.3", py, "python3", "-c", script)
 		if code != 0 {
 			t.Errorf("%s: python: exit %d\n%s", mode, code, out)
@@ -75,5 +84,214 @@ print(socket.gethostbyname("db"))`
 		if out, code := e.run("", append(append([]string{"run", "--rm"}, bad...), e.ref, "true")...); code != 125 || !strings.Contains(out, bad[0]) {
 			t.Errorf("%v: exit %d %q, want 125 naming the flag", bad, code, out)
 		}
+	}
+}
+
+// outside stands in for the internet: an HTTP server answering "internet"
+// at an address that is not the host's loopback. As root it is a network
+// namespace of the test's own, joined to the host by a veth pair, with a
+// DNS server that resolves internet.test to it; rootless (no namespace can
+// be joined to the host without privilege) it is the host's first
+// non-loopback address, and there is no DNS server (port 53 needs root).
+type outsideNet struct {
+	ip, port, dns string
+}
+
+func outside(t *testing.T) outsideNet {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		addrs, _ := net.InterfaceAddrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+				ln, err := net.Listen("tcp", net.JoinHostPort(n.IP.String(), "0"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return outsideNet{ip: n.IP.String(), port: serveText(t, ln, "internet")}
+			}
+		}
+		t.Fatal("this host has no non-loopback IPv4 address to stand in for the internet")
+	}
+	ns := fmt.Sprintf("sbxout%d", os.Getpid())
+	veth := fmt.Sprintf("sbxo%d", os.Getpid())
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	ip("netns", "add", ns)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+	t.Cleanup(func() { exec.Command("ip", "link", "del", veth).Run() })
+	ip("addr", "add", "198.51.100.1/24", "dev", veth)
+	ip("link", "set", veth, "up")
+	ip("-n", ns, "addr", "add", "198.51.100.2/24", "dev", "eth0")
+	ip("-n", ns, "link", "set", "eth0", "up")
+	ip("-n", ns, "link", "set", "lo", "up")
+	var ln net.Listener
+	var pc net.PacketConn
+	inNetns(t, "/run/netns/"+ns, func() error {
+		var err error
+		if ln, err = net.Listen("tcp", "198.51.100.2:80"); err != nil {
+			return err
+		}
+		pc, err = net.ListenPacket("udp", "198.51.100.2:53")
+		return err
+	})
+	t.Cleanup(func() { pc.Close() })
+	go serveDNS(pc, map[string]net.IP{"internet.test.": net.ParseIP("198.51.100.2")})
+	return outsideNet{ip: "198.51.100.2", port: serveText(t, ln, "internet"), dns: "198.51.100.2"}
+}
+
+// inNetns runs f on a thread joined to the network namespace at path:
+// sockets it makes stay in that namespace.
+func inNetns(t *testing.T, path string, f func() error) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked if the thread cannot get back: it dies with the goroutine
+		self, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer self.Close()
+		target, err := os.Open(path)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- err
+			return
+		}
+		ferr := f()
+		if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- err
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serveText serves body on ln until the test ends and returns its port.
+func serveText(t *testing.T, ln net.Listener, body string) string {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, body) })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+// serveDNS answers A queries for names from pc until it is closed.
+func serveDNS(pc net.PacketConn, names map[string]net.IP) {
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		var p dnsmessage.Parser
+		h, err := p.Start(buf[:n])
+		if err != nil {
+			continue
+		}
+		q, err := p.Question()
+		if err != nil {
+			continue
+		}
+		b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true})
+		b.EnableCompression()
+		ip, ok := names[strings.ToLower(q.Name.String())]
+		if !ok {
+			b = dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, RCode: dnsmessage.RCodeNameError})
+		}
+		b.StartQuestions()
+		b.Question(q)
+		if ok && q.Type == dnsmessage.TypeA {
+			b.StartAnswers()
+			var a [4]byte
+			copy(a[:], ip.To4())
+			b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 60}, dnsmessage.AResource{A: a})
+		}
+		if msg, err := b.Finish(); err == nil {
+			pc.WriteTo(msg, from)
+		}
+	}
+}
+
+// Bridge mode: a network namespace of the sandbox's own with outbound
+// access (by IP, by an --add-host name, and as root by a name a DNS server
+// serves), the host's loopback out of reach unless --allow-host-loopback;
+// none reaches nothing outside; the network helper goes with the sandbox.
+func TestBridgeNetwork(t *testing.T) {
+	e := newEnv(t)
+	out := outside(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	loopPort := serveText(t, ln, "host-loopback")
+	get := func(box, url string) (string, int) {
+		return e.run("", "exec", box, "timeout", "5", "wget", "-q", "-O", "-", url)
+	}
+	args := []string{"run", "-d", "--name", "br", "--network", "bridge", "--add-host", "web:" + out.ip}
+	if out.dns != "" {
+		args = append(args, "--dns", out.dns)
+	}
+	e.must(append(args, e.ref, "sleep", "infinity")...)
+	for _, url := range []string{"http://" + out.ip + ":" + out.port + "/", "http://web:" + out.port + "/"} {
+		if body, code := get("br", url); code != 0 || body != "internet" {
+			t.Errorf("bridge: GET %s: exit %d %q", url, code, body)
+		}
+	}
+	if out.dns != "" {
+		if body, code := get("br", "http://internet.test:"+out.port+"/"); code != 0 || body != "internet" {
+			t.Errorf("bridge: GET by a name the test's DNS server serves: exit %d %q", code, body)
+		}
+	}
+	if body, code := get("br", "http://10.0.2.2:"+loopPort+"/"); code == 0 || strings.Contains(body, "host-loopback") {
+		t.Errorf("bridge: the host's loopback is reachable without --allow-host-loopback: %q", body)
+	}
+	if got := e.must("exec", "br", "sh", "-c", "ip -4 addr show tap0 | grep -o 'inet [0-9.]*'; ip route | grep default"); !strings.Contains(got, "inet 10.0.2.100") || !strings.Contains(got, "default via 10.0.2.2") {
+		t.Errorf("bridge interface:\n%s", got)
+	}
+	// rlm_code's spelling for the host: host-gateway.
+	e.must("run", "-d", "--name", "loop", "--network", "bridge", "--allow-host-loopback", "--add-host", "host.docker.internal:host-gateway", e.ref, "sleep", "infinity")
+	if body, code := get("loop", "http://host.docker.internal:"+loopPort+"/"); code != 0 || body != "host-loopback" {
+		t.Errorf("--allow-host-loopback: GET the host's loopback: exit %d %q", code, body)
+	}
+	if got := e.must("exec", "loop", "cat", "/etc/resolv.conf"); got != "nameserver 10.0.2.3\n" {
+		t.Errorf("bridge resolv.conf: %q, want slirp4netns's forwarder", got)
+	}
+	// none: nothing outside, not even the host's loopback.
+	e.must("run", "-d", "--name", "iso", e.ref, "sleep", "infinity")
+	for _, url := range []string{"http://" + out.ip + ":" + out.port + "/", "http://127.0.0.1:" + loopPort + "/"} {
+		if body, code := get("iso", url); code == 0 || strings.Contains(body, "internet") || strings.Contains(body, "host-loopback") {
+			t.Errorf("none: GET %s reached: %q", url, body)
+		}
+	}
+	if out, code := e.run("", "run", "--rm", "--allow-host-loopback", e.ref, "true"); code != 125 || !strings.Contains(out, "--network bridge") {
+		t.Errorf("--allow-host-loopback without bridge: exit %d %q", code, out)
+	}
+	// The helper goes with the sandbox: stop, then rm.
+	ids := map[string]bool{}
+	for _, name := range []string{"br", "loop"} {
+		ids[strings.TrimSpace(e.must("inspect", "--format", "{{.Id}}", name))] = true
+	}
+	e.must("stop", "-t", "0", "br")
+	e.must("rm", "-f", "br", "loop", "iso")
+	deadline := time.Now().Add(5 * time.Second)
+	for left := e.leftovers(ids); len(left) > 0; left = e.leftovers(ids) {
+		if time.Now().After(deadline) {
+			t.Fatalf("left after rm:\n%s", strings.Join(left, "\n"))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
