@@ -18,6 +18,9 @@ const (
 	agentMagic    = 0x534c4f50
 	opExec        = 1
 	opKill        = 2
+	opDial        = 3
+	protoTCP      = 6
+	protoUDP      = 17
 	flagDetach    = 1
 	flagTTY       = 2
 	replyStarted  = 1

@@ -138,25 +138,28 @@ func (b *Backend) sandbox(rec *record) *Sandbox {
 
 // Info describes a sandbox for `ps` and `inspect`.
 type Info struct {
-	ID             string            `json:"Id"`
-	Name           string            `json:"Name"`
-	Image          string            `json:"Image"`
-	ImageID        string            `json:"ImageId"`
-	Command        []string          `json:"Command,omitempty"`
-	Created        time.Time         `json:"Created"`
-	Running        bool              `json:"Running"`
-	Pid            int               `json:"Pid"`
-	LastExec       time.Time         `json:"LastExec"`
-	Workspace      string            `json:"Workspace,omitempty"`
-	Workdir        string            `json:"Workdir"`
-	User           string            `json:"User"`
-	Network        string            `json:"Network"`
-	Limits         backend.Limits    `json:"Limits"`
-	Unenforced     []string          `json:"UnenforcedLimits,omitempty"`
-	Labels         map[string]string `json:"Labels,omitempty"`
-	StateDir       string            `json:"StateDir"`
-	ReadonlyRootfs bool              `json:"ReadonlyRootfs,omitempty"`
-	AutoRemove     bool              `json:"AutoRemove,omitempty"`
+	ID        string    `json:"Id"`
+	Name      string    `json:"Name"`
+	Image     string    `json:"Image"`
+	ImageID   string    `json:"ImageId"`
+	Command   []string  `json:"Command,omitempty"`
+	Created   time.Time `json:"Created"`
+	Running   bool      `json:"Running"`
+	Pid       int       `json:"Pid"`
+	LastExec  time.Time `json:"LastExec"`
+	Workspace string    `json:"Workspace,omitempty"`
+	Workdir   string    `json:"Workdir"`
+	User      string    `json:"User"`
+	Network   string    `json:"Network"`
+	// Ports are the published ports (host ports as bound at the last
+	// start).
+	Ports          []backend.PortMapping `json:"Ports,omitempty"`
+	Limits         backend.Limits        `json:"Limits"`
+	Unenforced     []string              `json:"UnenforcedLimits,omitempty"`
+	Labels         map[string]string     `json:"Labels,omitempty"`
+	StateDir       string                `json:"StateDir"`
+	ReadonlyRootfs bool                  `json:"ReadonlyRootfs,omitempty"`
+	AutoRemove     bool                  `json:"AutoRemove,omitempty"`
 	// OOMKills counts the processes the kernel's OOM killer ended in the
 	// sandbox (its memory cgroup's count; 0 without a memory limit).
 	OOMKills uint64 `json:"OOMKills"`
@@ -194,7 +197,7 @@ func (b *Backend) info(rec *record) Info {
 		ID: rec.ID, Name: rec.Name, Image: rec.Image, ImageID: rec.ImageID, Command: rec.Command,
 		Created: rec.Created, Running: rec.Pid > 0 && rec.alive(), Pid: rec.Pid, LastExec: last,
 		Workspace: rec.Workspace, Workdir: rec.Workdir, User: fmt.Sprintf("%d:%d", rec.User.UID, rec.User.GID),
-		Network: rec.Network, Limits: rec.Limits, Unenforced: rec.Unenforced, Labels: rec.Labels, StateDir: dir,
+		Network: rec.Network, Ports: rec.Ports, Limits: rec.Limits, Unenforced: rec.Unenforced, Labels: rec.Labels, StateDir: dir,
 		ReadonlyRootfs: rec.ReadOnly, OOMKills: oomKills(rec), AutoRemove: rec.AutoRemove,
 		CapAdd: rec.CapAdd, CapDrop: rec.CapDrop, SeccompProfile: seccompProfileName(rec),
 		Tty: rec.Detach.TTY, OpenStdin: rec.Detach.OpenStdin,
@@ -294,6 +297,9 @@ func (b *Backend) destroy(rec *record) error {
 		errs = append(errs, err)
 	}
 	if err := killNetHelper(b.state.sandboxDir(rec.ID)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := killPorts(b.state.sandboxDir(rec.ID)); err != nil {
 		errs = append(errs, err)
 	}
 	if len(rec.Cgroups) == 0 && (rec.Broken != "" || rec.Limits.MemoryBytes > 0 || rec.Limits.CPUs > 0 || rec.Limits.Pids > 0) {
@@ -675,6 +681,9 @@ func (s *Sandbox) Stop() error {
 		return err
 	}
 	if err := killNetHelper(s.dir); err != nil {
+		return err
+	}
+	if err := killPorts(s.dir); err != nil {
 		return err
 	}
 	if s.rec.AutoRemove {

@@ -130,8 +130,9 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	if spec.Hostname != "" && !validHostname(spec.Hostname) {
 		return nil, fmt.Errorf("spawn: invalid hostname %q: letters, digits, '-' and '.', at most 63, starting with a letter or digit", spec.Hostname)
 	}
-	if len(spec.Ports) > 0 {
-		return nil, errors.New("spawn: published ports need bridge networking, which is not supported yet")
+	ports, err := checkPorts(spec.Ports, network)
+	if err != nil {
+		return nil, fmt.Errorf("spawn: %w", err)
 	}
 	for _, h := range spec.ExtraHosts {
 		if _, err := oci.ParseHostEntry(h); err != nil {
@@ -165,7 +166,7 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 		Keep:      spec.Keep, AutoRemove: spec.AutoRemove,
 		Labels:     spec.Labels,
 		Network:    network,
-		ExtraHosts: spec.ExtraHosts, DNS: dns, AllowHostLoopback: spec.AllowHostLoopback,
+		ExtraHosts: spec.ExtraHosts, DNS: dns, AllowHostLoopback: spec.AllowHostLoopback, Ports: ports,
 		ReadOnly: spec.ReadOnlyRootfs,
 		CapAdd:   spec.CapAdd, CapDrop: spec.CapDrop, Unconfined: spec.SeccompUnconfined,
 		Limits:  spec.Limits,
@@ -401,6 +402,7 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 		// Stopped again, as it was: no PID 1 or network helper left.
 		unix.Kill(pid, unix.SIGKILL)
 		killNetHelper(b.state.sandboxDir(rec.ID))
+		killPorts(b.state.sandboxDir(rec.ID))
 		return err
 	}
 	return nil
@@ -573,6 +575,9 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 	_, err = srv.call(ctx, b.store.Mapping(), &req, fds, false)
 	if nerr := netReady(); err == nil && nerr != nil {
 		err = nerr
+	}
+	if err == nil {
+		err = b.publish(rec, pid)
 	}
 	if err != nil {
 		return fmt.Errorf("start: %w", err)

@@ -56,20 +56,23 @@ type record struct {
 	Network    string            `json:"network"`
 	ExtraHosts []string          `json:"extra_hosts,omitempty"`
 	// AllowHostLoopback: a bridge sandbox may reach the host's loopback.
-	AllowHostLoopback bool              `json:"allow_host_loopback,omitempty"`
-	DNS               *oci.DNS          `json:"dns,omitempty"`
-	ReadOnly          bool              `json:"readonly_rootfs,omitempty"`
-	AutoRemove        bool              `json:"auto_remove,omitempty"`
-	CapAdd            []string          `json:"cap_add,omitempty"`
-	CapDrop           []string          `json:"cap_drop,omitempty"`
-	Unconfined        bool              `json:"seccomp_unconfined,omitempty"`
-	Limits            backend.Limits    `json:"limits"`
-	Unenforced        []string          `json:"unenforced,omitempty"`
-	Cgroups           map[string]string `json:"cgroups,omitempty"`
-	Command           []string          `json:"command,omitempty"` // the run command, for `ps` and `start`
-	Mounts            []specs.Mount     `json:"mounts,omitempty"`
-	HandOver          []string          `json:"hand_over,omitempty"` // mount destinations whose root-owned entries go to the user
-	Detach            DetachOptions     `json:"detach,omitempty"`    // how the main command was last attached
+	AllowHostLoopback bool     `json:"allow_host_loopback,omitempty"`
+	DNS               *oci.DNS `json:"dns,omitempty"`
+	// Ports are the published ports, with the host ports bound at the
+	// last start.
+	Ports      []backend.PortMapping `json:"ports,omitempty"`
+	ReadOnly   bool                  `json:"readonly_rootfs,omitempty"`
+	AutoRemove bool                  `json:"auto_remove,omitempty"`
+	CapAdd     []string              `json:"cap_add,omitempty"`
+	CapDrop    []string              `json:"cap_drop,omitempty"`
+	Unconfined bool                  `json:"seccomp_unconfined,omitempty"`
+	Limits     backend.Limits        `json:"limits"`
+	Unenforced []string              `json:"unenforced,omitempty"`
+	Cgroups    map[string]string     `json:"cgroups,omitempty"`
+	Command    []string              `json:"command,omitempty"` // the run command, for `ps` and `start`
+	Mounts     []specs.Mount         `json:"mounts,omitempty"`
+	HandOver   []string              `json:"hand_over,omitempty"` // mount destinations whose root-owned entries go to the user
+	Detach     DetachOptions         `json:"detach,omitempty"`    // how the main command was last attached
 
 	// Broken says why the state file could not be read (missing: a create
 	// that died half-way; truncated or corrupt). Such a record has only

@@ -38,7 +38,7 @@ func (f *envFlags) register(c *cobra.Command) {
 	c.Flags().BoolVar(&f.eval, "eval", false, "evaluation context: eval_commands run, the user defaults to 1000:1000")
 	c.Flags().StringVar(&f.image, "image", "", "run this image instead of docker.image")
 	c.Flags().StringArrayVar(&f.assets, "asset", nil, "static asset NAME=PATH, mounted read-only at /static/NAME ({{static:NAME}} in the command)")
-	c.Flags().StringArrayVar(&f.ports, "port", nil, "publish HOST:CONTAINER (needs bridge networking, not supported yet)")
+	c.Flags().StringArrayVar(&f.ports, "port", nil, "publish HOST:CONTAINER (docker -p syntax, {host: container} as SlopCodeBench's exec runtime; on 127.0.0.1; ignored with network: host and type: local, as upstream)")
 	c.Flags().StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE")
 }
 
@@ -52,8 +52,13 @@ func (f *envFlags) open(cmd *cobra.Command, file string) (*dockercompat.Spec, ba
 	if f.workspace == "" {
 		return nil, nil, nil, nil, fmt.Errorf("--workspace DIR is required")
 	}
-	if len(f.ports) > 0 {
-		return nil, nil, nil, nil, fmt.Errorf("--port: published ports need bridge networking, which slopbox does not support yet")
+	var ports []backend.PortMapping
+	for _, p := range f.ports {
+		pm, err := backend.ParsePort(p)
+		if err != nil {
+			return nil, nil, nil, nil, fmt.Errorf("--port: %w", err)
+		}
+		ports = append(ports, pm)
 	}
 	var assets []dockercompat.StaticAsset
 	for _, a := range f.assets {
@@ -87,6 +92,9 @@ func (f *envFlags) open(cmd *cobra.Command, file string) (*dockercompat.Spec, ba
 	pol, err := loadPolicy()
 	if err != nil {
 		return nil, nil, nil, nil, err
+	}
+	if sp.Network != backend.NetworkHost {
+		sp.Ports = ports // _resolve_ports: none in host mode
 	}
 	if pol != nil {
 		sp.AllowedMountRoots, sp.Unsafe = pol.AllowedMountRoots, append(pol.AllowUnsafe, sp.Unsafe...)

@@ -242,14 +242,14 @@ func psCmd() *cobra.Command {
 				w.Flush()
 			default:
 				w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
-				fmt.Fprintln(w, "SANDBOX ID\tIMAGE\tCOMMAND\tCREATED\tSTATUS\tIDLE\tNAMES")
+				fmt.Fprintln(w, "SANDBOX ID\tIMAGE\tCOMMAND\tCREATED\tSTATUS\tIDLE\tPORTS\tNAMES")
 				for _, i := range shown {
 					r := row(i)
 					command := r.Command
 					if len(command) > 24 {
 						command = command[:23] + "…"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%q\t%s\t%s\t%s\t%s\n", r.ID, r.Image, command, r.RunningFor, r.Status, human(time.Since(i.LastExec)), r.Names)
+					fmt.Fprintf(w, "%s\t%s\t%q\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Image, command, r.RunningFor, r.Status, human(time.Since(i.LastExec)), r.Ports, r.Names)
 				}
 				w.Flush()
 			}
@@ -260,17 +260,17 @@ func psCmd() *cobra.Command {
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "only ids")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	c.Flags().StringArrayVarP(&filters, "filter", "f", nil, "only sandboxes matching: name=, id=, label=KEY[=VALUE], status=created|running|exited, ancestor=IMAGE")
-	c.Flags().StringVar(&format, "format", "", "Go template over .ID .Image .Command .CreatedAt .RunningFor .Status .State .Names .Labels (\"table …\" adds a header; \"json\": one object a line)")
+	c.Flags().StringVar(&format, "format", "", "Go template over .ID .Image .Command .CreatedAt .RunningFor .Status .State .Ports .Names .Labels (\"table …\" adds a header; \"json\": one object a line)")
 	return c
 }
 
 // psRow is one sandbox as ps --format sees it (docker's field names).
 type psRow struct {
-	ID, Image, Command, CreatedAt, RunningFor, Status, State, Names, Labels string
+	ID, Image, Command, CreatedAt, RunningFor, Status, State, Ports, Names, Labels string
 }
 
 var psHeader = psRow{ID: "SANDBOX ID", Image: "IMAGE", Command: "COMMAND", CreatedAt: "CREATED AT", RunningFor: "CREATED",
-	Status: "STATUS", State: "STATE", Names: "NAMES", Labels: "LABELS"}
+	Status: "STATUS", State: "STATE", Ports: "PORTS", Names: "NAMES", Labels: "LABELS"}
 
 func row(i sandbox.Info) psRow {
 	r := psRow{ID: i.ID[:min(12, len(i.ID))], Image: i.Image, Command: strings.Join(i.Command, " "), Names: i.Name,
@@ -294,6 +294,13 @@ func row(i sandbox.Info) psRow {
 	}
 	sort.Strings(labels)
 	r.Labels = strings.Join(labels, ",")
+	if r.State == "running" {
+		var ports []string
+		for _, p := range i.Ports {
+			ports = append(ports, p.String())
+		}
+		r.Ports = strings.Join(ports, ", ")
+	}
 	return r
 }
 

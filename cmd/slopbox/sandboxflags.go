@@ -36,6 +36,7 @@ type spawnFlags struct {
 	capAdd, capDrop, securityOpts, allowUnsafe      []string
 	devices, mounts, labels, envFiles               []string
 	addHosts, dns, dnsSearch, dnsOptions            []string
+	publish                                         []string
 	hostname, entrypoint, platform                  string
 	initFlag                                        bool
 	privileged                                      bool
@@ -72,6 +73,7 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.envFiles, "env-file", nil, "read KEY=VALUE lines from a file (# comments; -e wins)")
 	fs.StringVarP(&f.hostname, "hostname", "h", "", "the sandbox's host name (default: from its name)")
 	fs.StringArrayVar(&f.addHosts, "add-host", nil, "add NAME:IP to the sandbox's /etc/hosts")
+	fs.StringArrayVarP(&f.publish, "publish", "p", nil, "publish a container port, [HOSTIP:][HOSTPORT:]CONTAINERPORT[/tcp|udp], on 127.0.0.1 unless HOSTIP is given (needs --network bridge; ignored with host)")
 	fs.StringArrayVar(&f.dns, "dns", nil, "the sandbox's DNS server (replaces the host's)")
 	fs.StringArrayVar(&f.dnsSearch, "dns-search", nil, "a DNS search domain ('.' for none)")
 	fs.StringArrayVar(&f.dnsOptions, "dns-option", nil, "a resolv.conf option (ndots:2, …)")
@@ -126,6 +128,17 @@ func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 	}
 	s.Hostname = f.hostname
 	s.ExtraHosts, s.DNS, s.DNSSearch, s.DNSOptions = f.addHosts, f.dns, f.dnsSearch, f.dnsOptions
+	for _, p := range f.publish {
+		pm, err := backend.ParsePort(p)
+		if err != nil {
+			return s, err
+		}
+		s.Ports = append(s.Ports, pm)
+	}
+	if len(s.Ports) > 0 && f.network == backend.NetworkHost {
+		fmt.Fprintln(os.Stderr, "WARNING: Published ports are discarded when using host network mode")
+		s.Ports = nil
+	}
 	s.AllowHostLoopback = f.allowHostLoopback
 	env := map[string]string{}
 	for _, file := range f.envFiles {

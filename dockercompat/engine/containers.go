@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -122,9 +123,26 @@ func (s *Server) spawnSpec(c *createBody, name string) (backend.SpawnSpec, error
 	default:
 		return spec, badRequest("NetworkMode %q is not supported (none, bridge, host; slopbox has no named networks)", h.NetworkMode)
 	}
-	for port, binds := range h.PortBindings {
-		if len(binds) > 0 {
-			return spec, fmt.Errorf("%w: publishing %s needs bridge networking, which slopbox does not support yet", errNotImplemented, port)
+	// "80/tcp": [{HostIp, HostPort}] (docker-py's ports={"80/tcp": 8080}
+	// and -p): the container port is the key, as everywhere in this API.
+	// An empty HostIp is 127.0.0.1, not Docker's every interface. In host
+	// mode they are discarded, as Docker does.
+	ports := slices.Sorted(maps.Keys(h.PortBindings))
+	for _, port := range ports {
+		for _, bind := range h.PortBindings[port] {
+			pm, err := backend.ParsePort(port)
+			if err != nil || pm.HostPort != 0 || pm.HostIP != "" {
+				return spec, badRequest("PortBindings key %q: want CONTAINERPORT/tcp or /udp", port)
+			}
+			if bind.HostPort != "" {
+				if pm.HostPort, err = strconv.Atoi(bind.HostPort); err != nil || pm.HostPort < 0 || pm.HostPort > 65535 {
+					return spec, badRequest("PortBindings %s: HostPort %q is not a port number (port ranges are not supported)", port, bind.HostPort)
+				}
+			}
+			pm.HostIP = bind.HostIp
+			if spec.Network != backend.NetworkHost {
+				spec.Ports = append(spec.Ports, pm)
+			}
 		}
 	}
 	env := map[string]string{}
@@ -551,7 +569,7 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 		st := state(i)
 		out = append(out, map[string]any{
 			"Id": i.ID, "Names": []string{"/" + i.Name}, "Image": i.Image, "ImageID": i.ImageID,
-			"Command": strings.Join(i.Command, " "), "Created": i.Created.Unix(), "Ports": []any{},
+			"Command": strings.Join(i.Command, " "), "Created": i.Created.Unix(), "Ports": listPorts(i),
 			"Labels": nonNil(i.Labels), "State": st, "Status": status(i, st),
 			"HostConfig":      map[string]string{"NetworkMode": i.Network},
 			"NetworkSettings": map[string]any{"Networks": map[string]any{}}, "Mounts": []any{},
@@ -653,7 +671,7 @@ func inspect(i sandbox.Info) map[string]any {
 		"Image": i.ImageID, "Name": "/" + i.Name, "RestartCount": 0, "Driver": "overlay", "Platform": "linux",
 		"LogPath": i.StateDir + "/container.log", "MountLabel": "", "ProcessLabel": "", "AppArmorProfile": "", "ExecIDs": nil,
 		"HostConfig": map[string]any{
-			"NetworkMode": i.Network, "AutoRemove": i.AutoRemove, "ReadonlyRootfs": i.ReadonlyRootfs,
+			"NetworkMode": i.Network, "AutoRemove": i.AutoRemove, "ReadonlyRootfs": i.ReadonlyRootfs, "PortBindings": portMap(i, true),
 			"Memory": i.Limits.MemoryBytes, "NanoCpus": int64(i.Limits.CPUs * 1e9), "PidsLimit": i.Limits.Pids,
 			"CapAdd": i.CapAdd, "CapDrop": i.CapDrop, "Privileged": false,
 			"LogConfig":   map[string]any{"Type": "json-file", "Config": map[string]string{}},
@@ -664,7 +682,7 @@ func inspect(i sandbox.Info) map[string]any {
 			"Entrypoint": nil, "Labels": nonNil(i.Labels), "Tty": i.Tty, "OpenStdin": i.OpenStdin,
 			"AttachStdin": false, "AttachStdout": true, "AttachStderr": true,
 		},
-		"NetworkSettings": map[string]any{"Ports": map[string]any{}, "Networks": map[string]any{}, "IPAddress": ""},
+		"NetworkSettings": map[string]any{"Ports": portMap(i, i.Running), "Networks": map[string]any{}, "IPAddress": ""},
 		"Mounts":          []any{},
 	}
 }
@@ -706,4 +724,32 @@ func (s *Server) containerStats(w http.ResponseWriter, sb *sandbox.Sandbox) {
 		"memory_stats": map[string]any{"usage": st.MemoryBytes, "limit": st.MemoryLimit},
 		"cpu_stats":    map[string]any{"cpu_usage": map[string]any{"total_usage": st.CPU.Nanoseconds()}, "online_cpus": 1},
 	})
+}
+
+// portMap is the sandbox's published ports as inspect shows them:
+// {"80/tcp": [{"HostIp": "127.0.0.1", "HostPort": "8080"}]}; a stopped
+// sandbox's NetworkSettings have none bound.
+func portMap(i sandbox.Info, bound bool) map[string]any {
+	m := map[string]any{}
+	if !bound {
+		return m
+	}
+	for _, p := range i.Ports {
+		key := fmt.Sprintf("%d/%s", p.ContainerPort, p.Protocol)
+		list, _ := m[key].([]map[string]string)
+		m[key] = append(list, map[string]string{"HostIp": p.HostIP, "HostPort": strconv.Itoa(p.HostPort)})
+	}
+	return m
+}
+
+// listPorts is the sandbox's ports as /containers/json shows them.
+func listPorts(i sandbox.Info) []any {
+	out := []any{}
+	if !i.Running {
+		return out
+	}
+	for _, p := range i.Ports {
+		out = append(out, map[string]any{"IP": p.HostIP, "PrivatePort": p.ContainerPort, "PublicPort": p.HostPort, "Type": p.Protocol})
+	}
+	return out
 }

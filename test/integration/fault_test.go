@@ -33,6 +33,9 @@ func (e *env) leftovers(ids map[string]bool) []string {
 				out = append(out, fmt.Sprintf("process %d of sandbox %s", pid, id))
 			}
 		}
+		if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err == nil && strings.HasPrefix(cwd, e.root+"/") {
+			out = append(out, fmt.Sprintf("process %d works in %s", pid, cwd))
+		}
 		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 		for _, fd := range fds {
 			if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && strings.HasPrefix(l, e.root+"/") {
@@ -85,7 +88,7 @@ func TestSIGKILLAnywhereThenPruneLeavesNothing(t *testing.T) {
 	seen := map[string]bool{}
 	scenarios := [][]string{
 		{"run", "-d", "--name", "victim", "--memory", "64m", e.ref, "sleep", "1000"},
-		{"run", "-d", "--name", "victim", "--network", "bridge", e.ref, "sleep", "1000"},
+		{"run", "-d", "--name", "victim", "--network", "bridge", "-p", "0:80", e.ref, "sleep", "1000"},
 		{"run", "--rm", "--pids-limit", "50", e.ref, "sh", "-c", "sleep 100 & busybox setsid sleep 100 & sleep 100"},
 		{"exec", "base", "sh", "-c", "sleep 100 & busybox setsid sleep 100 & sleep 100"},
 		{"rm", "-f", "base"},

@@ -1,13 +1,16 @@
 package integration
 
 import (
+	"crypto/sha256"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -287,6 +290,161 @@ func TestBridgeNetwork(t *testing.T) {
 	}
 	e.must("stop", "-t", "0", "br")
 	e.must("rm", "-f", "br", "loop", "iso")
+	deadline := time.Now().Add(5 * time.Second)
+	for left := e.leftovers(ids); len(left) > 0; left = e.leftovers(ids) {
+		if time.Now().After(deadline) {
+			t.Fatalf("left after rm:\n%s", strings.Join(left, "\n"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// freePort returns a TCP port on 127.0.0.1 that nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Published ports: a server inside a bridge sandbox, bound to 127.0.0.1 or
+// to every address, reached from the host through -p (on the host's
+// loopback); many concurrent connections; 32 MiB checked byte for byte;
+// UDP; ps and inspect show the ports; a conflict, a privileged port
+// (rootless), none and host mode say what they do; rm releases the port.
+func TestPublishedPorts(t *testing.T) {
+	e := newEnv(t)
+	py := e.pythonRef(t)
+	p1, p2, p3 := freePort(t), freePort(t), freePort(t)
+	serve := `mkdir -p /w && echo hello > /w/index.html && head -c 33554432 /dev/urandom > /w/big && sha256sum /w/big > /w/big.sum && httpd -p %s -h /w && touch /w/ready && sleep infinity`
+	e.must("run", "-d", "--name", "lo", "--network", "bridge", "-p", fmt.Sprintf("%d:8000", p1), e.ref, "sh", "-c", fmt.Sprintf(serve, "127.0.0.1:8000"))
+	e.must("run", "-d", "--name", "any", "--network", "bridge", "-p", fmt.Sprintf("127.0.0.1:%d:80/tcp", p2), e.ref, "sh", "-c", fmt.Sprintf(serve, "80"))
+	for _, box := range []string{"lo", "any"} {
+		waitFor(t, box+"'s server", func() bool { _, code := e.run("", "exec", box, "test", "-e", "/w/ready"); return code == 0 })
+	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(port int, path string) ([]byte, error) {
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return nil, fmt.Errorf("status %s", resp.Status)
+		}
+		return io.ReadAll(resp.Body)
+	}
+	for _, c := range []struct {
+		box  string
+		port int
+	}{{"lo", p1}, {"any", p2}} {
+		if b, err := get(c.port, "/index.html"); err != nil || string(b) != "hello\n" {
+			t.Errorf("%s: GET through -p: %q %v", c.box, b, err)
+		}
+		big, err := get(c.port, "/big")
+		sum := strings.Fields(e.must("exec", c.box, "cat", "/w/big.sum"))[0]
+		if err != nil || len(big) != 32<<20 || fmt.Sprintf("%x", sha256.Sum256(big)) != sum {
+			t.Errorf("%s: 32 MiB through -p: %d bytes, %v (sha256 inside %s)", c.box, len(big), err, sum)
+		}
+	}
+	// Many connections at once.
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if b, err := get(p1, "/index.html"); err != nil || string(b) != "hello\n" {
+				errs <- fmt.Errorf("%q %v", b, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if n := len(errs); n > 0 {
+		t.Errorf("%d of 200 concurrent GETs failed, e.g. %v", n, <-errs)
+	}
+	// Nothing listening inside: the connection is closed, not hung.
+	e.must("run", "-d", "--name", "empty", "--network", "bridge", "-p", fmt.Sprintf("%d:9", p3), e.ref, "sleep", "infinity")
+	if _, err := get(p3, "/"); err == nil {
+		t.Error("GET through a port nothing listens on inside succeeded")
+	}
+	// UDP, to a server bound to the sandbox's loopback.
+	up := freePort(t)
+	e.must("run", "-d", "--name", "udp", "--network", "bridge", "-p", fmt.Sprintf("%d:5353/udp", up), py, "python3", "-c",
+		`import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 5353))
+while True:
+    d, a = s.recvfrom(2048)
+    s.sendto(b"echo:" + d, a)`)
+	uc, err := net.Dial("udp", fmt.Sprintf("127.0.0.1:%d", up))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	got := ""
+	for i := 0; i < 50 && got == ""; i++ { // until the server is up
+		uc.Write([]byte("ping"))
+		uc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		buf := make([]byte, 64)
+		if n, err := uc.Read(buf); err == nil {
+			got = string(buf[:n])
+		}
+	}
+	if got != "echo:ping" {
+		t.Errorf("UDP through -p: %q", got)
+	}
+	// ps and inspect show them.
+	if ps := e.must("ps"); !strings.Contains(ps, fmt.Sprintf("127.0.0.1:%d->8000/tcp", p1)) || !strings.Contains(ps, fmt.Sprintf("127.0.0.1:%d->5353/udp", up)) {
+		t.Errorf("ps does not show the ports:\n%s", ps)
+	}
+	if ins := e.must("inspect", "-f", "{{json .Ports}}", "any"); !strings.Contains(ins, fmt.Sprintf(`"HostPort":%d`, p2)) {
+		t.Errorf("inspect: %s", ins)
+	}
+	// A host port taken by another sandbox, or by the host.
+	if out, code := e.run("", "run", "--rm", "--network", "bridge", "-p", fmt.Sprintf("%d:80", p1), e.ref, "true"); code != 125 || !strings.Contains(out, "already published by sandbox lo") {
+		t.Errorf("a port another sandbox publishes: exit %d %q", code, out)
+	}
+	if os.Geteuid() != 0 {
+		if out, code := e.run("", "run", "--rm", "--network", "bridge", "-p", "80:80", e.ref, "true"); code != 125 || !strings.Contains(out, "privileged") {
+			t.Errorf("rootless -p 80: exit %d %q", code, out)
+		}
+	}
+	if out, code := e.run("", "run", "--rm", "-p", "8080:80", e.ref, "true"); code != 125 || !strings.Contains(out, "--network bridge") {
+		t.Errorf("-p with none: exit %d %q", code, out)
+	}
+	if out, code := e.run("", "run", "--rm", "--network", "host", "-p", "8080:80", e.ref, "true"); code != 0 || !strings.Contains(out, "discarded") {
+		t.Errorf("-p with host: exit %d %q", code, out)
+	}
+	for _, bad := range []string{"8080:80/sctp", "8000-8001:80-81", "x"} {
+		if out, code := e.run("", "run", "--rm", "--network", "bridge", "-p", bad, e.ref, "true"); code != 125 || !strings.Contains(out, bad) {
+			t.Errorf("-p %s: exit %d %q", bad, code, out)
+		}
+	}
+	// No sandbox half-made by those refusals; stop and rm release ports.
+	e.must("stop", "-t", "0", "lo")
+	if _, err := get(p1, "/index.html"); err == nil {
+		t.Error("the port still answers after stop")
+	}
+	e.must("start", "lo")
+	waitFor(t, "lo's server after start", func() bool { b, err := get(p1, "/index.html"); return err == nil && string(b) == "hello\n" })
+	ids := map[string]bool{}
+	for _, name := range []string{"lo", "any", "empty", "udp"} {
+		ids[strings.TrimSpace(e.must("inspect", "--format", "{{.Id}}", name))] = true
+	}
+	e.must("rm", "-f", "lo", "any", "empty", "udp")
+	for _, p := range []int{p1, p2, p3} {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			t.Errorf("host port %d not released by rm: %v", p, err)
+			continue
+		}
+		ln.Close()
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for left := e.leftovers(ids); len(left) > 0; left = e.leftovers(ids) {
 		if time.Now().After(deadline) {

@@ -3,12 +3,14 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -232,6 +234,32 @@ func TestServeDockerCLI(t *testing.T) {
 	if out, code := docker("", "run", "--rm", "--privileged", e.ref, "true"); code != 125 || !strings.Contains(out, "privileged") {
 		t.Errorf("run --privileged: %d %q", code, out)
 	}
+	// Bridge networking and a published port, to a server bound to the
+	// sandbox's loopback; docker port and ps read them back.
+	hp := freePort(t)
+	must("run", "-d", "--name", "web", "--network", "bridge", "-p", fmt.Sprintf("%d:8000", hp), e.ref,
+		"sh", "-c", "mkdir /w && echo served > /w/i && httpd -f -p 127.0.0.1:8000 -h /w")
+	var body string
+	waitFor(t, "the published port", func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/i", hp))
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return resp.StatusCode == 200
+	})
+	if body != "served\n" {
+		t.Errorf("GET through docker run -p: %q", body)
+	}
+	if out := must("port", "web"); out != fmt.Sprintf("8000/tcp -> 127.0.0.1:%d\n", hp) {
+		t.Errorf("docker port: %q", out)
+	}
+	if out := must("ps", "--format", "{{.Ports}}"); !strings.Contains(out, fmt.Sprintf("127.0.0.1:%d->8000/tcp", hp)) {
+		t.Errorf("docker ps ports: %q", out)
+	}
+	must("rm", "-f", "web")
 	if out := must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("containers left: %q", out)
 	}
@@ -380,7 +408,7 @@ func TestServeDockerPy(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Debian's Python, where python3-docker is (scripts/deps.sh).
-	cmd := exec.Command("/usr/bin/python3", script, e.ref, ws)
+	cmd := exec.Command("/usr/bin/python3", script, e.ref, ws, strconv.Itoa(freePort(t)))
 	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix://"+sock)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.HasSuffix(string(out), "OK close\n") {

@@ -41,6 +41,12 @@
 //               argv (argc NUL-terminated), env (envc NUL-terminated)
 //               with 3 fds attached to the first byte: stdin, stdout, stderr
 //   control  := u32 length == 12, then u32 magic, u32 op (OP_KILL), i32 signal
+//   dial     := u32 length == 16, then u32 magic, u32 op (OP_DIAL),
+//               u32 protocol (PROTO_TCP, PROTO_UDP), u32 port: PID 1
+//               connects a socket to the port on the sandbox's loopback
+//               (127.0.0.1, else ::1) and replies REPLY_STARTED with it
+//               attached, or REPLY_FAILED with the errno (published
+//               ports: the host accepts, the sandbox's namespace dials)
 //   reply    := struct agent_reply; with FLAG_TTY, REPLY_STARTED carries
 //               the terminal's master fd (SCM_RIGHTS)
 //   winsize  := rows << 16 | cols of the terminal (FLAG_TTY only)
@@ -56,6 +62,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <termios.h>
+#include <netinet/in.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/ioctl.h>
@@ -71,6 +78,9 @@
 #define AGENT_MAGIC 0x534c4f50u /* "SLOP" */
 #define OP_EXEC 1u
 #define OP_KILL 2u
+#define OP_DIAL 3u
+#define PROTO_TCP 6u
+#define PROTO_UDP 17u
 #define FLAG_DETACH 1u /* keep running when the caller disconnects */
 #define FLAG_TTY 2u    /* run on a new pseudo-terminal; its master goes back with the reply */
 #define REPLY_STARTED 1u
@@ -574,6 +584,32 @@ static void handle_exec(int i, char *buf, uint32_t len, int fds[3]) {
 	}
 }
 
+/* dial_loopback connects a socket of proto to port on the sandbox's
+ * loopback without blocking PID 1: a TCP connect still in progress is
+ * handed over as it is (the caller's writes wait for it). -errno on
+ * failure. IPv4 first; ::1 when nothing listens there. */
+static int dial_loopback(uint32_t proto, uint32_t port) {
+	int type = proto == PROTO_UDP ? SOCK_DGRAM : SOCK_STREAM;
+	struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = {htonl(INADDR_LOOPBACK)}};
+	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port), .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+	int err = ECONNREFUSED;
+	for (int v6 = 0; v6 < 2; v6++) {
+		int s = socket(v6 ? AF_INET6 : AF_INET, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (s < 0) {
+			err = errno;
+			continue;
+		}
+		int r = v6 ? connect(s, (struct sockaddr *)&a6, sizeof a6) : connect(s, (struct sockaddr *)&a4, sizeof a4);
+		if (r == 0 || errno == EINPROGRESS)
+			return s;
+		err = errno;
+		close(s);
+		if (err != ECONNREFUSED && err != EADDRNOTAVAIL && err != EAFNOSUPPORT)
+			break;
+	}
+	return -err;
+}
+
 /* handle_conn reads one message; returns -1 when the connection must go. */
 static int handle_conn(int i) {
 	int fd = conns[i].fd;
@@ -621,6 +657,15 @@ static int handle_conn(int i) {
 		int sig = ((int32_t *)buf)[2];
 		if (conns[i].pid > 0 && !conns[i].done)
 			kill_tree(conns[i].pid, sig);
+	} else if (((uint32_t *)buf)[0] == AGENT_MAGIC && op == OP_DIAL && len >= 16 && conns[i].pid == 0) {
+		uint32_t proto = ((uint32_t *)buf)[2], port = ((uint32_t *)buf)[3];
+		int s = (proto == PROTO_TCP || proto == PROTO_UDP) && port > 0 && port < 65536 ? dial_loopback(proto, port) : -EINVAL;
+		if (s >= 0) {
+			reply_fd(fd, REPLY_STARTED, 0, s);
+			close(s);
+		} else {
+			reply(fd, REPLY_FAILED, -s);
+		}
 	} else if (((uint32_t *)buf)[0] == AGENT_MAGIC && op == OP_EXEC && conns[i].pid == 0 && nfds == 3) {
 		handle_exec(i, buf, len, fds);
 	} else {

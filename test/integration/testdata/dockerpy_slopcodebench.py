@@ -4,10 +4,12 @@ exit-code error, and api.exec_start(stream=True). Prints OK lines; any
 failure raises."""
 import os
 import sys
+import time
+import urllib.request
 
 import docker
 
-image, workspace = sys.argv[1], sys.argv[2]
+image, workspace, host_port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
 client = docker.from_env()
 assert client.ping() is True
@@ -68,6 +70,28 @@ c2.start()
 c2.kill()
 c2.remove(force=True)
 print("OK kill")
+
+# SlopCodeBench's bridge mode with a published port (docker-py's ports=
+# maps container port to host port); the server binds the loopback inside.
+c3 = client.containers.create(
+    image,
+    command=["sh", "-c", "mkdir /w && echo served > /w/i && httpd -f -p 127.0.0.1:8000 -h /w"],
+    detach=True,
+    network_mode="bridge",
+    ports={"8000/tcp": host_port},
+)
+c3.start()
+c3.reload()
+assert c3.ports == {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(host_port)}]}, c3.ports
+for _ in range(100):
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{host_port}/i", timeout=5).read()
+        break
+    except OSError:
+        time.sleep(0.05)
+assert body == b"served\n", body
+c3.remove(force=True)
+print("OK ports")
 
 out = client.containers.run(image, ["echo", "ran"], remove=True)
 assert out == b"ran\n", out
