@@ -57,9 +57,14 @@ as_user slopbox-bench rm -f bench-10mb >/dev/null
 # calls against dockerd, rootless podman's service and rootless slopbox
 # serve, one after the other (bench/engine/apibench.py).
 ENGINE_RUNS=${ENGINE_RUNS:-30} ENGINE_SCALE=${ENGINE_SCALE:-100}
+# Each also times bridge spawns and a published port on 127.0.0.1 (issue
+# 10): docker's through its userland proxy, podman's through rootlessport.
+engine_port=18400
 engine() { # peer socket service-pids
+	engine_port=$((engine_port + 10))
 	/usr/bin/python3 bench/engine/apibench.py --name "$1" --socket "$2" --image "$BUSYBOX_REF" \
-		--runs "$ENGINE_RUNS" --scale "$ENGINE_SCALE" --service-pids "$3" >>"$OUT/engine.jsonl" ||
+		--runs "$ENGINE_RUNS" --scale "$ENGINE_SCALE" --service-pids "$3" \
+		--ports-image "$PYSLIM_REF" --port "$engine_port" >>"$OUT/engine.jsonl" ||
 		echo "engine bench of $1 failed" >&2
 }
 engine dockerd /var/run/docker.sock "$(pgrep -xd, dockerd),$(pgrep -xd, containerd)"

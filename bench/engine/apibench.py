@@ -51,6 +51,8 @@ def main():
     ap.add_argument("--exec-runs", type=int, default=100)
     ap.add_argument("--scale", type=int, default=100)
     ap.add_argument("--service-pids", default="", help="the service's own processes, measured before and after")
+    ap.add_argument("--ports-image", default="", help="a Python image: time bridge spawns and a published port (issue 10)")
+    ap.add_argument("--port", type=int, default=18431, help="the host port to publish")
     args = ap.parse_args()
     client = docker.DockerClient(base_url="unix://" + args.socket, timeout=120)
     try:
@@ -116,8 +118,102 @@ def main():
     out["scale_total_pss_kib"] = new_pss + svc_after
     for c in made:
         c.remove(force=True)
+    if args.ports_image:
+        ports(client, args, out)
     client.close()
     print(json.dumps(out))
+
+
+# The server inside: port 8000 sends THROUGHPUT_MIB MiB and closes; port
+# 8001 sends one byte and closes (connection set-up); both threaded.
+SERVER = r"""
+import socket, threading
+def serve(port, body):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port))
+    s.listen(512)
+    def one(c):
+        try:
+            body(c)
+        finally:
+            c.close()
+    while True:
+        c, _ = s.accept()
+        threading.Thread(target=one, args=(c,), daemon=True).start()
+buf = b"\0" * (1 << 20)
+def bulk(c):
+    for _ in range(%d):
+        c.sendall(buf)
+threading.Thread(target=serve, args=(8000, bulk), daemon=True).start()
+serve(8001, lambda c: c.sendall(b"x"))
+"""
+THROUGHPUT_MIB = 512
+
+
+def ports(client, args, out):
+    """Bridge spawn beside none, and a published port: throughput (MiB/s,
+    best of 5 transfers of THROUGHPUT_MIB MiB) and connection set-up (median
+    of 300 connect-to-first-byte)."""
+    import socket
+    times = []
+    for i in range(args.runs + 2):
+        t0 = time.perf_counter()
+        c = client.containers.create(args.image, command="sleep infinity", detach=True, network_mode="bridge")
+        c.start()
+        c.reload()
+        while c.status != "running":
+            time.sleep(0.001)
+            c.reload()
+        t = time.perf_counter() - t0
+        c.remove(force=True)
+        if i >= 2:
+            times.append(t * 1000)
+    out["create_start_bridge_ms"] = statistics.median(times)
+    c = client.containers.run(args.ports_image, ["python3", "-c", SERVER % THROUGHPUT_MIB], detach=True,
+                              network_mode="bridge",
+                              ports={"8000/tcp": ("127.0.0.1", args.port), "8001/tcp": ("127.0.0.1", args.port + 1)})
+    try:
+        def fetch(port):
+            s = socket.create_connection(("127.0.0.1", port), timeout=30)
+            n = 0
+            b = bytearray(1 << 20)
+            while True:
+                k = s.recv_into(b)
+                if k == 0:
+                    break
+                n += k
+            s.close()
+            return n
+        deadline = time.time() + 60
+        while True:
+            try:
+                if fetch(args.port + 1) == 1:
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                sys.exit("the published port never answered")
+            time.sleep(0.05)
+        best = 0
+        for _ in range(5):
+            t0 = time.perf_counter()
+            n = fetch(args.port)
+            t = time.perf_counter() - t0
+            if n != THROUGHPUT_MIB << 20:
+                sys.exit(f"short transfer: {n} bytes")
+            best = max(best, THROUGHPUT_MIB / t)
+        out["port_throughput_mib_s"] = best
+        lat = []
+        for i in range(320):
+            t0 = time.perf_counter()
+            if fetch(args.port + 1) != 1:
+                sys.exit("connection set-up: no byte")
+            if i >= 20:
+                lat.append((time.perf_counter() - t0) * 1000)
+        out["port_connect_ms"] = statistics.median(lat)
+    finally:
+        c.remove(force=True)
 
 
 if __name__ == "__main__":

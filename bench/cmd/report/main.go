@@ -191,6 +191,18 @@ func main() {
 		mem, dmem := sb["scale_total_pss_kib"], dk["scale_total_pss_kib"]
 		mark := check(dmem > 0 && mem > 0 && mem < dmem)
 		p("| Engine API, %.0f idle containers: PSS of the service and every process they added (their `sleep` aside) | %.0f KiB | dockerd + containerd + shims %.0f KiB | %s | below dockerd's | %s |\n", sb["scale_n"], mem, dmem, ratioOf(mem, dmem), mark)
+		// Issue 10: a published port and bridge spawns.
+		if tp := sb["port_throughput_mib_s"]; tp > 0 {
+			for _, peer := range []string{"podman-rootless", "dockerd"} {
+				o := engine[peer]["port_throughput_mib_s"]
+				p("| published port throughput, rootless serve (MiB/s, higher is better) | %.0f MiB/s | %s %.0f MiB/s | %s | ≥ %s | %s |\n", tp, peer, o, ratioOf(tp, o), peer, check(o > 0 && tp >= o))
+			}
+			for _, peer := range []string{"podman-rootless", "dockerd"} {
+				p("| published port connection set-up (connect to first byte), rootless serve | %.3f ms | %s %.3f ms | %s | reported | - |\n", sb["port_connect_ms"], peer, engine[peer]["port_connect_ms"], ratioOf(sb["port_connect_ms"], engine[peer]["port_connect_ms"]))
+			}
+			br, none := sb["create_start_bridge_ms"], sb["create_start_ms"]
+			target("bridge sandbox create + start until running, rootless serve (beside none's)", br, "the same with network none", none, "≤ none + 10 ms", br > 0 && br <= none+10)
+		}
 	}
 	le, lf := api["rootless"]["local_exec_true_api"].MedianMs, api["rootless"]["fork_exec_floor"].MedianMs
 	target("local backend exec `true` (Go API)", le, "bare fork+exec from Go", lf, "≤ 1.5× floor", lf > 0 && le <= 1.5*lf)
@@ -219,7 +231,7 @@ func main() {
 	}
 
 	if len(engine) > 0 {
-		p("\n## Engine API (bench/engine/apibench.py: docker-py, SlopCodeBench's calls)\n\n| service | create + start until running (ms) | exec_run true (ms) | start %v containers (ms) | service PSS before → after (KiB) | new processes | their PSS (KiB) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n", engine["dockerd"]["scale_n"])
+		p("\n## Engine API (bench/engine/apibench.py: docker-py, SlopCodeBench's calls)\n\n| service | create + start until running (ms) | … with bridge (ms) | exec_run true (ms) | start %v containers (ms) | service PSS before → after (KiB) | new processes | their PSS (KiB) | published port MiB/s | port connect (ms) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n", engine["dockerd"]["scale_n"])
 		var en []string
 		for k := range engine {
 			en = append(en, k)
@@ -227,7 +239,7 @@ func main() {
 		sort.Strings(en)
 		for _, k := range en {
 			f := engine[k]
-			p("| %s | %.2f | %.2f | %.0f | %.0f → %.0f | %.0f | %.0f |\n", k, f["create_start_ms"], f["exec_run_true_ms"], f["scale_start_total_ms"], f["service_pss_kib_before"], f["service_pss_kib_after"], f["scale_new_procs"], f["scale_new_procs_pss_kib"])
+			p("| %s | %.2f | %.2f | %.2f | %.0f | %.0f → %.0f | %.0f | %.0f | %.0f | %.3f |\n", k, f["create_start_ms"], f["create_start_bridge_ms"], f["exec_run_true_ms"], f["scale_start_total_ms"], f["service_pss_kib_before"], f["service_pss_kib_after"], f["scale_new_procs"], f["scale_new_procs_pss_kib"], f["port_throughput_mib_s"], f["port_connect_ms"])
 		}
 	}
 
