@@ -251,7 +251,7 @@ func containerCmd() *cobra.Command {
 	ls := psCmd()
 	ls.Use, ls.Aliases = "ls", []string{"list", "ps"}
 	c.AddCommand(startsSandbox(runCmd()), startsSandbox(createCmd()), startCmd(), execCmd(), ls, killCmd(), stopCmd(), rmCmd(), pruneCmd(),
-		logsCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), inspectCmd())
+		logsCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), inspectCmd(), portCmd())
 	return c
 }
 

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"text/template"
 
 	"github.com/spf13/cobra"
@@ -84,4 +86,46 @@ func formatEach(text string, objs []any) error {
 		fmt.Println()
 	}
 	return nil
+}
+
+// portCmd is docker port: the sandbox's published ports, or where one
+// container port is published.
+func portCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "port SANDBOX [CONTAINERPORT[/PROTO]]",
+		Short: "List a sandbox's published ports",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := openBackend()
+			if err != nil {
+				return err
+			}
+			sb, err := b.Open(args[0])
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			i := sb.Info()
+			found := false
+			for _, p := range i.Ports {
+				key := fmt.Sprintf("%d/%s", p.ContainerPort, p.Protocol)
+				if len(args) == 2 && args[1] != key && args[1] != strconv.Itoa(p.ContainerPort) {
+					continue
+				}
+				if !i.Running {
+					continue
+				}
+				found = true
+				host := net.JoinHostPort(p.HostIP, strconv.Itoa(p.HostPort))
+				if len(args) == 2 {
+					fmt.Println(host)
+				} else {
+					fmt.Printf("%s -> %s\n", key, host)
+				}
+			}
+			if len(args) == 2 && !found {
+				return &exitError{code: 1, err: fmt.Errorf("no public port '%s' published for %s", args[1], args[0])}
+			}
+			return nil
+		},
+	}
 }

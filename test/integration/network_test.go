@@ -402,6 +402,12 @@ while True:
 	if ps := e.must("ps"); !strings.Contains(ps, fmt.Sprintf("127.0.0.1:%d->8000/tcp", p1)) || !strings.Contains(ps, fmt.Sprintf("127.0.0.1:%d->5353/udp", up)) {
 		t.Errorf("ps does not show the ports:\n%s", ps)
 	}
+	if out := e.must("port", "lo"); out != fmt.Sprintf("8000/tcp -> 127.0.0.1:%d\n", p1) {
+		t.Errorf("port: %q", out)
+	}
+	if out := e.must("port", "udp", "5353/udp"); out != fmt.Sprintf("127.0.0.1:%d\n", up) {
+		t.Errorf("port udp 5353/udp: %q", out)
+	}
 	if ins := e.must("inspect", "-f", "{{json .Ports}}", "any"); !strings.Contains(ins, fmt.Sprintf(`"HostPort":%d`, p2)) {
 		t.Errorf("inspect: %s", ins)
 	}
