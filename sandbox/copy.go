@@ -32,7 +32,7 @@ func (s *Sandbox) CopyIn(ctx context.Context, r io.Reader, dest string, contents
 }
 
 func (s *Sandbox) copyHelper(ctx context.Context, args []string, in io.Reader, out io.Writer) error {
-	if !s.rec.alive() {
+	if !s.rec.running() {
 		return fmt.Errorf("sandbox %s is not running: start it to copy files (`slopbox start %s`)", cmpName(s.rec), cmpName(s.rec))
 	}
 	req := backend.ExecRequest{

@@ -448,7 +448,7 @@ func (s *Sandbox) Wait(ctx context.Context) (int, error) {
 		if e, ok := readExit(s.dir); ok {
 			return e.ExitCode, nil
 		}
-		if !s.rec.alive() {
+		if !s.rec.running() {
 			if e, ok := readExit(s.dir); ok {
 				return e.ExitCode, nil
 			}
@@ -637,7 +637,7 @@ func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writ
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
-		stopped := !s.rec.alive()
+		stopped := !s.rec.running()
 		if err := tail.poll(emit); err != nil {
 			return err
 		}

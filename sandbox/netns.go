@@ -99,6 +99,7 @@ func (b *Backend) startNetHelper(rec *record, pid int) (wait func() error, err e
 	cmd := exec.Command(bin, args...)
 	cmd.ExtraFiles = []*os.File{readyW}
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), helperMarker+rec.ID)
 	// Its own session: it outlives a CLI that started it, and is killed
 	// with the sandbox (stop, rm, prune), by the pid recorded here.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

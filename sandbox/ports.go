@@ -128,7 +128,7 @@ func (b *Backend) publish(rec *record, pid int) error {
 	}
 	cmd := exec.Command(exe, append([]string{b.root, rec.ID, strconv.Itoa(pid)}, specs...)...)
 	cmd.Args[0] = "slopbox-ports"
-	cmd.Env = append(os.Environ(), reexec.Env+"="+portsHelper)
+	cmd.Env = append(os.Environ(), reexec.Env+"="+portsHelper, helperMarker+rec.ID)
 	cmd.ExtraFiles = files
 	cmd.Dir = b.state.sandboxDir(rec.ID) // where to look for what holds a sandbox
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -54,7 +54,7 @@ type Process struct {
 // Processes lists the sandbox's processes (docker top): its PID 1 and
 // every descendant, host pids, oldest first.
 func (s *Sandbox) Processes() ([]Process, error) {
-	if !s.rec.alive() {
+	if !s.rec.running() {
 		return nil, fmt.Errorf("sandbox %s is not running", cmpName(s.rec))
 	}
 	all := map[int]Process{}

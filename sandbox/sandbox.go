@@ -195,12 +195,15 @@ func (b *Backend) info(rec *record) Info {
 	}
 	i := Info{
 		ID: rec.ID, Name: rec.Name, Image: rec.Image, ImageID: rec.ImageID, Command: rec.Command,
-		Created: rec.Created, Running: rec.Pid > 0 && rec.alive(), Pid: rec.Pid, LastExec: last,
+		Created: rec.Created, Running: rec.Pid > 0 && rec.running(), Pid: rec.Pid, LastExec: last,
 		Workspace: rec.Workspace, Workdir: rec.Workdir, User: fmt.Sprintf("%d:%d", rec.User.UID, rec.User.GID),
 		Network: rec.Network, Ports: rec.Ports, Limits: rec.Limits, Unenforced: rec.Unenforced, Labels: rec.Labels, StateDir: dir,
 		ReadonlyRootfs: rec.ReadOnly, OOMKills: oomKills(rec), AutoRemove: rec.AutoRemove,
 		CapAdd: rec.CapAdd, CapDrop: rec.CapDrop, SeccompProfile: seccompProfileName(rec),
 		Tty: rec.Detach.TTY, OpenStdin: rec.Detach.OpenStdin,
+	}
+	if rec.Reserved {
+		i.Pid = 0 // created: nothing runs yet
 	}
 	exitInfo(dir, &i)
 	return i
@@ -251,7 +254,7 @@ func (b *Backend) Prune(all bool) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, r := range recs {
-		if r.Pid > 0 && r.alive() && !all {
+		if r.Pid > 0 && r.running() && !all {
 			continue
 		}
 		if err := b.destroy(r); err != nil {
@@ -301,6 +304,12 @@ func (b *Backend) destroy(rec *record) error {
 	}
 	if err := killPorts(b.state.sandboxDir(rec.ID)); err != nil {
 		errs = append(errs, err)
+	}
+	if rec.Network == backend.NetworkBridge || len(rec.Ports) > 0 {
+		// Also those a killed slopbox started but had not recorded.
+		if err := killHelpers(rec.ID); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(rec.Cgroups) == 0 && (rec.Broken != "" || rec.Limits.MemoryBytes > 0 || rec.Limits.CPUs > 0 || rec.Limits.Pids > 0) {
 		// The state lost its cgroup paths (broken), or never got them (a
@@ -492,6 +501,9 @@ func (s *Sandbox) dial() (*agentConn, error) {
 		ref := cmp.Or(s.rec.Name, s.rec.ID)
 		return nil, fmt.Errorf("exec: sandbox %s is broken (%s): remove it with `slopbox rm -f %s`", ref, s.rec.Broken, ref)
 	}
+	if s.rec.Reserved {
+		return nil, fmt.Errorf("exec: sandbox %s is not running: it is created; start it with `slopbox start %s`", s.rec.Name, s.rec.Name)
+	}
 	conn, err := dialAgent(filepath.Join(s.dir, socketFile))
 	if err != nil {
 		if !s.rec.alive() {
@@ -672,7 +684,7 @@ func (s *Sandbox) Remove() error {
 }
 
 // Running reports whether the sandbox's init still runs.
-func (s *Sandbox) Running() bool { return s.rec.alive() }
+func (s *Sandbox) Running() bool { return s.rec.running() }
 
 // Stop kills the sandbox's init (and so every process in it) but keeps its
 // state, like `docker stop`; a sandbox made with AutoRemove is removed.
@@ -701,11 +713,20 @@ func (s *Sandbox) Start(ctx context.Context) error {
 // StartAttached is Start for a client attached before it (see
 // AttachedStart).
 func (s *Sandbox) StartAttached(ctx context.Context, a AttachedStart) error {
-	if s.rec.Pid > 0 && s.rec.alive() {
+	switch {
+	case s.rec.Reserved && s.rec.alive():
+		// Created with its PID 1 ready: only the command is left to run.
+		s.rec.Reserved = false
+		if err := s.b.state.write(s.rec); err != nil {
+			return err
+		}
+	case s.rec.Pid > 0 && s.rec.running():
 		return nil
-	}
-	if err := s.b.start(ctx, s.rec); err != nil {
-		return err
+	default:
+		s.rec.Reserved = false
+		if err := s.b.start(ctx, s.rec); err != nil {
+			return err
+		}
 	}
 	if len(s.rec.Command) == 0 {
 		return nil

@@ -184,9 +184,12 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 		if rec.Name == "" {
 			rec.Name = "slopbox-" + rec.ID[:8]
 		}
-		rec.Mounts = mounts
-		if err := b.prepare(rec); err != nil {
-			return nil, fmt.Errorf("create: %w", err)
+		// PID 1 starts now, from the warm pool when one is ready, so
+		// that start has only the command to run (docker create + start
+		// is docker-py's and the docker CLI's way to run).
+		rec.Reserved = true
+		if err := b.create(ctx, rec, mounts); err != nil {
+			return nil, err
 		}
 		return b.sandbox(rec), nil
 	}
@@ -280,24 +283,6 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 		}
 	}
 	return ms, nil
-}
-
-// prepare records a new sandbox (not started) under a unique name.
-func (b *Backend) prepare(rec *record) error {
-	return b.recordNamed(rec, func() error {
-		dir := b.state.sandboxDir(rec.ID)
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			return err
-		}
-		err := b.chownToNamespaceRoot(dir)
-		if err == nil {
-			err = b.state.write(rec)
-		}
-		if err != nil {
-			os.RemoveAll(dir)
-		}
-		return err
-	})
 }
 
 // recordNamed claims rec's name and runs place, which puts rec's directory

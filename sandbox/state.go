@@ -58,6 +58,10 @@ type record struct {
 	// AllowHostLoopback: a bridge sandbox may reach the host's loopback.
 	AllowHostLoopback bool     `json:"allow_host_loopback,omitempty"`
 	DNS               *oci.DNS `json:"dns,omitempty"`
+	// Reserved: created (docker create) with its PID 1 already started,
+	// from the warm pool when one is ready, but not yet started: it runs
+	// nothing, counts as not running, and start only runs its command.
+	Reserved bool `json:"reserved,omitempty"`
 	// Ports are the published ports, with the host ports bound at the
 	// last start.
 	Ports      []backend.PortMapping `json:"ports,omitempty"`
@@ -274,7 +278,25 @@ const sandboxMarker = "_SLOPBOX_SANDBOX="
 // that never became PID 1 (it holds a file under dir). It waits, bounded,
 // until they are gone.
 func killStragglers(id, dir string) error {
-	marker := []byte(sandboxMarker + id + "\x00")
+	killed := killMarked(sandboxMarker + id)
+	// libcontainer's init ("<binary> init") before it became PID 1.
+	killed = append(killed, spawnd.KillHolders(dir+"/", "init")...)
+	return waitKilled(id, killed)
+}
+
+// helperMarker is in the environment of a sandbox's host-side helpers
+// (slirp4netns, the port forwarder), so that one started by a slopbox
+// process killed before it recorded the helper's pid is still found.
+const helperMarker = "_SLOPBOX_HELPER_OF="
+
+// killHelpers kills every helper of sandbox id, recorded or not.
+func killHelpers(id string) error {
+	return waitKilled(id, killMarked(helperMarker+id))
+}
+
+// killMarked SIGKILLs every process with the environment entry kv.
+func killMarked(kv string) []int {
+	marker := []byte(kv + "\x00")
 	ents, _ := os.ReadDir("/proc")
 	var killed []int
 	for _, e := range ents {
@@ -289,8 +311,12 @@ func killStragglers(id, dir string) error {
 			}
 		}
 	}
-	// libcontainer's init ("<binary> init") before it became PID 1.
-	killed = append(killed, spawnd.KillHolders(dir+"/", "init")...)
+	return killed
+}
+
+// waitKilled waits, bounded, until the killed processes of sandbox id
+// have gone.
+func waitKilled(id string, killed []int) error {
 	deadline := time.Now().Add(5 * time.Second)
 	for _, pid := range killed {
 		for {
@@ -373,6 +399,10 @@ func (rec *record) alive() bool {
 	start, zombie, ok := procStart(rec.Pid)
 	return ok && !zombie && start == rec.PidStart
 }
+
+// running reports whether the sandbox runs: PID 1 alive, and started
+// (not only created with PID 1 reserved).
+func (rec *record) running() bool { return !rec.Reserved && rec.alive() }
 
 // killInit kills the sandbox's PID 1 (and with it the pid namespace) and
 // waits, bounded, until it is gone.

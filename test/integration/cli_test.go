@@ -263,6 +263,24 @@ func TestCreateStart(t *testing.T) {
 	if ps := e.must("ps", "-a"); !strings.Contains(ps, "Created") {
 		t.Errorf("ps -a after create:\n%s", ps)
 	}
+	// Created (its PID 1 may already be waiting, from the pool): not
+	// running until started, for exec, top, ps and inspect alike.
+	if out, code := e.run("", "exec", "later", "true"); code == 0 || !strings.Contains(out, "not running") {
+		t.Errorf("exec into a created sandbox: exit %d %q", code, out)
+	}
+	if _, code := e.run("", "top", "later"); code == 0 {
+		t.Error("top of a created sandbox succeeded")
+	}
+	if ps := e.must("ps", "-q"); strings.TrimSpace(ps) != "" {
+		t.Errorf("ps (running only) lists the created sandbox: %q", ps)
+	}
+	if out := e.must("inspect", "-f", "{{.Running}} {{.Pid}}", "later"); out != "false 0\n" {
+		t.Errorf("inspect of a created sandbox: %q", out)
+	}
+	e.must("stop", "later") // a no-op, as docker's
+	if ps := e.must("ps", "-a"); !strings.Contains(ps, "Created") {
+		t.Errorf("ps -a after stop of a created sandbox:\n%s", ps)
+	}
 	e.must("start", "later")
 	if ps := e.must("exec", "later", "ps", "-o", "args"); !strings.Contains(ps, "sleep infinity") {
 		t.Errorf("start did not run the command:\n%s", ps)
