@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,6 +91,7 @@ func (b *Backend) publish(rec *record, pid int) error {
 		}
 	}()
 	specs := []string{}
+	rec.Bound = slices.Clone(rec.Ports)
 	for i, p := range rec.Ports {
 		addr := net.JoinHostPort(p.HostIP, strconv.Itoa(p.HostPort))
 		var f *os.File
@@ -119,7 +121,7 @@ func (b *Backend) publish(rec *record, pid int) error {
 		}
 		files = append(files, f)
 		_, port, _ := net.SplitHostPort(bound.String())
-		rec.Ports[i].HostPort, _ = strconv.Atoi(port)
+		rec.Bound[i].HostPort, _ = strconv.Atoi(port)
 		specs = append(specs, fmt.Sprintf("%s/%d", p.Protocol, p.ContainerPort))
 	}
 	exe, err := os.Executable()

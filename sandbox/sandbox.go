@@ -151,8 +151,8 @@ type Info struct {
 	Workdir   string    `json:"Workdir"`
 	User      string    `json:"User"`
 	Network   string    `json:"Network"`
-	// Ports are the published ports (host ports as bound at the last
-	// start).
+	// Ports are the published ports, host ports as bound at the last
+	// start (as asked for before the first).
 	Ports          []backend.PortMapping `json:"Ports,omitempty"`
 	Limits         backend.Limits        `json:"Limits"`
 	Unenforced     []string              `json:"UnenforcedLimits,omitempty"`
@@ -197,13 +197,16 @@ func (b *Backend) info(rec *record) Info {
 		ID: rec.ID, Name: rec.Name, Image: rec.Image, ImageID: rec.ImageID, Command: rec.Command,
 		Created: rec.Created, Running: rec.Pid > 0 && rec.running(), Pid: rec.Pid, LastExec: last,
 		Workspace: rec.Workspace, Workdir: rec.Workdir, User: fmt.Sprintf("%d:%d", rec.User.UID, rec.User.GID),
-		Network: rec.Network, Ports: rec.Ports, Limits: rec.Limits, Unenforced: rec.Unenforced, Labels: rec.Labels, StateDir: dir,
+		Network: rec.Network, Ports: rec.Bound, Limits: rec.Limits, Unenforced: rec.Unenforced, Labels: rec.Labels, StateDir: dir,
 		ReadonlyRootfs: rec.ReadOnly, OOMKills: oomKills(rec), AutoRemove: rec.AutoRemove,
 		CapAdd: rec.CapAdd, CapDrop: rec.CapDrop, SeccompProfile: seccompProfileName(rec),
 		Tty: rec.Detach.TTY, OpenStdin: rec.Detach.OpenStdin,
 	}
 	if rec.Reserved {
 		i.Pid = 0 // created: nothing runs yet
+	}
+	if i.Ports == nil {
+		i.Ports = rec.Ports
 	}
 	exitInfo(dir, &i)
 	return i

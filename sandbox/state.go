@@ -62,9 +62,10 @@ type record struct {
 	// from the warm pool when one is ready, but not yet started: it runs
 	// nothing, counts as not running, and start only runs its command.
 	Reserved bool `json:"reserved,omitempty"`
-	// Ports are the published ports, with the host ports bound at the
-	// last start.
+	// Ports are the published ports as asked for (host port 0: any);
+	// Bound, the same with the host ports bound at the last start.
 	Ports      []backend.PortMapping `json:"ports,omitempty"`
+	Bound      []backend.PortMapping `json:"bound_ports,omitempty"`
 	ReadOnly   bool                  `json:"readonly_rootfs,omitempty"`
 	AutoRemove bool                  `json:"auto_remove,omitempty"`
 	CapAdd     []string              `json:"cap_add,omitempty"`

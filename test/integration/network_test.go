@@ -438,11 +438,21 @@ while True:
 	}
 	e.must("start", "lo")
 	waitFor(t, "lo's server after start", func() bool { b, err := get(p1, "/index.html"); return err == nil && string(b) == "hello\n" })
+	// Host port left to the kernel: one is picked at each start.
+	e.must("run", "-d", "--name", "rnd", "--network", "bridge", "-p", "8000", e.ref, "sleep", "infinity")
+	if out := e.must("port", "rnd", "8000"); !strings.HasPrefix(out, "127.0.0.1:") || strings.HasSuffix(out, ":0\n") {
+		t.Errorf("port of -p 8000: %q", out)
+	}
+	e.must("stop", "-t", "0", "rnd")
+	e.must("start", "rnd")
+	if out := e.must("port", "rnd", "8000"); !strings.HasPrefix(out, "127.0.0.1:") || strings.HasSuffix(out, ":0\n") {
+		t.Errorf("port of -p 8000 after a restart: %q", out)
+	}
 	ids := map[string]bool{}
-	for _, name := range []string{"lo", "any", "empty", "udp"} {
+	for _, name := range []string{"lo", "any", "empty", "udp", "rnd"} {
 		ids[strings.TrimSpace(e.must("inspect", "--format", "{{.Id}}", name))] = true
 	}
-	e.must("rm", "-f", "lo", "any", "empty", "udp")
+	e.must("rm", "-f", "lo", "any", "empty", "udp", "rnd")
 	for _, p := range []int{p1, p2, p3} {
 		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
