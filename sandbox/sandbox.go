@@ -173,6 +173,7 @@ type Info struct {
 	ExitCode   int       `json:"ExitCode"`
 	FinishedAt time.Time `json:"FinishedAt,omitzero"`
 	Tty        bool      `json:"Tty,omitempty"`
+	Paused     bool      `json:"Paused,omitempty"`
 	OpenStdin  bool      `json:"OpenStdin,omitempty"`
 	// Broken says why the sandbox's state cannot be read; `rm -f` and
 	// `prune` remove it (and kill what it still runs).
@@ -208,6 +209,7 @@ func (b *Backend) info(rec *record) Info {
 	if i.Ports == nil {
 		i.Ports = rec.Ports
 	}
+	i.Paused = rec.Paused && i.Running
 	exitInfo(dir, &i)
 	return i
 }
@@ -507,6 +509,9 @@ func (s *Sandbox) dial() (*agentConn, error) {
 	if s.rec.Reserved {
 		return nil, fmt.Errorf("exec: sandbox %s is not running: it is created; start it with `slopbox start %s`", s.rec.Name, s.rec.Name)
 	}
+	if s.Paused() {
+		return nil, fmt.Errorf("exec: sandbox %s %w: unpause it first (`slopbox unpause %s`)", s.rec.Name, ErrPaused, s.rec.Name)
+	}
 	conn, err := dialAgent(filepath.Join(s.dir, socketFile))
 	if err != nil {
 		if !s.rec.alive() {
@@ -716,6 +721,9 @@ func (s *Sandbox) Start(ctx context.Context) error {
 // StartAttached is Start for a client attached before it (see
 // AttachedStart).
 func (s *Sandbox) StartAttached(ctx context.Context, a AttachedStart) error {
+	if s.rec.Paused && !s.rec.alive() {
+		s.rec.Paused = false // stopped while paused
+	}
 	switch {
 	case s.rec.Reserved && s.rec.alive():
 		// Created with its PID 1 ready: only the command is left to run.

@@ -62,6 +62,8 @@ type record struct {
 	// from the warm pool when one is ready, but not yet started: it runs
 	// nothing, counts as not running, and start only runs its command.
 	Reserved bool `json:"reserved,omitempty"`
+	// Paused: its processes are stopped (Pause).
+	Paused bool `json:"paused,omitempty"`
 	// Ports are the published ports as asked for (host port 0: any);
 	// Bound, the same with the host ports bound at the last start.
 	Ports      []backend.PortMapping `json:"ports,omitempty"`

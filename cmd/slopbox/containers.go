@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/user"
@@ -121,6 +122,38 @@ func renameCmd() *cobra.Command {
 			}
 			if err := b.Rename(args[0], args[1]); err != nil {
 				return &exitError{code: 1, err: err}
+			}
+			return nil
+		},
+	}
+}
+
+// pauseCmd is docker pause and unpause (SIGSTOP/SIGCONT to every process
+// but PID 1; see sandbox.Pause).
+func pauseCmd(verb string) *cobra.Command {
+	return &cobra.Command{
+		Use:   verb + " SANDBOX...",
+		Short: map[string]string{"pause": "Stop every process of sandboxes until unpause", "unpause": "Continue paused sandboxes"}[verb],
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var errs []error
+			for _, ref := range args {
+				sb, err := openSandbox(ref)
+				if err == nil {
+					if verb == "pause" {
+						err = sb.Pause()
+					} else {
+						err = sb.Unpause()
+					}
+				}
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				fmt.Println(ref)
+			}
+			if len(errs) > 0 {
+				return &exitError{code: 1, err: errors.Join(errs...)}
 			}
 			return nil
 		},
@@ -251,7 +284,7 @@ func containerCmd() *cobra.Command {
 	ls := psCmd()
 	ls.Use, ls.Aliases = "ls", []string{"list", "ps"}
 	c.AddCommand(startsSandbox(runCmd()), startsSandbox(createCmd()), startCmd(), execCmd(), ls, killCmd(), stopCmd(), rmCmd(), pruneCmd(),
-		logsCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), inspectCmd(), portCmd())
+		logsCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), inspectCmd(), portCmd(), pauseCmd("pause"), pauseCmd("unpause"))
 	return c
 }
 

@@ -259,7 +259,7 @@ func psCmd() *cobra.Command {
 	c.Flags().BoolVarP(&all, "all", "a", false, "show stopped sandboxes too")
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "only ids")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.Flags().StringArrayVarP(&filters, "filter", "f", nil, "only sandboxes matching: name=, id=, label=KEY[=VALUE], status=created|running|exited, ancestor=IMAGE")
+	c.Flags().StringArrayVarP(&filters, "filter", "f", nil, "only sandboxes matching: name=, id=, label=KEY[=VALUE], status=created|running|paused|exited, ancestor=IMAGE")
 	c.Flags().StringVar(&format, "format", "", "Go template over .ID .Image .Command .CreatedAt .RunningFor .Status .State .Ports .Names .Labels (\"table …\" adds a header; \"json\": one object a line)")
 	return c
 }
@@ -280,6 +280,8 @@ func row(i sandbox.Info) psRow {
 		r.Status = "Broken: " + i.Broken
 	case "running":
 		r.Status = "Up " + human(time.Since(i.Created))
+	case "paused":
+		r.Status = "Up " + human(time.Since(i.Created)) + " (Paused)"
 	case "created":
 		r.Status = "Created"
 	default:
@@ -294,7 +296,7 @@ func row(i sandbox.Info) psRow {
 	}
 	sort.Strings(labels)
 	r.Labels = strings.Join(labels, ",")
-	if r.State == "running" {
+	if i.Running {
 		var ports []string
 		for _, p := range i.Ports {
 			ports = append(ports, p.String())
@@ -308,6 +310,8 @@ func state(i sandbox.Info) string {
 	switch {
 	case i.Broken != "":
 		return "broken"
+	case i.Paused:
+		return "paused"
 	case i.Running:
 		return "running"
 	case i.Pid == 0:
@@ -338,8 +342,8 @@ func psFilter(filters []string) (func(sandbox.Info) bool, error) {
 		switch {
 		case !ok:
 			return nil, fmt.Errorf("--filter %q: want KEY=VALUE", f)
-		case k == "status" && !slices.Contains([]string{"created", "running", "exited", "broken"}, v):
-			return nil, fmt.Errorf("--filter %q: status is created, running, exited or broken", f)
+		case k == "status" && !slices.Contains([]string{"created", "running", "paused", "exited", "broken"}, v):
+			return nil, fmt.Errorf("--filter %q: status is created, running, paused, exited or broken", f)
 		case !slices.Contains([]string{"name", "id", "label", "status", "ancestor"}, k):
 			return nil, fmt.Errorf("--filter %q: unknown key %q (name, id, label, status, ancestor)", f, k)
 		}

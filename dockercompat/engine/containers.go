@@ -389,7 +389,19 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 	case verb == "archive":
 		s.containerArchive(w, r, sb)
 	case (verb == "pause" || verb == "unpause") && m == http.MethodPost:
-		writeError(w, http.StatusNotImplemented, verb+" is not supported by slopbox (no freezer for rootless sandboxes here)")
+		do := sb.Pause
+		if verb == "unpause" {
+			do = sb.Unpause
+		}
+		if err := do(); err != nil {
+			if errors.Is(err, sandbox.ErrPaused) || errors.Is(err, sandbox.ErrNotPaused) || !sb.Running() {
+				writeError(w, http.StatusConflict, fmt.Sprintf("Container %s: %v", ref, err))
+				return
+			}
+			fail(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 	default:
 		writeError(w, http.StatusNotFound, fmt.Sprintf("page not found: %s /containers/%s/%s is not served by slopbox", m, ref, verb))
 	}
@@ -616,6 +628,8 @@ func nonNil(m map[string]string) map[string]string {
 // state is Docker's State.Status.
 func state(i sandbox.Info) string {
 	switch {
+	case i.Paused:
+		return "paused"
 	case i.Running:
 		return "running"
 	case i.Pid == 0 && i.FinishedAt.IsZero():
@@ -628,6 +642,8 @@ func status(i sandbox.Info, st string) string {
 	switch st {
 	case "running":
 		return "Up " + ago(i.Created)
+	case "paused":
+		return "Up " + ago(i.Created) + " (Paused)"
 	case "created":
 		return "Created"
 	}
@@ -664,7 +680,7 @@ func inspect(i sandbox.Info) map[string]any {
 	return map[string]any{
 		"Id": i.ID, "Created": i.Created.Format(time.RFC3339Nano), "Path": path, "Args": args,
 		"State": map[string]any{
-			"Status": st, "Running": i.Running, "Paused": false, "Restarting": false, "OOMKilled": i.OOMKills > 0,
+			"Status": st, "Running": i.Running, "Paused": i.Paused, "Restarting": false, "OOMKilled": i.OOMKills > 0,
 			"Dead": false, "Pid": pid, "ExitCode": i.ExitCode, "Error": "", "StartedAt": i.LastExec.Format(time.RFC3339Nano),
 			"FinishedAt": finished,
 		},

@@ -203,15 +203,18 @@ func (s *Server) versionInfo(w http.ResponseWriter, r *request) {
 func (s *Server) info(w http.ResponseWriter, r *request) {
 	list, _ := s.b.List()
 	running := 0
+	paused := 0
 	for _, i := range list {
-		if i.Running {
+		if i.Paused {
+			paused++
+		} else if i.Running {
 			running++
 		}
 	}
 	images, _ := s.b.Store().List()
 	host, _ := os.Hostname()
 	writeJSON(w, http.StatusOK, map[string]any{
-		"ID": "slopbox", "Containers": len(list), "ContainersRunning": running, "ContainersPaused": 0,
+		"ID": "slopbox", "Containers": len(list), "ContainersRunning": running, "ContainersPaused": paused,
 		"ContainersStopped": len(list) - running, "Images": len(images), "Driver": "overlay",
 		"DockerRootDir": s.b.Store().Root(), "OperatingSystem": "slopbox", "OSType": "linux",
 		"Architecture": runtime.GOARCH, "KernelVersion": kernelVersion(), "NCPU": runtime.NumCPU(),

@@ -365,3 +365,61 @@ func TestLogBound(t *testing.T) {
 		t.Errorf("logs -f got %d of 400000 lines", n)
 	}
 }
+
+// pause stops every process of a sandbox (its output stops growing), exec
+// waits for unpause, ps says Paused; unpause continues them; stop and rm
+// work on a paused sandbox.
+func TestPauseUnpause(t *testing.T) {
+	e := newEnv(t)
+	e.must("run", "-d", "--name", "tick", e.ref, "sh", "-c", "while :; do echo x >> /tmp/t; sleep 0.02; done")
+	lines := func() int {
+		t.Helper()
+		out, code := e.run("", "exec", "tick", "wc", "-l", "/tmp/t")
+		if code != 0 {
+			t.Fatalf("exec wc: %d %q", code, out)
+		}
+		n, _ := strconv.Atoi(strings.Fields(out)[0])
+		return n
+	}
+	waitFor(t, "the loop to write", func() bool { return lines() > 3 })
+	e.must("pause", "tick")
+	if ps := e.must("ps"); !strings.Contains(ps, "(Paused)") {
+		t.Errorf("ps of a paused sandbox:\n%s", ps)
+	}
+	if out, code := e.run("", "exec", "tick", "true"); code == 0 || !strings.Contains(out, "paused") {
+		t.Errorf("exec into a paused sandbox: exit %d %q", code, out)
+	}
+	if out, code := e.run("", "pause", "tick"); code != 1 || !strings.Contains(out, "is paused") {
+		t.Errorf("pause twice: exit %d %q", code, out)
+	}
+	e.must("unpause", "tick")
+	before := lines()
+	e.must("pause", "tick")
+	e.must("unpause", "tick")
+	n1 := lines()
+	e.must("pause", "tick")
+	time.Sleep(500 * time.Millisecond)
+	e.must("unpause", "tick")
+	n2 := lines()
+	// While paused, at most the line being written when it came.
+	if n2-n1 > 3 {
+		t.Errorf("the loop ran while paused: %d lines then %d", n1, n2)
+	}
+	waitFor(t, "the loop to go on after unpause", func() bool { return lines() > n2+3 })
+	if n1 < before {
+		t.Errorf("lines went back: %d, %d", before, n1)
+	}
+	if out, code := e.run("", "unpause", "tick"); code != 1 || !strings.Contains(out, "not paused") {
+		t.Errorf("unpause of a running sandbox: exit %d %q", code, out)
+	}
+	e.must("pause", "tick")
+	e.must("stop", "-t", "1", "tick")
+	if ps := e.must("ps", "-a"); strings.Contains(ps, "Paused") || !strings.Contains(ps, "Exited") {
+		t.Errorf("ps after stop of a paused sandbox:\n%s", ps)
+	}
+	e.must("start", "tick")
+	if _, code := e.run("", "exec", "tick", "true"); code != 0 {
+		t.Error("exec after restarting a sandbox stopped while paused")
+	}
+	e.must("rm", "-f", "tick")
+}

@@ -259,6 +259,19 @@ func TestServeDockerCLI(t *testing.T) {
 	if out := must("ps", "--format", "{{.Ports}}"); !strings.Contains(out, fmt.Sprintf("127.0.0.1:%d->8000/tcp", hp)) {
 		t.Errorf("docker ps ports: %q", out)
 	}
+	// pause and unpause.
+	must("pause", "web")
+	if out := must("ps", "--format", "{{.Status}}"); !strings.Contains(out, "(Paused)") {
+		t.Errorf("docker ps of a paused container: %q", out)
+	}
+	if out, code := docker("", "exec", "web", "true"); code == 0 {
+		t.Errorf("docker exec into a paused container: %q", out)
+	}
+	if out, code := docker("", "unpause", "s-nosuch"); code != 1 {
+		t.Errorf("docker unpause of a missing container: %d %q", code, out)
+	}
+	must("unpause", "web")
+	must("exec", "web", "true")
 	must("rm", "-f", "web")
 	if out := must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("containers left: %q", out)
