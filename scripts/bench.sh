@@ -72,11 +72,14 @@ rt=/run/user/$(bench_uid)
 as_user podman system service --time=0 "unix://$rt/podman-bench.sock" &
 for _ in $(seq 50); do [[ -S $rt/podman-bench.sock ]] && break; sleep 0.2; done
 engine podman-rootless "$rt/podman-bench.sock" "$(pgrep -u "$(bench_uid)" -xd, podman)"
-kill %% 2>/dev/null; wait 2>/dev/null || true
+# The job is the subshell around as_user: stop the service itself.
+pkill -u "$(bench_uid)" -f "podman system service --time=0 unix://$rt/podman-bench.sock" || true
+wait 2>/dev/null || true
 as_user slopbox-bench serve --socket "$rt/slopbox-bench.sock" 2>/dev/null &
 for _ in $(seq 50); do [[ -S $rt/slopbox-bench.sock ]] && break; sleep 0.2; done
 engine slopbox-rootless "$rt/slopbox-bench.sock" "$(pgrep -u "$(bench_uid)" -f -d, 'slopbox-bench serve')"
-kill %% 2>/dev/null; wait 2>/dev/null || true
+pkill -u "$(bench_uid)" -f "slopbox-bench serve --socket $rt/slopbox-bench.sock" || true
+wait 2>/dev/null || true
 
 go run ./bench/cmd/report "$OUT" >BENCHMARKS.md
 echo "wrote BENCHMARKS.md from $OUT" >&2
