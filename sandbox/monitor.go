@@ -382,7 +382,15 @@ func (s *Sandbox) Signal(sig syscall.Signal) error {
 			return fmt.Errorf("sandbox %s: its monitor (pid %d) is not ready for signals", s.rec.Name, pid)
 		}
 	}
-	return syscall.Kill(pid, sig)
+	if err := syscall.Kill(pid, sig); err != nil {
+		return err
+	}
+	if s.rec.Paused {
+		// As Docker's stop: the signal is delivered, then the sandbox
+		// is unpaused so its command can act on it.
+		return s.Unpause()
+	}
+	return nil
 }
 
 // monitorPid is the pid of the monitor of the sandbox in dir, if it runs.
@@ -452,7 +460,7 @@ func (s *Sandbox) Wait(ctx context.Context) (int, error) {
 			if e, ok := readExit(s.dir); ok {
 				return e.ExitCode, nil
 			}
-			if len(s.rec.Command) == 0 || s.rec.Pid == 0 {
+			if len(s.rec.Command) == 0 || s.rec.Pid == 0 || s.rec.Reserved {
 				return 0, nil
 			}
 			return backend.ExitSignalBase + int(syscall.SIGKILL), nil

@@ -43,8 +43,13 @@ func (s *Sandbox) Pause() error {
 			if p.PID == s.rec.Pid || stoppedProc(p.PID) {
 				continue
 			}
-			if syscall.Kill(p.PID, syscall.SIGSTOP) == nil {
+			switch err := syscall.Kill(p.PID, syscall.SIGSTOP); err {
+			case nil:
 				pending++
+			case syscall.ESRCH:
+			default:
+				s.signalAll(syscall.SIGCONT)
+				return fmt.Errorf("pause %s: stop process %d: %w; nothing was left paused", cmpName(s.rec), p.PID, err)
 			}
 		}
 		if pending == 0 {
@@ -89,5 +94,5 @@ func stoppedProc(pid int) bool {
 		return true // gone
 	}
 	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 'Z' || b[i+2] == 'X')
+	return i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't' || b[i+2] == 'Z' || b[i+2] == 'X')
 }

@@ -697,6 +697,9 @@ func (s *Sandbox) Running() bool { return s.rec.running() }
 // Stop kills the sandbox's init (and so every process in it) but keeps its
 // state, like `docker stop`; a sandbox made with AutoRemove is removed.
 func (s *Sandbox) Stop() error {
+	if s.rec.Reserved {
+		return nil // created: nothing runs, and PID 1 stays ready for start
+	}
 	if err := s.rec.killInit(5 * time.Second); err != nil {
 		return err
 	}
@@ -726,11 +729,23 @@ func (s *Sandbox) StartAttached(ctx context.Context, a AttachedStart) error {
 	}
 	switch {
 	case s.rec.Reserved && s.rec.alive():
-		// Created with its PID 1 ready: only the command is left to run.
-		s.rec.Reserved = false
-		if err := s.b.state.write(s.rec); err != nil {
-			return err
+		// Created with its PID 1 ready: its ports are bound now, and
+		// only the command is left to run. If that fails, it is created
+		// again, as it was.
+		if err := s.b.publish(s.rec, s.rec.Pid); err != nil {
+			return fmt.Errorf("start: %w", err)
 		}
+		s.rec.Reserved = false
+		err := s.b.state.write(s.rec)
+		if err == nil && len(s.rec.Command) > 0 {
+			err = s.runDetached(ctx, backend.ExecRequest{Argv: s.rec.Command}, s.rec.Detach, a)
+		}
+		if err != nil {
+			killPorts(s.dir)
+			s.rec.Reserved, s.rec.Bound = true, nil
+			s.b.state.write(s.rec)
+		}
+		return err
 	case s.rec.Pid > 0 && s.rec.running():
 		return nil
 	default:

@@ -561,7 +561,9 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 	if nerr := netReady(); err == nil && nerr != nil {
 		err = nerr
 	}
-	if err == nil {
+	if err == nil && !rec.Reserved {
+		// A created sandbox binds its ports at start, as Docker does
+		// (compose creates a replacement while the old one holds them).
 		err = b.publish(rec, pid)
 	}
 	if err != nil {

@@ -305,6 +305,10 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 	case verb == "json" && m == http.MethodGet:
 		writeJSON(w, http.StatusOK, inspect(sb.Info()))
 	case verb == "start" && m == http.MethodPost:
+		if sb.Paused() {
+			writeError(w, http.StatusConflict, fmt.Sprintf("cannot start a paused container %s, try unpause instead", ref))
+			return
+		}
 		if sb.Running() {
 			w.WriteHeader(http.StatusNotModified)
 			return

@@ -56,6 +56,10 @@ func (s *Server) execCreate(w http.ResponseWriter, r *request, sb *sandbox.Sandb
 		writeError(w, http.StatusConflict, fmt.Sprintf("container %s is not running", sb.ID()))
 		return
 	}
+	if sb.Paused() {
+		writeError(w, http.StatusConflict, fmt.Sprintf("Container %s is paused, unpause the container before exec", sb.ID()))
+		return
+	}
 	var b [16]byte
 	rand.Read(b[:])
 	e := &execInstance{ID: hex.EncodeToString(b[:]), Container: sb.ID(), Cmd: body.Cmd, Env: body.Env, User: body.User,

@@ -215,7 +215,7 @@ func (s *Server) info(w http.ResponseWriter, r *request) {
 	host, _ := os.Hostname()
 	writeJSON(w, http.StatusOK, map[string]any{
 		"ID": "slopbox", "Containers": len(list), "ContainersRunning": running, "ContainersPaused": paused,
-		"ContainersStopped": len(list) - running, "Images": len(images), "Driver": "overlay",
+		"ContainersStopped": len(list) - running - paused, "Images": len(images), "Driver": "overlay",
 		"DockerRootDir": s.b.Store().Root(), "OperatingSystem": "slopbox", "OSType": "linux",
 		"Architecture": runtime.GOARCH, "KernelVersion": kernelVersion(), "NCPU": runtime.NumCPU(),
 		"Name": host, "ServerVersion": s.version, "Runtimes": map[string]any{"slopbox": map[string]string{"path": "libcontainer"}},

@@ -281,6 +281,18 @@ func TestCreateStart(t *testing.T) {
 	if ps := e.must("ps", "-a"); !strings.Contains(ps, "Created") {
 		t.Errorf("ps -a after stop of a created sandbox:\n%s", ps)
 	}
+	if out := strings.TrimSpace(e.must("wait", "later")); out != "0" {
+		t.Errorf("wait on a created sandbox printed %q, want 0", out)
+	}
+	// A start that fails leaves it created, not running without a command.
+	e.must("create", "--name", "bad", e.ref, "no-such-command")
+	if _, code := e.run("", "start", "bad"); code == 0 {
+		t.Error("start of a sandbox whose command does not exist succeeded")
+	}
+	if ps := e.must("ps", "-a", "--filter", "name=bad"); !strings.Contains(ps, "Created") {
+		t.Errorf("after a failed start:\n%s", ps)
+	}
+	e.must("rm", "bad")
 	e.must("start", "later")
 	if ps := e.must("exec", "later", "ps", "-o", "args"); !strings.Contains(ps, "sleep infinity") {
 		t.Errorf("start did not run the command:\n%s", ps)

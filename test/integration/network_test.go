@@ -456,6 +456,23 @@ while True:
 	}
 	e.must("start", "lo")
 	waitFor(t, "lo's server after start", func() bool { b, err := get(p1, "/index.html"); return err == nil && string(b) == "hello\n" })
+	// Created sandboxes bind their ports at start, as Docker's do: two may
+	// be created with the same host port; the second to start is refused
+	// and stays created.
+	pcr := freePort(t)
+	for _, n := range []string{"cr1", "cr2"} {
+		e.must("create", "--name", n, "--network", "bridge", "-p", fmt.Sprintf("%d:80", pcr), e.ref, "sleep", "infinity")
+	}
+	e.must("start", "cr1")
+	if out, code := e.run("", "start", "cr2"); code == 0 || !strings.Contains(out, "already published by sandbox cr1") {
+		t.Errorf("start of a second sandbox publishing the same port: exit %d %q", code, out)
+	}
+	if ps := e.must("ps", "-a", "--filter", "name=cr2"); !strings.Contains(ps, "Created") {
+		t.Errorf("a sandbox whose start failed is not created again:\n%s", ps)
+	}
+	e.must("rm", "-f", "cr1")
+	e.must("start", "cr2")
+	e.must("rm", "-f", "cr2")
 	// Host port left to the kernel: one is picked at each start.
 	e.must("run", "-d", "--name", "rnd", "--network", "bridge", "-p", "8000", e.ref, "sleep", "infinity")
 	if out := e.must("port", "rnd", "8000"); !strings.HasPrefix(out, "127.0.0.1:") || strings.HasSuffix(out, ":0\n") {
