@@ -94,10 +94,16 @@ func (b *Backend) publish(rec *record, pid int) error {
 	rec.Bound = slices.Clone(rec.Ports)
 	for i, p := range rec.Ports {
 		addr := net.JoinHostPort(p.HostIP, strconv.Itoa(p.HostPort))
+		// The address family asked for only: Go's "tcp" on 0.0.0.0
+		// would listen on IPv6 too, which Docker's -p 0.0.0.0:… does not.
+		family := "6"
+		if ip := net.ParseIP(p.HostIP); ip != nil && ip.To4() != nil {
+			family = "4"
+		}
 		var f *os.File
 		var bound net.Addr
 		if p.Protocol == "udp" {
-			pc, err := net.ListenPacket("udp", addr)
+			pc, err := net.ListenPacket("udp"+family, addr)
 			if err != nil {
 				return b.portError(rec, p, err)
 			}
@@ -108,7 +114,7 @@ func (b *Backend) publish(rec *record, pid int) error {
 				return err
 			}
 		} else {
-			ln, err := net.Listen("tcp", addr)
+			ln, err := net.Listen("tcp"+family, addr)
 			if err != nil {
 				return b.portError(rec, p, err)
 			}
@@ -279,7 +285,14 @@ func forwardTCP(ln net.Listener, sock string, port int) {
 				c.Close()
 				return
 			}
-			join(c.(*net.TCPConn), in.(*net.TCPConn))
+			ct, ok1 := c.(*net.TCPConn)
+			it, ok2 := in.(*net.TCPConn)
+			if !ok1 || !ok2 {
+				c.Close()
+				in.Close()
+				return
+			}
+			join(ct, it)
 		}()
 	}
 }

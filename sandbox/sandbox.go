@@ -709,6 +709,12 @@ func (s *Sandbox) Stop() error {
 	if err := killPorts(s.dir); err != nil {
 		return err
 	}
+	if s.rec.Network == backend.NetworkBridge || len(s.rec.Ports) > 0 {
+		// Also any a killed slopbox started without recording it.
+		if err := killHelpers(s.rec.ID); err != nil {
+			return err
+		}
+	}
 	if s.rec.AutoRemove {
 		return s.Remove()
 	}

@@ -379,7 +379,14 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 		return fmt.Errorf("start: %w", err)
 	}
 	srv := b.spawnerFor(bins.server)
-	pid, err := b.prestart(ctx, srv, bins, templateOf(rec), rec.ID, b.state.sandboxDir(rec.ID), nil)
+	// Helpers of an earlier start whose PID 1 died without a stop.
+	dir := b.state.sandboxDir(rec.ID)
+	killNetHelper(dir)
+	killPorts(dir)
+	if rec.Network == backend.NetworkBridge || len(rec.Ports) > 0 {
+		killHelpers(rec.ID)
+	}
+	pid, err := b.prestart(ctx, srv, bins, templateOf(rec), rec.ID, dir, nil)
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}

@@ -416,6 +416,18 @@ while True:
 	if got != "echo:ping" {
 		t.Errorf("UDP through -p: %q", got)
 	}
+	// A server listening on the sandbox's ::1 only (Node's localhost).
+	p6 := freePort(t)
+	e.must("run", "-d", "--name", "v6", "--network", "bridge", "-p", fmt.Sprintf("%d:8001", p6), py, "python3", "-c", `import socket
+s = socket.socket(socket.AF_INET6)
+s.bind(("::1", 8001))
+s.listen(16)
+while True:
+    c, _ = s.accept()
+    c.recv(4096)
+    c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nv6\n")
+    c.close()`)
+	waitFor(t, "the ::1 server through -p", func() bool { b, err := get(p6, "/"); return err == nil && string(b) == "v6\n" })
 	// ps and inspect show them.
 	if ps := e.must("ps"); !strings.Contains(ps, fmt.Sprintf("127.0.0.1:%d->8000/tcp", p1)) || !strings.Contains(ps, fmt.Sprintf("127.0.0.1:%d->5353/udp", up)) {
 		t.Errorf("ps does not show the ports:\n%s", ps)
@@ -484,10 +496,10 @@ while True:
 		t.Errorf("port of -p 8000 after a restart: %q", out)
 	}
 	ids := map[string]bool{}
-	for _, name := range []string{"lo", "any", "empty", "udp", "rnd", "conc"} {
+	for _, name := range []string{"lo", "any", "empty", "udp", "rnd", "conc", "v6"} {
 		ids[strings.TrimSpace(e.must("inspect", "--format", "{{.Id}}", name))] = true
 	}
-	e.must("rm", "-f", "lo", "any", "empty", "udp", "rnd", "conc")
+	e.must("rm", "-f", "lo", "any", "empty", "udp", "rnd", "conc", "v6")
 	for _, p := range []int{p1, p2, p3, pc} {
 		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {

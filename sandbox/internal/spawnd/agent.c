@@ -585,9 +585,11 @@ static void handle_exec(int i, char *buf, uint32_t len, int fds[3]) {
 }
 
 /* dial_loopback connects a socket of proto to port on the sandbox's
- * loopback without blocking PID 1: a TCP connect still in progress is
- * handed over as it is (the caller's writes wait for it). -errno on
- * failure. IPv4 first; ::1 when nothing listens there. */
+ * loopback, IPv4 first, ::1 when nothing listens there. PID 1 waits at
+ * most 50 ms for a TCP handshake (on loopback it completes, or is refused,
+ * at once); one still in progress then (the server's accept queue is full)
+ * is handed over as it is, and the caller's writes wait for it. -errno on
+ * failure. */
 static int dial_loopback(uint32_t proto, uint32_t port) {
 	int type = proto == PROTO_UDP ? SOCK_DGRAM : SOCK_STREAM;
 	struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = {htonl(INADDR_LOOPBACK)}};
@@ -600,7 +602,22 @@ static int dial_loopback(uint32_t proto, uint32_t port) {
 			continue;
 		}
 		int r = v6 ? connect(s, (struct sockaddr *)&a6, sizeof a6) : connect(s, (struct sockaddr *)&a4, sizeof a4);
-		if (r == 0 || errno == EINPROGRESS)
+		if (r < 0 && errno == EINPROGRESS) {
+			struct pollfd p = {.fd = s, .events = POLLOUT};
+			int n;
+			do
+				n = poll(&p, 1, 50);
+			while (n < 0 && errno == EINTR);
+			if (n <= 0)
+				return s; /* still connecting */
+			int soerr = 0;
+			socklen_t sl = sizeof soerr;
+			if (getsockopt(s, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
+				soerr = errno;
+			r = soerr ? -1 : 0;
+			errno = soerr;
+		}
+		if (r == 0)
 			return s;
 		err = errno;
 		close(s);
