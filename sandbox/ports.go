@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -326,8 +327,12 @@ func join(a, b *net.TCPConn) {
 // sandbox: one inside socket per client address, dropped after udpIdle
 // without traffic.
 func forwardUDP(pc net.PacketConn, sock string, port int) {
+	type flow struct {
+		conn net.Conn
+		last atomic.Int64 // unix nanoseconds of the last datagram, either way
+	}
 	var mu sync.Mutex
-	flows := map[string]net.Conn{}
+	flows := map[string]*flow{}
 	buf := make([]byte, 65536)
 	for {
 		n, from, err := pc.ReadFrom(buf)
@@ -339,14 +344,17 @@ func forwardUDP(pc net.PacketConn, sock string, port int) {
 		}
 		key := from.String()
 		mu.Lock()
-		in := flows[key]
+		fl := flows[key]
 		mu.Unlock()
-		if in == nil {
-			if in, err = dialPort(sock, protoUDP, port); err != nil {
+		if fl == nil {
+			in, err := dialPort(sock, protoUDP, port)
+			if err != nil {
 				continue
 			}
+			fl = &flow{conn: in}
+			fl.last.Store(time.Now().UnixNano())
 			mu.Lock()
-			flows[key] = in
+			flows[key] = fl
 			mu.Unlock()
 			go func() {
 				back := make([]byte, 65536)
@@ -358,9 +366,13 @@ func forwardUDP(pc net.PacketConn, sock string, port int) {
 						// not the end of the flow; idleness is.
 						continue
 					}
+					if ne, ok := err.(net.Error); ok && ne.Timeout() && time.Since(time.Unix(0, fl.last.Load())) < udpIdle {
+						continue // the client still sends
+					}
 					if err != nil {
 						break
 					}
+					fl.last.Store(time.Now().UnixNano())
 					pc.WriteTo(back[:n], from)
 				}
 				mu.Lock()
@@ -369,6 +381,7 @@ func forwardUDP(pc net.PacketConn, sock string, port int) {
 				in.Close()
 			}()
 		}
-		in.Write(buf[:n])
+		fl.last.Store(time.Now().UnixNano())
+		fl.conn.Write(buf[:n])
 	}
 }
