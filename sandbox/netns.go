@@ -141,27 +141,19 @@ func (b *Backend) startNetHelper(rec *record, pid int) (wait func() error, err e
 	}, nil
 }
 
-// killNetHelper stops the sandbox's network helper, if it has one. It
-// does not wait for the process to be gone: a SIGKILLed slirp4netns takes
-// 10-20 ms to exit (closing its tap device waits for the kernel), and
-// nothing it still holds matters to the caller.
-func killNetHelper(dir string) error {
-	p := filepath.Join(dir, netHelperFile)
-	b, err := os.ReadFile(p)
-	if err != nil {
+// killHelpers stops the sandbox's host-side helpers, slirp4netns and the
+// port forwarder: by their environment marker, so also one that a slopbox
+// killed before it recorded the pid started. slirp4netns is not waited
+// for (closing its tap device takes it 10-20 ms, and nothing it holds
+// matters to the caller); the forwarder is, so that its host ports are
+// free when this returns.
+func killHelpers(rec *record, dir string) error {
+	if rec.Network != backend.NetworkBridge && len(rec.Ports) == 0 {
 		return nil
 	}
-	var pid int
-	var start uint64
-	if _, err := fmt.Sscan(string(b), &pid, &start); err == nil && pid > 1 && pid != os.Getpid() {
-		if st, zombie, ok := procStart(pid); ok && !zombie && st == start {
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
-				return fmt.Errorf("kill the network helper (pid %d) of %s: %w", pid, filepath.Base(dir), err)
-			}
-		}
-	}
-	os.Remove(p)
-	return nil
+	killMarked(helperMarker + rec.ID)
+	os.Remove(filepath.Join(dir, netHelperFile))
+	return killPorts(dir)
 }
 
 // bridgeAddrs are the sandbox's own address and its DNS server in rec's

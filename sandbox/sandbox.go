@@ -304,17 +304,8 @@ func (b *Backend) destroy(rec *record) error {
 	} else if err := killStragglers(rec.ID, b.state.sandboxDir(rec.ID)); err != nil {
 		errs = append(errs, err)
 	}
-	if err := killNetHelper(b.state.sandboxDir(rec.ID)); err != nil {
+	if err := killHelpers(rec, b.state.sandboxDir(rec.ID)); err != nil {
 		errs = append(errs, err)
-	}
-	if err := killPorts(b.state.sandboxDir(rec.ID)); err != nil {
-		errs = append(errs, err)
-	}
-	if rec.Network == backend.NetworkBridge || len(rec.Ports) > 0 {
-		// Also those a killed slopbox started but had not recorded.
-		if err := killHelpers(rec.ID); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	if len(rec.Cgroups) == 0 && (rec.Broken != "" || rec.Limits.MemoryBytes > 0 || rec.Limits.CPUs > 0 || rec.Limits.Pids > 0) {
 		// The state lost its cgroup paths (broken), or never got them (a
@@ -703,17 +694,8 @@ func (s *Sandbox) Stop() error {
 	if err := s.rec.killInit(5 * time.Second); err != nil {
 		return err
 	}
-	if err := killNetHelper(s.dir); err != nil {
+	if err := killHelpers(s.rec, s.dir); err != nil {
 		return err
-	}
-	if err := killPorts(s.dir); err != nil {
-		return err
-	}
-	if s.rec.Network == backend.NetworkBridge || len(s.rec.Ports) > 0 {
-		// Also any a killed slopbox started without recording it.
-		if err := killHelpers(s.rec.ID); err != nil {
-			return err
-		}
 	}
 	if s.rec.AutoRemove {
 		return s.Remove()

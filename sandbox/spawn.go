@@ -381,11 +381,7 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 	srv := b.spawnerFor(bins.server)
 	// Helpers of an earlier start whose PID 1 died without a stop.
 	dir := b.state.sandboxDir(rec.ID)
-	killNetHelper(dir)
-	killPorts(dir)
-	if rec.Network == backend.NetworkBridge || len(rec.Ports) > 0 {
-		killHelpers(rec.ID)
-	}
+	killHelpers(rec, dir)
 	pid, err := b.prestart(ctx, srv, bins, templateOf(rec), rec.ID, dir, nil)
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
@@ -393,8 +389,7 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 	if err := b.claim(ctx, srv, rec, pid); err != nil {
 		// Stopped again, as it was: no PID 1 or network helper left.
 		unix.Kill(pid, unix.SIGKILL)
-		killNetHelper(b.state.sandboxDir(rec.ID))
-		killPorts(b.state.sandboxDir(rec.ID))
+		killHelpers(rec, dir)
 		return err
 	}
 	return nil

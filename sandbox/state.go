@@ -292,11 +292,6 @@ func killStragglers(id, dir string) error {
 // process killed before it recorded the helper's pid is still found.
 const helperMarker = "_SLOPBOX_HELPER_OF="
 
-// killHelpers kills every helper of sandbox id, recorded or not.
-func killHelpers(id string) error {
-	return waitKilled(id, killMarked(helperMarker+id))
-}
-
 // killMarked SIGKILLs every process with the environment entry kv.
 func killMarked(kv string) []int {
 	marker := []byte(kv + "\x00")

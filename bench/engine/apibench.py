@@ -42,6 +42,26 @@ def pids():
     return {int(p) for p in os.listdir("/proc") if p.isdigit()}
 
 
+def create_start_ms(client, image, runs, network_mode, **kw):
+    """Median ms of containers.create + start until reload() says running,
+    as SlopCodeBench's DockerEnvironment, after two warm-up rounds."""
+    times = []
+    for i in range(runs + 2):
+        t0 = time.perf_counter()
+        c = client.containers.create(image, command="sleep infinity", detach=True,
+                                     network_mode=network_mode, **kw)
+        c.start()
+        c.reload()
+        while c.status != "running":
+            time.sleep(0.001)
+            c.reload()
+        t = time.perf_counter() - t0
+        c.remove(force=True)
+        if i >= 2:
+            times.append(t * 1000)
+    return statistics.median(times)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--name", required=True)
@@ -61,22 +81,7 @@ def main():
         client.images.pull(args.image)
     out = {"peer": args.name, "runs": args.runs}
 
-    # create + start until running, as SlopCodeBench's DockerEnvironment.
-    times = []
-    for i in range(args.runs + 2):
-        t0 = time.perf_counter()
-        c = client.containers.create(args.image, command="sleep infinity", detach=True,
-                                     working_dir="/", network_mode="none")
-        c.start()
-        c.reload()
-        while c.status != "running":
-            time.sleep(0.001)
-            c.reload()
-        t = time.perf_counter() - t0
-        c.remove(force=True)
-        if i >= 2:  # two warm-up rounds
-            times.append(t * 1000)
-    out["create_start_ms"] = statistics.median(times)
+    out["create_start_ms"] = create_start_ms(client, args.image, args.runs, "none", working_dir="/")
 
     # exec_run("true") into a long-lived container.
     c = client.containers.create(args.image, command="sleep infinity", detach=True, network_mode="none")
@@ -156,20 +161,7 @@ def ports(client, args, out):
     best of 5 transfers of THROUGHPUT_MIB MiB) and connection set-up (median
     of 300 connect-to-first-byte)."""
     import socket
-    times = []
-    for i in range(args.runs + 2):
-        t0 = time.perf_counter()
-        c = client.containers.create(args.image, command="sleep infinity", detach=True, network_mode="bridge")
-        c.start()
-        c.reload()
-        while c.status != "running":
-            time.sleep(0.001)
-            c.reload()
-        t = time.perf_counter() - t0
-        c.remove(force=True)
-        if i >= 2:
-            times.append(t * 1000)
-    out["create_start_bridge_ms"] = statistics.median(times)
+    out["create_start_bridge_ms"] = create_start_ms(client, args.image, args.runs, "bridge")
     c = client.containers.run(args.ports_image, ["python3", "-c", SERVER % THROUGHPUT_MIB], detach=True,
                               network_mode="bridge",
                               ports={"8000/tcp": ("127.0.0.1", args.port), "8001/tcp": ("127.0.0.1", args.port + 1)})

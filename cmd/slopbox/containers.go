@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/user"
@@ -136,26 +135,10 @@ func pauseCmd(verb string) *cobra.Command {
 		Short: map[string]string{"pause": "Stop every process of sandboxes until unpause", "unpause": "Continue paused sandboxes"}[verb],
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var errs []error
-			for _, ref := range args {
-				sb, err := openSandbox(ref)
-				if err == nil {
-					if verb == "pause" {
-						err = sb.Pause()
-					} else {
-						err = sb.Unpause()
-					}
-				}
-				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				fmt.Println(ref)
+			if verb == "pause" {
+				return eachSandbox(args, (*sandbox.Sandbox).Pause)
 			}
-			if len(errs) > 0 {
-				return &exitError{code: 1, err: errors.Join(errs...)}
-			}
-			return nil
+			return eachSandbox(args, (*sandbox.Sandbox).Unpause)
 		},
 	}
 }

@@ -134,16 +134,7 @@ func (s *Server) containerAttach(w http.ResponseWriter, r *request, sb *sandbox.
 	} else {
 		go watchClient(ctx, conn, buf, io.Discard, nil, cancel)
 	}
-	var stdout, stderr io.Writer = conn, conn
-	if !tty {
-		stdout, stderr = frames(conn)
-	}
-	if !boolParam(r, "stdout") {
-		stdout = io.Discard
-	}
-	if !boolParam(r, "stderr") {
-		stderr = io.Discard
-	}
+	stdout, stderr := outputStreams(r, conn, tty)
 	follow.Copy(ctx, stdout, stderr)
 }
 

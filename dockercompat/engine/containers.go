@@ -539,10 +539,17 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *request, sb *sandbox.Sa
 	}
 	w.WriteHeader(http.StatusOK)
 	fl, _ := w.(http.Flusher)
-	out := &flushWriter{w: w, f: fl}
-	stdout, stderr := io.Writer(out), io.Writer(out)
+	stdout, stderr := outputStreams(r, &flushWriter{w: w, f: fl}, tty)
+	sb.Logs(r.Context(), o, stdout, stderr)
+}
+
+// outputStreams are the stdout and stderr an attach or logs request gets
+// on w: raw with a terminal, else multiplexed frames; io.Discard for a
+// stream its stdout/stderr parameter leaves out.
+func outputStreams(r *request, w io.Writer, tty bool) (stdout, stderr io.Writer) {
+	stdout, stderr = w, w
 	if !tty {
-		stdout, stderr = frames(out)
+		stdout, stderr = frames(w)
 	}
 	if !boolParam(r, "stdout") {
 		stdout = io.Discard
@@ -550,7 +557,7 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *request, sb *sandbox.Sa
 	if !boolParam(r, "stderr") {
 		stderr = io.Discard
 	}
-	sb.Logs(r.Context(), o, stdout, stderr)
+	return stdout, stderr
 }
 
 func (s *Server) containerList(w http.ResponseWriter, r *request) {
