@@ -9,7 +9,10 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // hijack takes over the connection for attach and exec start: with the
@@ -35,7 +38,58 @@ func hijack(w http.ResponseWriter, r *request, tty bool) (net.Conn, *bufio.Reade
 	} else {
 		io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Type: "+ct+"\r\n\r\n")
 	}
-	return conn, rw.Reader, nil
+	return &gatedConn{Conn: conn}, rw.Reader, nil
+}
+
+// gatedConn holds the stream's first bytes until the client has read the
+// response head. docker-py reads the stream from the raw socket, under
+// http.client's buffered reader: bytes that arrived with the head were
+// swallowed by that buffer, so a command quicker than the client (an
+// exec_run of echo) lost its output. On a unix socket the bytes the peer
+// has not read yet are SIOCOUTQ; the first Write waits, up to
+// headReadWait, for it to drop to zero.
+type gatedConn struct {
+	net.Conn
+	once sync.Once
+}
+
+const headReadWait = 2 * time.Second
+
+func (c *gatedConn) Write(p []byte) (int, error) {
+	c.once.Do(func() { waitUnread(c.Conn, headReadWait) })
+	return c.Conn.Write(p)
+}
+
+// SyscallConn keeps the connection's descriptor reachable (watchHangup).
+func (c *gatedConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.New("no descriptor")
+	}
+	return sc.SyscallConn()
+}
+
+// waitUnread waits until the peer of a unix socket has read everything
+// written to it, or max has passed; other connections do not wait.
+func waitUnread(conn net.Conn, max time.Duration) {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return
+	}
+	deadline := time.Now().Add(max)
+	for delay := 20 * time.Microsecond; ; delay = min(2*delay, 5*time.Millisecond) {
+		unread := 0
+		if raw.Control(func(fd uintptr) {
+			unread, err = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
+		}) != nil || err != nil || unread == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(delay)
+	}
 }
 
 // frameWriter writes Docker's multiplexed stream frames: one byte for the

@@ -43,6 +43,13 @@ assert err == b"oops\n", err
 assert open(os.path.join(workspace, "from_container")).read() == "hi\n"
 print("OK exec_run demux")
 
+# A command quicker than the client reads the response head: its output
+# must not be lost in http.client's buffer (docker-py reads the raw socket).
+for i in range(50):
+    code, (out, err) = c.exec_run(["echo", str(i)], demux=True)
+    assert (code, out, err) == (0, b"%d\n" % i, None), (i, code, out, err)
+print("OK exec_run quick")
+
 code, out = c.exec_run("cat /workspace/from_container")
 assert code == 0 and out == b"hi\n", (code, out)
 print("OK exec_run")
