@@ -18,7 +18,7 @@ export CGO_ENABLED := 1
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := .work/bin/staticcheck-$(STATICCHECK_VERSION)
 
-.PHONY: all deps helper build test test-one demo bench vet lint fmt clean
+.PHONY: all deps helper build test test-one demo bench vet lint fmt clean vm-box vm-test
 
 all: build
 
@@ -56,6 +56,14 @@ test: build lint
 #   make test-one PKG=./sandbox RUN=TestNoSetidFilesOnTheHost
 test-one: helper
 	$(GO) test -tags "$(TAGS)" -ldflags "-extldflags -static" -count=1 -v -run '$(RUN)' $(PKG)
+
+# The cgroup v2 VM (Vagrantfile): a Debian 12 box built offline, and the
+# suite in test/vm run in it as root and rootless (make test runs it too).
+vm-box:
+	@scripts/vm-box.sh
+
+vm-test: build
+	@scripts/vm-test.sh
 
 demo: build
 	@scripts/demo.sh

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
+	cgsystemd "github.com/opencontainers/cgroups/systemd"
 	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/internal/reexec"
@@ -182,23 +185,67 @@ func cgroupCheck(rootless bool) (name, status, detail, remedy string) {
 		return name, Pass, version + ": memory, cpus and pids limits are enforced", ""
 	}
 	if v2 {
-		own, _ := os.ReadFile("/proc/self/cgroup")
-		path := strings.TrimSpace(strings.TrimPrefix(string(own), "0::"))
-		ctrl, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup", path, "..", "cgroup.controllers"))
-		missing := []string{}
-		for _, c := range []string{"memory", "cpu", "pids"} {
-			if !strings.Contains(string(ctrl), c) {
-				missing = append(missing, c)
-			}
-		}
-		if unix.Access(filepath.Join("/sys/fs/cgroup", path, "cgroup.procs"), unix.W_OK) == nil && len(missing) == 0 {
-			return name, Pass, "v2, delegated to this user: limits are enforced", ""
-		}
-		return name, Warn, "v2, not delegated to this user (missing: " + strings.Join(missing, ", ") + "): memory, cpus and pids limits are not enforced (results say so; --strict-limits refuses)",
-			"run under a systemd user session with Delegate=cpu cpuset io memory pids"
+		return cgroupV2Check(name)
 	}
 	return name, Warn, "v1 (hybrid): a user gets no cgroup, so memory, cpus and pids limits are not enforced rootless (results say so; --strict-limits refuses); /tmp and root filesystem sizes hold",
 		"run as root, or on a cgroup v2 host that delegates controllers to the user"
+}
+
+// cgroupV2Check says where a rootless sandbox's limits go on cgroup v2:
+// under the caller's own cgroup when it is writable with the controllers
+// (a delegated scope, a container), else in a transient scope of the
+// user's systemd manager, whose user@UID.service must have them delegated.
+func cgroupV2Check(name string) (string, string, string, string) {
+	const fsRoot = "/sys/fs/cgroup"
+	wanted := []string{"memory", "cpu", "pids"}
+	missingIn := func(dir string) []string {
+		ctrl, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+		if err != nil {
+			return wanted
+		}
+		have := strings.Fields(string(ctrl))
+		var missing []string
+		for _, c := range wanted {
+			if !slices.Contains(have, c) {
+				missing = append(missing, c)
+			}
+		}
+		return missing
+	}
+	own, _ := os.ReadFile("/proc/self/cgroup")
+	ownDir := filepath.Join(fsRoot, strings.TrimSpace(strings.TrimPrefix(string(own), "0::")))
+	if unix.Access(ownDir, unix.W_OK) == nil && len(missingIn(ownDir)) == 0 {
+		return name, Pass, "v2, this process's cgroup is delegated (memory, cpu, pids): limits are enforced", ""
+	}
+	uid := os.Getuid()
+	userDir := filepath.Join(fsRoot, "user.slice", fmt.Sprintf("user-%d.slice", uid), fmt.Sprintf("user@%d.service", uid))
+	remedy := fmt.Sprintf("a systemd user manager with Delegate=cpu cpuset io memory pids in a user@.service drop-in (log in, or loginctl enable-linger %s), and dbus-user-session for its bus", userName(uid))
+	var why []string
+	if !cgsystemd.IsRunningSystemd() {
+		why = append(why, "the host was not booted with systemd")
+		remedy = "run slopbox in a cgroup this user can write, with the memory, cpu and pids controllers"
+	} else {
+		if _, err := os.Stat(userDir); err != nil {
+			why = append(why, fmt.Sprintf("no systemd user manager runs for uid %d", uid))
+		} else if missing := missingIn(userDir); len(missing) > 0 {
+			why = append(why, fmt.Sprintf("user@%d.service lacks the %s controller(s)", uid, strings.Join(missing, ", ")))
+		}
+		if userBus() != nil {
+			why = append(why, fmt.Sprintf("no D-Bus user bus (DBUS_SESSION_BUS_ADDRESS unset, no $XDG_RUNTIME_DIR/bus, no /run/user/%d/bus)", uid))
+		}
+	}
+	if len(why) == 0 {
+		return name, Pass, fmt.Sprintf("v2, delegated to this user's systemd manager (user@%d.service: memory, cpu, pids): limits are enforced in a scope per sandbox", uid), ""
+	}
+	return name, Warn, "v2, not delegated to this user: " + strings.Join(why, "; ") + " (and " + strings.TrimPrefix(ownDir, fsRoot) + " is not writable): memory, cpus and pids limits are not enforced (results say so; --strict-limits refuses)", remedy
+}
+
+// userName is uid's login name, or the number.
+func userName(uid int) string {
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return u.Username
+	}
+	return strconv.Itoa(uid)
 }
 
 func kernelAtLeast(release string, major, minor int) bool {

@@ -42,6 +42,9 @@ type execRequest struct {
 	// own; rows and cols size it.
 	tty        bool
 	rows, cols uint16
+	// cgroupProcs, when set, is the exec's own cgroup's cgroup.procs,
+	// opened for writing: the command joins it before it execs.
+	cgroupProcs *os.File
 }
 
 func (r *execRequest) encode() []byte {
@@ -98,7 +101,11 @@ func (a *agentConn) start(req *execRequest, stdin, stdout, stderr *os.File) (pid
 // startTTY is start that also returns the terminal's master when req.tty.
 func (a *agentConn) startTTY(req *execRequest, stdin, stdout, stderr *os.File) (pid int, master *os.File, execErr error, err error) {
 	msg := req.encode()
-	rights := syscall.UnixRights(int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()))
+	fds := []int{int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd())}
+	if req.cgroupProcs != nil {
+		fds = append(fds, int(req.cgroupProcs.Fd()))
+	}
+	rights := syscall.UnixRights(fds...)
 	n, _, err := a.c.WriteMsgUnix(msg, rights, nil)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("send exec request: %w", err)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -557,8 +558,15 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 	if m := s.cgroup(); m != nil {
 		p.oomBase, _ = m.OOMKillCount()
 	}
+	var cg *execCgroup
+	if req.Timeout > 0 {
+		if cg = s.newExecCgroup(); cg != nil {
+			cmd.cgroupProcs = cg.procs
+		}
+	}
 	started := time.Now()
 	_, execErr, err := conn.start(cmd, stdinR, outW, errW)
+	cg.started()
 	stdinR.Close()
 	outW.Close()
 	errW.Close()
@@ -572,6 +580,7 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 		}
 	}
 	if err != nil || p.failed != nil {
+		cg.release(false)
 		conn.close()
 		outR.Close()
 		errR.Close()
@@ -585,6 +594,7 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 		return p, nil
 	}
 	touch(filepath.Join(s.dir, socketFile))
+	var killed atomic.Bool
 	go func() {
 		// The exit status is the next reply; a broken connection means the
 		// sandbox itself went away.
@@ -594,13 +604,18 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 		} else {
 			p.status = syscall.WaitStatus(val)
 		}
+		cg.release(killed.Load())
 		close(p.exited)
 	}()
 	p.p = &backendkit.Proc{
 		Stdout: outR, Stderr: errR, StdinW: stdinW, Stdin: req.Stdin,
 		Setup: setup, Limit: req.OutputLimit, Timeout: req.Timeout, Started: started,
 		Exited: p.exited, KillReq: p.killCh,
-		KillTree:   func() { conn.kill(syscall.SIGKILL) },
+		KillTree: func() {
+			killed.Store(true)
+			cg.kill()
+			conn.kill(syscall.SIGKILL)
+		},
 		ExitCode:   p.exitCode,
 		Unenforced: rec.Unenforced,
 	}
@@ -779,7 +794,16 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest, stdin, st
 	}
 	defer conn.close()
 	touch(filepath.Join(s.dir, socketFile))
+	var cg *execCgroup
+	if req.Timeout > 0 && !detach {
+		if cg = s.newExecCgroup(); cg != nil {
+			cmd.cgroupProcs = cg.procs
+		}
+	}
+	killed := false
+	defer func() { cg.release(killed) }()
 	_, execErr, err := conn.start(cmd, io.files[0], io.files[1], io.files[2])
+	cg.started()
 	io.handedOver()
 	if err != nil {
 		return 0, err
@@ -824,6 +848,8 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest, stdin, st
 	case <-ctx.Done():
 	}
 	if r.typ == 0 && r.err == nil {
+		killed = true
+		cg.kill()
 		conn.kill(syscall.SIGKILL)
 		select {
 		case r = <-done:

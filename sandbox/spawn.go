@@ -16,6 +16,7 @@ import (
 
 	"github.com/opencontainers/cgroups"
 	cgmanager "github.com/opencontainers/cgroups/manager"
+	cgsystemd "github.com/opencontainers/cgroups/systemd"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
@@ -734,15 +735,20 @@ func (b *Backend) applyLimits(rec *record) error {
 	if l.Pids > 0 {
 		res.PidsLimit = &l.Pids
 	}
-	cg := &cgroups.Cgroup{Name: rec.ID, Parent: cgroupParent, Resources: res, Rootless: os.Geteuid() != 0}
-	m, err := cgmanager.New(cg)
-	if err == nil {
-		err = m.Apply(rec.Pid)
-		if err == nil {
-			err = m.Set(res)
-		}
-		if err != nil {
-			m.Destroy()
+	rootless := os.Geteuid() != 0
+	m, err := limitedCgroup(&cgroups.Cgroup{Name: rec.ID, Parent: cgroupParent, Resources: res, Rootless: rootless}, rec.Pid)
+	if err != nil && rootless && userSystemd() {
+		// A login session's own cgroup (session-N.scope) is not the
+		// user's: systemd delegates user@UID.service. Its user manager
+		// makes a transient scope there and moves PID 1 into it (asking
+		// the system manager when the session's cgroup is not its own),
+		// as podman and runc --systemd-cgroup do.
+		var serr error
+		scope := &cgroups.Cgroup{Name: rec.ID, ScopePrefix: cgroupParent, Resources: res, Rootless: true, Systemd: true}
+		if m, serr = limitedCgroup(scope, rec.Pid); serr == nil {
+			err = nil
+		} else {
+			err = fmt.Errorf("%v; a systemd user scope: %v", err, serr)
 		}
 	}
 	if err != nil {
@@ -756,7 +762,51 @@ func (b *Backend) applyLimits(rec *record) error {
 	return nil
 }
 
-// cgroupParent groups the sandboxes' cgroups in every hierarchy.
+// limitedCgroup makes the cgroup cg describes, moves pid into it and sets
+// its limits; on failure nothing is left.
+func limitedCgroup(cg *cgroups.Cgroup, pid int) (cgroups.Manager, error) {
+	m, err := cgmanager.New(cg)
+	if err != nil {
+		return nil, err
+	}
+	if err = m.Apply(pid); err == nil {
+		err = m.Set(cg.Resources)
+	}
+	if err != nil {
+		m.Destroy()
+		return nil, err
+	}
+	return m, nil
+}
+
+// userSystemd says whether this user's systemd manager can be asked for a
+// cgroup: a cgroup v2 host booted with systemd, and a D-Bus user bus.
+func userSystemd() bool {
+	if !cgroups.IsCgroup2UnifiedMode() || !cgsystemd.IsRunningSystemd() {
+		return false
+	}
+	return userBus() == nil
+}
+
+// userBus finds this user's D-Bus bus for libcontainer's systemd driver:
+// $DBUS_SESSION_BUS_ADDRESS, $XDG_RUNTIME_DIR/bus, or, where a login
+// without pam_systemd's environment (su -l, sudo -iu) left both unset,
+// /run/user/UID/bus when this user owns it (podman looks there too).
+func userBus() error {
+	_, err := cgsystemd.DetectUserDbusSessionBusAddress()
+	if err == nil {
+		return nil
+	}
+	bus := fmt.Sprintf("/run/user/%d/bus", os.Getuid())
+	var st unix.Stat_t
+	if unix.Lstat(bus, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK || int(st.Uid) != os.Getuid() {
+		return err
+	}
+	return os.Setenv("DBUS_SESSION_BUS_ADDRESS", "unix:path="+bus)
+}
+
+// cgroupParent groups the sandboxes' cgroups in every hierarchy (and
+// prefixes their systemd scopes: slopbox-ID.scope).
 const cgroupParent = "slopbox"
 
 // cgroupManager reattaches to a sandbox's cgroup.

@@ -39,7 +39,12 @@
 //   request  := u32 length, then `length` bytes:
 //               struct agent_req, groups[ngroups] (u32), cwd (len_cwd bytes),
 //               argv (argc NUL-terminated), env (envc NUL-terminated)
-//               with 3 fds attached to the first byte: stdin, stdout, stderr
+//               with 3 fds attached to the first byte: stdin, stdout, stderr,
+//               and optionally a 4th: the exec's own cgroup's cgroup.procs,
+//               opened for writing by the host (the kernel checks the
+//               opener's credentials and cgroup namespace), which the
+//               command joins before it execs, so that a timeout kills
+//               all it started with cgroup.kill
 //   control  := u32 length == 12, then u32 magic, u32 op (OP_KILL), i32 signal
 //   dial     := u32 length == 16, then u32 magic, u32 op (OP_DIAL),
 //               u32 protocol (PROTO_TCP, PROTO_UDP), u32 port: PID 1
@@ -330,7 +335,7 @@ static void close_except(const int *keep, int n) {
 	}
 }
 
-static void child_exec(int status_fd, int fds[3], struct agent_req *rq, uint32_t *groups,
+static void child_exec(int status_fd, int fds[4], struct agent_req *rq, uint32_t *groups,
 		       char *cwd, char **argv, char **envp) __attribute__((noreturn));
 
 static void drop_conn(int i) {
@@ -344,14 +349,14 @@ static void drop_conn(int i) {
 
 /* supervise runs in the exec's supervisor (a fork of PID 1) and never
  * returns: it starts the command and reaps its tree. */
-static void supervise(int status_fd, int stat_w, int fds[3], struct agent_req *rq, uint32_t *groups,
+static void supervise(int status_fd, int stat_w, int fds[4], struct agent_req *rq, uint32_t *groups,
 		      char *cwd, char **argv, char **envp) {
 	prctl(PR_SET_NAME, "slopbox-exec");
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	/* Nothing of PID 1 stays open here: not its socket, not other execs'
 	 * connections or pipes. */
-	int keep[] = {status_fd, stat_w, fds[0], fds[1], fds[2]};
-	close_except(keep, 5);
+	int keep[] = {status_fd, stat_w, fds[0], fds[1], fds[2], fds[3]};
+	close_except(keep, 6);
 	/* Only SIGKILL and SIGSTOP reach it: the command's signals to its
 	 * process group or session do not. It waits without signals. */
 	sigset_t all;
@@ -365,7 +370,7 @@ static void supervise(int status_fd, int stat_w, int fds[3], struct agent_req *r
 		child_exec(status_fd, fds, rq, groups, cwd, argv, envp);
 	}
 	close(status_fd);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
 	if (cmd < 0) {
@@ -391,7 +396,7 @@ static void supervise(int status_fd, int stat_w, int fds[3], struct agent_req *r
 }
 
 /* child_exec runs in the forked child and never returns. */
-static void child_exec(int status_fd, int fds[3], struct agent_req *rq, uint32_t *groups,
+static void child_exec(int status_fd, int fds[4], struct agent_req *rq, uint32_t *groups,
 		       char *cwd, char **argv, char **envp) {
 	sigset_t all;
 	sigemptyset(&all);
@@ -399,6 +404,13 @@ static void child_exec(int status_fd, int fds[3], struct agent_req *rq, uint32_t
 	for (int s = 1; s < NSIG; s++)
 		signal(s, SIG_DFL);
 	setsid();
+	/* Into the exec's cgroup before anything can fork. If the kernel
+	 * refuses, the command still runs: the tree kill remains. */
+	if (fds[3] >= 0) {
+		ssize_t w = write(fds[3], "0", 1);
+		(void)w;
+		close(fds[3]);
+	}
 	for (int i = 0; i < 3; i++) {
 		if (fds[i] < 0) {
 			int n = open("/dev/null", O_RDWR);
@@ -444,7 +456,7 @@ static int dup_high(int fd) {
 	return n;
 }
 
-static void handle_exec(int i, char *buf, uint32_t len, int fds[3]) {
+static void handle_exec(int i, char *buf, uint32_t len, int fds[4]) {
 	struct agent_req *rq = (struct agent_req *)buf;
 	size_t off = sizeof *rq;
 	if (len < off || rq->magic != AGENT_MAGIC || rq->argc == 0 || rq->argc > (1u << 20) ||
@@ -631,8 +643,8 @@ static int dial_loopback(uint32_t proto, uint32_t port) {
 static int handle_conn(int i) {
 	int fd = conns[i].fd;
 	uint32_t len;
-	int fds[3] = {-1, -1, -1};
-	char cbuf[CMSG_SPACE(3 * sizeof(int))];
+	int fds[4] = {-1, -1, -1, -1};
+	char cbuf[CMSG_SPACE(4 * sizeof(int))];
 	struct iovec iov = {&len, sizeof len};
 	struct msghdr msg = {0};
 	msg.msg_iov = &iov;
@@ -651,7 +663,7 @@ static int handle_conn(int i) {
 			int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
 			int *in = (int *)CMSG_DATA(c);
 			for (int j = 0; j < k; j++) {
-				if (nfds < 3)
+				if (nfds < 4)
 					fds[nfds++] = dup_high(in[j]);
 				else
 					close(in[j]);
@@ -683,14 +695,14 @@ static int handle_conn(int i) {
 		} else {
 			reply(fd, REPLY_FAILED, -s);
 		}
-	} else if (((uint32_t *)buf)[0] == AGENT_MAGIC && op == OP_EXEC && conns[i].pid == 0 && nfds == 3) {
+	} else if (((uint32_t *)buf)[0] == AGENT_MAGIC && op == OP_EXEC && conns[i].pid == 0 && (nfds == 3 || nfds == 4)) {
 		handle_exec(i, buf, len, fds);
 	} else {
 		reply(fd, REPLY_FAILED, EINVAL);
 	}
 	free(buf);
 out:
-	for (int j = 0; j < 3; j++)
+	for (int j = 0; j < 4; j++)
 		if (fds[j] >= 0)
 			close(fds[j]);
 	return ret;

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# make vm-test: the cgroup v2 suite (test/vm) in a Debian 12 VM with
+# systemd, as root and as the unprivileged `vagrant` user logged in over
+# ssh (its controllers delegated by user@.service). The VM comes from the
+# box `make vm-box` builds offline; the test binary and bin/slopbox are
+# built here and uploaded (compiling in the guest is 15-30x slower). The
+# results are copied to .work/vm/results/, and the VM is destroyed on every
+# exit path, failure and interrupt included, with the libvirt network and
+# the daemons this script started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+[[ $(id -u) -eq 0 ]] || { echo "vm-test: run as root (libvirt's system instance)" >&2; exit 1; }
+MACHINE=bookworm
+WORK=$PWD/.work/vm
+RESULTS=$WORK/results
+TAGS="seccomp netgo osusergo slopbox_helper vmsuite"
+# Tests that need root by nature (root opens the login sessions).
+ROOT_ONLY='TestExecFromAnotherSession'
+export VAGRANT_CWD=$PWD VAGRANT_DEFAULT_PROVIDER=libvirt VAGRANT_CHECKPOINT_DISABLE=1
+
+phase_start=$SECONDS
+phase() {
+	echo "vm-test: $1 took $((SECONDS - phase_start)) s" >&2
+	phase_start=$SECONDS
+}
+
+scripts/vm-deps.sh
+scripts/vm-box.sh
+phase "box (make vm-box)"
+
+mkdir -p "$WORK" && rm -rf "$RESULTS" && mkdir -p "$RESULTS"
+go test -c -tags "$TAGS" -ldflags "-extldflags -static" -o "$WORK/vm.test" ./test/vm/
+[[ -x bin/slopbox ]] || make -s build
+phase "build"
+
+started=()
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	echo "vm-test: destroying the VM" >&2
+	timeout 300 vagrant destroy -f "$MACHINE" >/dev/null 2>&1 || echo "vm-test: vagrant destroy failed" >&2
+	# vagrant-libvirt's management network, created for this VM.
+	if virsh -q net-info vagrant-libvirt >/dev/null 2>&1; then
+		virsh -q net-destroy vagrant-libvirt >/dev/null 2>&1 || true
+		virsh -q net-undefine vagrant-libvirt >/dev/null 2>&1 || true
+	fi
+	for d in "${started[@]}"; do
+		pkill -x "$d" || true
+	done
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+for d in virtlogd libvirtd; do
+	if ! pgrep -x "$d" >/dev/null; then
+		"$d" -d
+		started+=("$d")
+	fi
+done
+for _ in $(seq 50); do virsh -q version >/dev/null 2>&1 && break; sleep 0.2; done
+vagrant up "$MACHINE" --provider libvirt >"$WORK/vagrant-up.log" 2>&1 ||
+	{ tail -30 "$WORK/vagrant-up.log" >&2; echo "vm-test: vagrant up failed (log: $WORK/vagrant-up.log)" >&2; exit 1; }
+phase "vagrant up"
+
+vagrant upload "$WORK/vm.test" /tmp/slopbox-vm/vm.test "$MACHINE" >/dev/null
+vagrant upload bin/slopbox /tmp/slopbox-vm/slopbox "$MACHINE" >/dev/null
+vagrant ssh "$MACHINE" -c 'chmod 755 /tmp/slopbox-vm /tmp/slopbox-vm/*' >/dev/null
+phase "upload"
+
+# -test.v output of each pass goes to the results; the pass fails on any
+# failing test. A pass is bounded, so a hang fails it rather than CI.
+status=0
+run_pass() {
+	local name=$1 cmd=$2
+	echo "== VM suite as $name" >&2
+	if ! vagrant ssh "$MACHINE" -c "cd /tmp/slopbox-vm && $cmd" >"$RESULTS/$name.txt" 2>&1; then
+		status=1
+	fi
+	grep -E '^(=== RUN|--- (PASS|FAIL)|PASS|FAIL|ok|panic:)|vm_test.go' "$RESULTS/$name.txt" >&2 || true
+	phase "suite as $name"
+}
+run_pass vagrant "echo '(left out as vagrant, root only: $ROOT_ONLY)'; SLOPBOX_BIN=/tmp/slopbox-vm/slopbox timeout 900 ./vm.test -test.v -test.timeout 14m -test.skip '^($ROOT_ONLY)\$' 2>&1"
+run_pass root "sudo SLOPBOX_BIN=/tmp/slopbox-vm/slopbox timeout 900 ./vm.test -test.v -test.timeout 14m 2>&1"
+# What the guest's kernel and cgroups looked like, for the record.
+vagrant ssh "$MACHINE" -c 'uname -r; stat -fc %T /sys/fs/cgroup; cat /sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/cgroup.controllers' >"$RESULTS/guest.txt" 2>&1 || true
+echo "vm-test: results in $RESULTS" >&2
+if ((status)); then
+	echo "vm-test: FAILED (see $RESULTS)" >&2
+	exit 1
+fi
+echo "vm-test: PASS" >&2
