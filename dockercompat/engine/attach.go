@@ -105,16 +105,8 @@ func (s *Server) containerAttach(w http.ResponseWriter, r *request, sb *sandbox.
 		}
 		a.stdin, stdinW = pr, pw
 	}
-	conn, buf, err := hijack(w, r, tty)
-	if err != nil {
-		follow.Close()
-		a.close()
-		if stdinW != nil {
-			stdinW.Close()
-		}
-		return
-	}
-	defer conn.Close()
+	// Registered before the client sees the response: it sends start as
+	// soon as it has read it, and start must find this attachment.
 	s.mu.Lock()
 	s.attached[sb.ID()] = a
 	s.mu.Unlock()
@@ -126,6 +118,15 @@ func (s *Server) containerAttach(w http.ResponseWriter, r *request, sb *sandbox.
 		s.mu.Unlock()
 		a.close()
 	}()
+	conn, buf, err := hijack(w, r, tty)
+	if err != nil {
+		follow.Close()
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		return
+	}
+	defer conn.Close()
 	// Not r.Context(): that ends when the client half-closes its side.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -180,7 +181,7 @@ func pump(dst io.Writer, src io.Reader) error {
 // (POLLHUP on a unix socket; a half-close gives only POLLRDHUP), until
 // ctx ends.
 func watchHangup(ctx context.Context, conn net.Conn, gone func()) {
-	sc, ok := conn.(syscall.Conn)
+	sc, ok := raw(conn).(syscall.Conn)
 	if !ok {
 		return
 	}

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -60,13 +59,14 @@ func (c *gatedConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// SyscallConn keeps the connection's descriptor reachable (watchHangup).
-func (c *gatedConn) SyscallConn() (syscall.RawConn, error) {
-	sc, ok := c.Conn.(syscall.Conn)
-	if !ok {
-		return nil, errors.New("no descriptor")
+// raw is the connection under a gatedConn. gatedConn itself is no
+// syscall.Conn, so that io.Copy from a file goes through Write (os.File's
+// WriteTo would otherwise sendfile straight to the socket).
+func raw(conn net.Conn) net.Conn {
+	if g, ok := conn.(*gatedConn); ok {
+		return g.Conn
 	}
-	return sc.SyscallConn()
+	return conn
 }
 
 // waitUnread waits until the peer of a unix socket has read everything

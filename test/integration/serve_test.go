@@ -41,6 +41,9 @@ func (e *env) serve(t *testing.T) string {
 			cmd.Process.Kill()
 			t.Errorf("serve did not exit on SIGTERM")
 		}
+		if t.Failed() {
+			t.Logf("serve log:\n%s", log.String())
+		}
 		if _, err := os.Stat(sock); err == nil {
 			t.Errorf("serve left its socket behind")
 		}
