@@ -36,12 +36,14 @@ build: deps helper
 vet: helper
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet -tags "$(TAGS)" ./...
+	$(GO) vet -tags "$(TAGS) vmsuite" ./test/vm/
 
 # go mod tidy must change nothing; staticcheck (pinned) and shellcheck
 # must find nothing.
 lint: vet $(STATICCHECK)
 	$(GO) mod tidy -diff
 	$(STATICCHECK) -tags "$(TAGS)" ./...
+	$(STATICCHECK) -tags "$(TAGS) vmsuite" ./test/vm/
 	shellcheck scripts/*.sh .ci/run bench/*.sh
 
 $(STATICCHECK):

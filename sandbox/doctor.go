@@ -212,10 +212,12 @@ func cgroupV2Check(name string) (string, string, string, string) {
 		}
 		return missing
 	}
+	// Sandboxes' cgroups go under the parent of the caller's own (which
+	// has processes, so no controllers for children).
 	own, _ := os.ReadFile("/proc/self/cgroup")
-	ownDir := filepath.Join(fsRoot, strings.TrimSpace(strings.TrimPrefix(string(own), "0::")))
+	ownDir := filepath.Dir(filepath.Join(fsRoot, strings.TrimSpace(strings.TrimPrefix(string(own), "0::"))))
 	if unix.Access(ownDir, unix.W_OK) == nil && len(missingIn(ownDir)) == 0 {
-		return name, Pass, "v2, this process's cgroup is delegated (memory, cpu, pids): limits are enforced", ""
+		return name, Pass, "v2, " + strings.TrimPrefix(ownDir, fsRoot) + " is delegated to this user (memory, cpu, pids): limits are enforced", ""
 	}
 	uid := os.Getuid()
 	userDir := filepath.Join(fsRoot, "user.slice", fmt.Sprintf("user-%d.slice", uid), fmt.Sprintf("user@%d.service", uid))
@@ -235,9 +237,14 @@ func cgroupV2Check(name string) (string, string, string, string) {
 		}
 	}
 	if len(why) == 0 {
-		return name, Pass, fmt.Sprintf("v2, delegated to this user's systemd manager (user@%d.service: memory, cpu, pids): limits are enforced in a scope per sandbox", uid), ""
+		detail := fmt.Sprintf("v2, delegated to this user's systemd manager (user@%d.service: memory, cpu, pids): limits are enforced in a scope per sandbox", uid)
+		if _, err := os.Stat("/var/lib/systemd/linger/" + userName(uid)); err != nil {
+			return name, Warn, detail + "; but without linger the manager, and every sandbox with limits, ends at this user's last logout",
+				"loginctl enable-linger " + userName(uid)
+		}
+		return name, Pass, detail, ""
 	}
-	return name, Warn, "v2, not delegated to this user: " + strings.Join(why, "; ") + " (and " + strings.TrimPrefix(ownDir, fsRoot) + " is not writable): memory, cpus and pids limits are not enforced (results say so; --strict-limits refuses)", remedy
+	return name, Warn, "v2, not delegated to this user: " + strings.Join(why, "; ") + " (and " + strings.TrimPrefix(ownDir, fsRoot) + ", above this process's cgroup, is not writable): memory, cpus and pids limits are not enforced (results say so; --strict-limits refuses)", remedy
 }
 
 // userName is uid's login name, or the number.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,7 +18,8 @@ import (
 // daemons re-parented to PID 1) is in it, and a timeout kills them all at
 // once with cgroup.kill, with no race against forks. Without one (cgroup
 // v1, no delegation, no limits) the sandbox init's tree kill does the
-// same by walking parent links.
+// same by walking parent links. Only sandboxes with a cgroup (limits set,
+// and where the host allows it) have one.
 type execCgroup struct {
 	dir   string
 	procs *os.File
@@ -25,13 +27,28 @@ type execCgroup struct {
 
 // newExecCgroup makes a command's cgroup under the sandbox's, or returns
 // nil when the sandbox has no cgroup v2 with cgroup.kill.
+//
+// Not with CAP_SYS_PTRACE added: container root could then take the
+// cgroup.procs file from PID 1 (pidfd_getfd) while it is handed over, and
+// move its processes out of an exec's reach.
 func (s *Sandbox) newExecCgroup() *execCgroup {
 	parent := s.rec.Cgroups[""]
 	if parent == "" {
 		return nil
 	}
+	for _, c := range s.rec.CapAdd {
+		if c := strings.ToUpper(strings.TrimPrefix(strings.ToUpper(c), "CAP_")); c == "SYS_PTRACE" || c == "ALL" {
+			return nil
+		}
+	}
 	if _, err := os.Stat(filepath.Join(parent, "cgroup.kill")); err != nil {
 		return nil
+	}
+	// Commands that left background processes leave their cgroups until
+	// these end: the empty ones go now.
+	old, _ := filepath.Glob(filepath.Join(parent, "exec-*"))
+	for _, d := range old {
+		os.Remove(d)
 	}
 	var b [6]byte
 	rand.Read(b[:])
@@ -65,19 +82,21 @@ func (c *execCgroup) kill() {
 	}
 }
 
-// release removes the command's cgroup once it is empty; when processes
-// the command left in the background still run, it stays until the
-// sandbox's cgroup goes. After a kill the kernel empties it shortly.
-func (c *execCgroup) release(killed bool) {
+// release removes the command's cgroup once it is empty. After a kill, or
+// a command that failed to start, it waits (up to 5 s) for the kernel to
+// empty it; when processes the command left in the background still run,
+// it stays, and goes with a later timed exec or with the sandbox.
+func (c *execCgroup) release(wait bool) {
 	if c == nil {
 		return
 	}
 	c.started()
-	for i := 0; ; i++ {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
 		err := os.Remove(c.dir)
-		if err == nil || !killed || !errors.Is(err, unix.EBUSY) || i == 50 {
+		if err == nil || !wait || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
 			return
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -580,7 +580,7 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 		}
 	}
 	if err != nil || p.failed != nil {
-		cg.release(false)
+		cg.release(true) // it joined, then failed to exec
 		conn.close()
 		outR.Close()
 		errR.Close()
@@ -809,6 +809,7 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest, stdin, st
 		return 0, err
 	}
 	if execErr != nil {
+		killed = true // it joined its cgroup, then failed to exec
 		var ee *execError
 		if errors.As(execErr, &ee) && !ee.cwd {
 			fmt.Fprintln(stderr, ee.msg)

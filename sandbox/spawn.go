@@ -3,6 +3,8 @@ package sandbox
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -14,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	systemdDbus "github.com/coreos/go-systemd/v22/dbus"
+	godbus "github.com/godbus/dbus/v5"
 	"github.com/opencontainers/cgroups"
 	cgmanager "github.com/opencontainers/cgroups/manager"
 	cgsystemd "github.com/opencontainers/cgroups/systemd"
@@ -743,12 +747,14 @@ func (b *Backend) applyLimits(rec *record) error {
 		// makes a transient scope there and moves PID 1 into it (asking
 		// the system manager when the session's cgroup is not its own),
 		// as podman and runc --systemd-cgroup do.
-		var serr error
-		scope := &cgroups.Cgroup{Name: rec.ID, ScopePrefix: cgroupParent, Resources: res, Rootless: true, Systemd: true}
-		if m, serr = limitedCgroup(scope, rec.Pid); serr == nil {
-			err = nil
-		} else {
+		if serr := userControllers(wanted); serr != nil {
 			err = fmt.Errorf("%v; a systemd user scope: %v", err, serr)
+		} else {
+			sm, serr := scopeCgroup(rec, res)
+			if serr != nil {
+				return fmt.Errorf("limits through a systemd user scope: %w", serr)
+			}
+			m, err = sm, nil
 		}
 	}
 	if err != nil {
@@ -777,6 +783,62 @@ func limitedCgroup(cg *cgroups.Cgroup, pid int) (cgroups.Manager, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// scopeCgroup puts PID 1 into a transient scope of the user's systemd
+// manager, slopbox-ID-N.scope (a new name each start: the scope of a
+// sandbox just stopped may not be gone yet), with the limits as the
+// unit's properties. The scope outlives an OOM kill inside it
+// (OOMPolicy=continue, where systemd 253+ would stop it) and is collected
+// when it empties, failed or not. Once PID 1 is in it a failure is the
+// sandbox's: stopping the unit would wait out PID 1 ignoring SIGTERM.
+func scopeCgroup(rec *record, res *cgroups.Resources) (cgroups.Manager, error) {
+	var b [3]byte
+	rand.Read(b[:])
+	if res.MemorySwap > 0 || res.Memory > 0 {
+		res.Unified = map[string]string{"memory.oom.group": "0"}
+	}
+	scope := &cgroups.Cgroup{
+		Name: rec.ID + "-" + hex.EncodeToString(b[:]), ScopePrefix: cgroupParent, Resources: res, Rootless: true, Systemd: true,
+		SystemdProps: []systemdDbus.Property{{Name: "CollectMode", Value: godbus.MakeVariant("inactive-or-failed")}},
+	}
+	m, err := cgmanager.New(scope)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Apply(rec.Pid); err != nil {
+		return nil, err
+	}
+	if err := m.Set(res); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// userControllers checks that this user's systemd manager has the
+// controllers the limits need delegated.
+func userControllers(wanted []string) error {
+	uid := os.Getuid()
+	dir := fmt.Sprintf("/sys/fs/cgroup/user.slice/user-%d.slice/user@%d.service", uid, uid)
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return fmt.Errorf("no systemd user manager for uid %d (%v)", uid, err)
+	}
+	have := strings.Fields(string(b))
+	var missing []string
+	for _, w := range wanted {
+		c := map[string]string{"cpus": "cpu"}[w]
+		if c == "" {
+			c = w
+		}
+		if !slices.Contains(have, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("user@%d.service lacks the %s controller(s) (Delegate= in a user@.service drop-in)", uid, strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // userSystemd says whether this user's systemd manager can be asked for a

@@ -20,6 +20,7 @@ if ((${#missing[@]})); then
 	export DEBIAN_FRONTEND=noninteractive
 	for i in 1 2 3 4 5; do
 		apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null && break
+		((i < 5)) || { echo "could not install ${missing[*]}" >&2; exit 1; }
 		echo "apt failed (try $i), retrying in 10s" >&2
 		sleep 10
 	done

@@ -38,12 +38,14 @@ fi
 summary=$(mktemp)
 trap 'rm -f "$summary"' EXIT
 checked() {
-	local log
+	local log start=$SECONDS
 	log=$(mktemp)
 	if "$@" 2>&1 | tee "$log"; then
 		rm -f "$log"
+		echo "== took $((SECONDS - start)) s: $*" >&2
 		return 0
 	fi
+	echo "== took $((SECONDS - start)) s (failed): $*" >&2
 	{
 		echo "== FAILED: $*"
 		grep -E -A15 '^panic: test timed out' "$log" | grep -v '^goroutine ' | head -25 || true
@@ -97,6 +99,7 @@ else
 	echo "== VM suite (make vm-test)" >&2
 	checked scripts/vm-test.sh || status=1
 fi
+echo "== all tests took $SECONDS s" >&2
 if [[ -s $summary ]]; then
 	echo "== summary of failures" >&2
 	cat "$summary" >&2

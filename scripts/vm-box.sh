@@ -19,8 +19,13 @@ cd "$(dirname "$0")/.."
 
 BOX=${VM_BOX:-local/bookworm}
 WORK=$PWD/.work/vm
-MIRROR=${VM_MIRROR:-$(awk '/^URIs:/ && $2 ~ /debian\/?$/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)}
+# The Debian mirror apt uses (deb822 or one-line sources), and its proxy.
+# shellcheck disable=SC2016 # $(REPO_URI) is apt's template
+MIRROR=${VM_MIRROR:-$(apt-get indextargets --format '$(REPO_URI)' 'Created-By: Packages' 2>/dev/null | grep -v security | grep -m1 -E '/debian/?$' || true)}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
+MIRROR=${MIRROR%/}
+eval "$(apt-config shell http_proxy Acquire::http::Proxy)"
+[[ -z ${http_proxy:-} ]] || export http_proxy
 SIZE_GB=8
 PKGS=systemd,systemd-sysv,dbus,dbus-user-session,libpam-systemd,linux-image-amd64,initramfs-tools,openssh-server,sudo,iproute2,ca-certificates,procps,kmod,udev,uidmap,slirp4netns,libseccomp2,busybox-static,psmisc
 
@@ -71,6 +76,10 @@ ln -sf /lib/systemd/system/systemd-networkd.service "$root/etc/systemd/system/mu
 # rootless limits need), and the user manager kept without a login.
 mkdir -p "$root/etc/systemd/system/user@.service.d"
 printf '[Service]\nDelegate=cpu cpuset io memory pids\n' >"$root/etc/systemd/system/user@.service.d/delegate.conf"
+# Each VM makes its own ssh host keys at first boot.
+rm -f "$root"/etc/ssh/ssh_host_*
+mkdir -p "$root/etc/systemd/system/ssh.service.d"
+printf '[Service]\nExecStartPre=\nExecStartPre=/usr/bin/ssh-keygen -A\nExecStartPre=/usr/sbin/sshd -t\n' >"$root/etc/systemd/system/ssh.service.d/hostkeys.conf"
 mkdir -p "$root/etc/ssh/sshd_config.d"
 printf 'UseDNS no\nPasswordAuthentication no\n' >"$root/etc/ssh/sshd_config.d/vagrant.conf"
 chroot "$root" id vagrant >/dev/null 2>&1 || chroot "$root" useradd -m -s /bin/bash -u 1000 vagrant

@@ -8,7 +8,10 @@
 # starts the daemons it needs and stops them again.
 set -euo pipefail
 
-PKGS=(vagrant vagrant-libvirt libvirt-daemon-system libvirt-daemon-system-sysv libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils dnsmasq-base grub-pc-bin fdisk debootstrap)
+# A host booted with systemd keeps libvirt's systemd flavour.
+flavour=libvirt-daemon-system-sysv
+[[ ! -d /run/systemd/system ]] || flavour=libvirt-daemon-system-systemd
+PKGS=(vagrant vagrant-libvirt libvirt-daemon-system "$flavour" libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils dnsmasq-base grub-pc-bin fdisk debootstrap)
 missing=()
 for p in "${PKGS[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -27,7 +30,10 @@ if [[ ! -e $policy ]]; then
 	trap 'rm -f "$policy"' EXIT
 fi
 for i in 1 2 3 4 5; do
-	apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null && break
+	apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null && exit 0
+	((i < 5)) || break
 	echo "apt failed (try $i), retrying in 10s" >&2
 	sleep 10
 done
+echo "vm-deps: could not install ${missing[*]}" >&2
+exit 1

@@ -12,6 +12,8 @@ cd "$(dirname "$0")/.."
 
 [[ $(id -u) -eq 0 ]] || { echo "vm-test: run as root (libvirt's system instance)" >&2; exit 1; }
 MACHINE=bookworm
+# vagrant-libvirt names the domain after this directory and the machine.
+DOMAIN="$(basename "$PWD" | tr -cd 'A-Za-z0-9_.-')_$MACHINE"
 WORK=$PWD/.work/vm
 RESULTS=$WORK/results
 TAGS="seccomp netgo osusergo slopbox_helper vmsuite"
@@ -35,39 +37,63 @@ go test -c -tags "$TAGS" -ldflags "-extldflags -static" -o "$WORK/vm.test" ./tes
 phase "build"
 
 started=()
+nets_before=" $(virsh -q net-list --name 2>/dev/null | tr '\n' ' ' || true) "
 cleanup() {
 	local rc=$?
-	trap - EXIT INT TERM
-	echo "vm-test: destroying the VM" >&2
-	timeout 300 vagrant destroy -f "$MACHINE" >/dev/null 2>&1 || echo "vm-test: vagrant destroy failed" >&2
-	# vagrant-libvirt's management network, created for this VM.
-	if virsh -q net-info vagrant-libvirt >/dev/null 2>&1; then
-		virsh -q net-destroy vagrant-libvirt >/dev/null 2>&1 || true
-		virsh -q net-undefine vagrant-libvirt >/dev/null 2>&1 || true
-	fi
-	for d in "${started[@]}"; do
-		pkill -x "$d" || true
-	done
+	# Nothing interrupts the cleanup, and it writes to a file: a caller's
+	# tee killed by the same Ctrl-C must not end it with SIGPIPE.
+	trap '' INT TERM PIPE HUP
+	{
+		echo "vm-test: destroying the VM"
+		timeout 300 vagrant destroy -f "$MACHINE" || echo "vm-test: vagrant destroy failed"
+		# Whatever vagrant left (an interrupted up, a failed destroy): the
+		# domains of this checkout, their volumes, the networks started
+		# during the run.
+		for dom in $(virsh -q list --all --name 2>/dev/null | grep -x "$DOMAIN" || true); do
+			virsh -q destroy "$dom" || true
+			virsh -q undefine --remove-all-storage "$dom" || true
+		done
+		for net in $(virsh -q net-list --name 2>/dev/null || true); do
+			[[ $nets_before == *" $net "* ]] && continue
+			virsh -q net-destroy "$net" || true
+			[[ $net != vagrant-libvirt ]] || virsh -q net-undefine "$net" || true
+		done
+		for pidfile in "${started[@]}"; do
+			if [[ -f $pidfile ]]; then kill "$(cat "$pidfile")" || true; fi
+		done
+	} >>"$WORK/cleanup.log" 2>&1
+	echo "vm-test: VM destroyed (log: $WORK/cleanup.log)" >&2 || true
 	exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# libvirt's stock NAT network ("default") is not wanted: the VM uses
+# vagrant-libvirt's isolated one. It must not start with the daemon.
+rm -f /etc/libvirt/qemu/networks/autostart/default.xml
 for d in virtlogd libvirtd; do
 	if ! pgrep -x "$d" >/dev/null; then
-		"$d" -d
-		started+=("$d")
+		"$d" -d -p "$WORK/$d.pid"
+		started+=("$WORK/$d.pid")
 	fi
 done
 for _ in $(seq 50); do virsh -q version >/dev/null 2>&1 && break; sleep 0.2; done
-vagrant up "$MACHINE" --provider libvirt >"$WORK/vagrant-up.log" 2>&1 ||
+# Long steps run in the background and are waited for, so that a signal
+# reaches the traps at once; each is bounded.
+bounded() {
+	local limit=$1
+	shift
+	timeout "$limit" "$@" &
+	wait $!
+}
+bounded 900 vagrant up "$MACHINE" --provider libvirt >"$WORK/vagrant-up.log" 2>&1 ||
 	{ tail -30 "$WORK/vagrant-up.log" >&2; echo "vm-test: vagrant up failed (log: $WORK/vagrant-up.log)" >&2; exit 1; }
 phase "vagrant up"
 
-vagrant upload "$WORK/vm.test" /tmp/slopbox-vm/vm.test "$MACHINE" >/dev/null
-vagrant upload bin/slopbox /tmp/slopbox-vm/slopbox "$MACHINE" >/dev/null
-vagrant ssh "$MACHINE" -c 'chmod 755 /tmp/slopbox-vm /tmp/slopbox-vm/*' >/dev/null
+bounded 300 vagrant upload "$WORK/vm.test" /tmp/slopbox-vm/vm.test "$MACHINE" >/dev/null
+bounded 300 vagrant upload bin/slopbox /tmp/slopbox-vm/slopbox "$MACHINE" >/dev/null
+bounded 120 vagrant ssh "$MACHINE" -c 'chmod 755 /tmp/slopbox-vm /tmp/slopbox-vm/*' >/dev/null
 phase "upload"
 
 # -test.v output of each pass goes to the results; the pass fails on any
@@ -76,7 +102,7 @@ status=0
 run_pass() {
 	local name=$1 cmd=$2
 	echo "== VM suite as $name" >&2
-	if ! vagrant ssh "$MACHINE" -c "cd /tmp/slopbox-vm && $cmd" >"$RESULTS/$name.txt" 2>&1; then
+	if ! bounded 1000 vagrant ssh "$MACHINE" -c "cd /tmp/slopbox-vm && $cmd" >"$RESULTS/$name.txt" 2>&1; then
 		status=1
 	fi
 	grep -E '^(=== RUN|--- (PASS|FAIL)|PASS|FAIL|ok|panic:)|vm_test.go' "$RESULTS/$name.txt" >&2 || true
@@ -85,7 +111,7 @@ run_pass() {
 run_pass vagrant "echo '(left out as vagrant, root only: $ROOT_ONLY)'; SLOPBOX_BIN=/tmp/slopbox-vm/slopbox timeout 900 ./vm.test -test.v -test.timeout 14m -test.skip '^($ROOT_ONLY)\$' 2>&1"
 run_pass root "sudo SLOPBOX_BIN=/tmp/slopbox-vm/slopbox timeout 900 ./vm.test -test.v -test.timeout 14m 2>&1"
 # What the guest's kernel and cgroups looked like, for the record.
-vagrant ssh "$MACHINE" -c 'uname -r; stat -fc %T /sys/fs/cgroup; cat /sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/cgroup.controllers' >"$RESULTS/guest.txt" 2>&1 || true
+bounded 120 vagrant ssh "$MACHINE" -c 'uname -r; stat -fc %T /sys/fs/cgroup; cat /sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/cgroup.controllers' >"$RESULTS/guest.txt" 2>&1 || true
 echo "vm-test: results in $RESULTS" >&2
 if ((status)); then
 	echo "vm-test: FAILED (see $RESULTS)" >&2

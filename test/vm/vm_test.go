@@ -131,13 +131,14 @@ func shellQuote(argv []string) string {
 }
 
 // sandboxCgroup finds the cgroup of the sandbox with this id (its own, not
-// an exec's): slopbox/ID under the caller's cgroup, or slopbox-ID.scope in
-// the user's systemd manager.
+// an exec's): slopbox/ID under the caller's cgroup, or slopbox-ID-N.scope
+// in the user's systemd manager.
 func sandboxCgroup(t *testing.T, id string) string {
 	t.Helper()
 	found := cgroupsNamed(id)
 	for _, d := range found {
-		if filepath.Base(d) == id || filepath.Base(d) == "slopbox-"+id+".scope" {
+		b := filepath.Base(d)
+		if b == id || strings.HasPrefix(b, "slopbox-"+id+"-") && strings.HasSuffix(b, ".scope") {
 			return d
 		}
 	}
@@ -287,7 +288,7 @@ func TestPidsLimitAndCgroupKill(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		e.run("exec", "--timeout", "2", id, "sleep", "1000")
+		exec.Command(e.bin, "--root", e.root, "exec", "--timeout", "2", id, "sleep", "1000").Run()
 	}()
 	var sub []string
 	var procs []byte
@@ -302,7 +303,7 @@ func TestPidsLimitAndCgroupKill(t *testing.T) {
 	}
 	<-done
 	start := time.Now()
-	out, code := e.run("exec", "--timeout", "3", id, "sh", "-c", "b() { b | b & }; b; sleep 1000")
+	out, code := e.run("exec", "--timeout", "3", id, "sh", "-c", "sleep 1000 & b() { b | b & }; b; wait")
 	if code != 137 || !strings.Contains(out, "timed out") {
 		t.Errorf("fork bomb: exit %d after %v: %q", code, time.Since(start), out)
 	}
@@ -347,18 +348,21 @@ func TestCPUQuota(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(cg, "cpu.max")); !strings.HasPrefix(string(b), "50000 100000") {
 		t.Errorf("cpu.max %q", b)
 	}
-	before := keyed(t, filepath.Join(cg, "cpu.stat"), "usage_usec")
-	start := time.Now()
+	stat := filepath.Join(cg, "cpu.stat")
+	usage0, periods0, throttled0 := keyed(t, stat, "usage_usec"), keyed(t, stat, "nr_periods"), keyed(t, stat, "nr_throttled")
 	e.run("exec", "--timeout", "4", id, "sh", "-c", "while :; do :; done")
-	wall := time.Since(start)
-	used := time.Duration(keyed(t, filepath.Join(cg, "cpu.stat"), "usage_usec")-before) * time.Microsecond
-	share := used.Seconds() / wall.Seconds()
-	t.Logf("--cpus 0.5: %v of CPU in %v (%.2f)", used, wall, share)
-	if share > 0.6 || share < 0.2 {
-		t.Errorf("CPU share %.2f under --cpus 0.5 (%v in %v)", share, used, wall)
+	// The share of the enforcement periods the loop ran in (100 ms each):
+	// wall time would count the exec's start, seconds under emulation.
+	used := time.Duration(keyed(t, stat, "usage_usec")-usage0) * time.Microsecond
+	periods := keyed(t, stat, "nr_periods") - periods0
+	throttled := keyed(t, stat, "nr_throttled") - throttled0
+	share := used.Seconds() / (float64(periods) * 0.1)
+	t.Logf("--cpus 0.5: %v of CPU over %d periods, %d throttled (%.2f)", used, periods, throttled, share)
+	if periods < 10 || share > 0.56 || share < 0.3 {
+		t.Errorf("CPU share %.2f under --cpus 0.5 (%v over %d periods)", share, used, periods)
 	}
-	if n := keyed(t, filepath.Join(cg, "cpu.stat"), "nr_throttled"); n < 1 {
-		t.Errorf("cpu.stat nr_throttled %d", n)
+	if throttled < periods/2 {
+		t.Errorf("throttled in %d of %d periods", throttled, periods)
 	}
 	e.must("rm", "-f", id)
 	cgroupLeft(t, id)
@@ -397,16 +401,39 @@ func TestExecFromAnotherSession(t *testing.T) {
 	if a == b || !strings.Contains(a, "session-") {
 		t.Fatalf("su -l does not open a new login session here: %q and %q", a, b)
 	}
-	if out, code := e.runAs(su, "run", "-d", "--name", "sessions", "--memory", "64m", "--pids-limit", "50", "--strict-limits", e.ref, "sleep", "infinity"); code != 0 {
+	out, code := e.runAs(su, "run", "-d", "--name", "sessions", "--memory", "64m", "--pids-limit", "50", "--strict-limits", e.ref, "sleep", "infinity")
+	if code != 0 {
 		t.Fatalf("run -d in one session: %d %s", code, out)
 	}
-	out, code := e.runAs(su, "exec", "sessions", "sh", "-c", "echo from another session")
+	cg := sandboxCgroup(t, strings.TrimSpace(out))
+	out, code = e.runAs(su, "exec", "sessions", "sh", "-c", "echo from another session")
 	if code != 0 || strings.TrimSpace(out) != "from another session" {
 		t.Errorf("exec from another session: exit %d: %q", code, out)
 	}
-	out, code = e.runAs(su, "exec", "--timeout", "1", "sessions", "sleep", "100")
-	if code != 137 {
-		t.Errorf("timed exec from another session: exit %d: %q", code, out)
+	// A timed exec from a third session: its command is in its own cgroup
+	// under the sandbox's, made by that session's slopbox.
+	done := make(chan string, 1)
+	go func() {
+		b, _ := exec.Command(su[0], append(su[1:], shellQuote([]string{e.bin, "--root", e.root, "exec", "--timeout", "3", "sessions", "sleep", "100"})+"; echo exit=$?")...).CombinedOutput()
+		done <- string(b)
+	}()
+	var procs []byte
+	for deadline := time.Now().Add(20 * time.Second); len(procs) == 0 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		if sub, _ := filepath.Glob(filepath.Join(cg, "exec-*")); len(sub) == 1 {
+			procs, _ = os.ReadFile(filepath.Join(sub[0], "cgroup.procs"))
+		}
+	}
+	if len(strings.Fields(string(procs))) != 1 {
+		t.Errorf("the timed exec's cgroup holds %q, want its command", procs)
+	}
+	if got := <-done; !strings.Contains(got, "exit=137") {
+		t.Errorf("timed exec from another session: %q", got)
+	}
+	for _, verb := range []string{"stop", "start"} {
+		if out, code := e.runAs(su, verb, "sessions"); code != 0 {
+			t.Errorf("%s from another session: %d %q", verb, code, out)
+		}
 	}
 	out, code = e.runAs(su, "stats", "--no-stream", "sessions")
 	if code != 0 {
@@ -434,6 +461,12 @@ func TestCLISmoke(t *testing.T) {
 	e.must("run", "-d", "--name", "pruned", "--memory", "64m", e.ref, "sleep", "infinity")
 	e.must("rm", "-f", "pruned")
 	// A parent "slopbox" group goes with its last sandbox, a scope when
-	// it empties.
+	// it empties, and no unit is left, failed or not.
 	cgroupLeft(t, "slopbox")
+	if os.Getuid() != 0 {
+		out, err := exec.Command("systemctl", "--user", "list-units", "--all", "--no-legend", "slopbox-*").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "" {
+			t.Errorf("systemd units left: %v %q", err, out)
+		}
+	}
 }
