@@ -45,6 +45,14 @@ func (e *exitError) Error() string {
 func (e *exitError) Unwrap() error { return e.err }
 
 func main() {
+	// The runc-compatible command line has runc's global flags (--root
+	// is its state directory), so it parses on its own.
+	if filepath.Base(os.Args[0]) == "slopbox-runc" {
+		os.Exit(ociMain(os.Args[1:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "oci" {
+		os.Exit(ociMain(os.Args[2:]))
+	}
 	root := &cobra.Command{
 		Use:           "slopbox",
 		Short:         "Rootless, daemonless containers for evaluation harnesses",

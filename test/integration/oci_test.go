@@ -1,0 +1,364 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/test/fixtures"
+)
+
+// ociCmd runs slopbox's runc-compatible command line through a
+// slopbox-runc symlink, as containerd runs it.
+type ociCmd struct {
+	t    *testing.T
+	bin  string // the slopbox-runc symlink
+	root string
+}
+
+func newOCI(t *testing.T) *ociCmd {
+	dir := searchable(t, t.TempDir())
+	link := filepath.Join(dir, "slopbox-runc")
+	if err := os.Symlink(slopboxBin(t), link); err != nil {
+		t.Fatal(err)
+	}
+	o := &ociCmd{t: t, bin: link, root: filepath.Join(dir, "state")}
+	t.Cleanup(func() {
+		// Nothing may be left: every container deleted, the state empty.
+		// (containerd's shim adds a directory per namespace.)
+		left, _ := filepath.Glob(filepath.Join(o.root, "*", "state.json"))
+		deeper, _ := filepath.Glob(filepath.Join(o.root, "*", "*", "state.json"))
+		for _, st := range append(left, deeper...) {
+			id := filepath.Base(filepath.Dir(st))
+			exec.Command(o.bin, "--root", filepath.Dir(filepath.Dir(st)), "delete", "--force", id).Run()
+			t.Errorf("container %s left behind", id)
+		}
+	})
+	return o
+}
+
+// run runs slopbox-runc --root ROOT args... with stdout and stderr apart.
+func (o *ociCmd) run(args ...string) (stdout, stderr string, code int) {
+	o.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, o.bin, append([]string{"--root", o.root}, args...)...)
+	// Files, not pipes: a created container inherits them and holds them
+	// until it ends, and exec.Cmd would wait for a pipe's end.
+	dir := o.t.TempDir()
+	outf, _ := os.Create(filepath.Join(dir, "stdout"))
+	errf, _ := os.Create(filepath.Join(dir, "stderr"))
+	defer outf.Close()
+	defer errf.Close()
+	cmd.Stdout, cmd.Stderr = outf, errf
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		o.t.Fatalf("slopbox-runc %v hung", args)
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		o.t.Fatal(err)
+	}
+	out, _ := os.ReadFile(outf.Name())
+	errb, _ := os.ReadFile(errf.Name())
+	return string(out), string(errb), code
+}
+
+// bundle makes a bundle from the busybox fixture: rootfs/ and the example
+// config.json (rootless when not root), running args.
+func (o *ociCmd) bundle(args ...string) string {
+	t := o.t
+	dir := filepath.Join(searchable(t, t.TempDir()), "bundle")
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := os.MkdirAll(rootfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"bin", "proc", "sys", "dev", "tmp", "etc"} {
+		os.MkdirAll(filepath.Join(rootfs, d), 0o755)
+	}
+	os.WriteFile(filepath.Join(rootfs, "bin/busybox"), bin, 0o755)
+	for _, a := range []string{"sh", "echo", "sleep", "cat", "id", "ps", "true", "hostname"} {
+		os.Symlink("busybox", filepath.Join(rootfs, "bin", a))
+	}
+	spec := []string{"spec", "--bundle", dir}
+	if os.Getuid() != 0 {
+		spec = append(spec, "--rootless")
+	}
+	if _, stderr, code := o.run(spec...); code != 0 {
+		t.Fatalf("spec: %s", stderr)
+	}
+	var cfg map[string]any
+	b, _ := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	p := cfg["process"].(map[string]any)
+	p["terminal"] = false
+	p["args"] = args
+	b, _ = json.Marshal(cfg)
+	os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644)
+	return dir
+}
+
+func (o *ociCmd) status(id string) string {
+	out, stderr, code := o.run("state", id)
+	if code != 0 {
+		o.t.Fatalf("state %s: %s", id, stderr)
+	}
+	var st struct {
+		Status string
+		Pid    int
+		Bundle string
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		o.t.Fatalf("state: %v: %s", err, out)
+	}
+	return st.Status
+}
+
+// TestOCIRuntime: the runc command line's life cycle on a bundle, as root
+// and rootless (make test runs it as both): create leaves the process
+// waiting, start runs it with create's stdio, state follows it to stopped,
+// exec runs a second process, kill takes names and numbers, delete refuses
+// a running container unless forced, errors read as runc's.
+func TestOCIRuntime(t *testing.T) {
+	o := newOCI(t)
+	// Without a cgroupsPath a container's cgroup is /ID: ids unique to
+	// this run.
+	c1, c2 := fmt.Sprintf("c1-%d", os.Getpid()), fmt.Sprintf("c2-%d", os.Getpid())
+	dir := o.bundle("sh", "-c", "echo started as $(id -u); exec sleep 1000")
+	out := filepath.Join(dir, "out")
+	f, _ := os.Create(out)
+	cmd := exec.Command(o.bin, "--root", o.root, "create", "--bundle", dir, "--pid-file", filepath.Join(dir, "pid"), c1)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Run(); err != nil {
+		b, _ := os.ReadFile(out)
+		t.Fatalf("create: %v: %s", err, b)
+	}
+	f.Close()
+	pid, _ := os.ReadFile(filepath.Join(dir, "pid"))
+	if st := o.status(c1); st != "created" || len(pid) == 0 {
+		t.Errorf("after create: %s, pid %q", st, pid)
+	}
+	if _, stderr, code := o.run("start", c1); code != 0 {
+		t.Fatalf("start: %s", stderr)
+	}
+	if st := o.status(c1); st != "running" {
+		t.Errorf("after start: %s", st)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b, _ := os.ReadFile(out); !strings.Contains(string(b), "started as 0") && time.Now().Before(deadline); b, _ = os.ReadFile(out) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if b, _ := os.ReadFile(out); !strings.Contains(string(b), "started as 0") {
+		t.Errorf("the container's output (create's stdout): %q", b)
+	}
+	if stdout, stderr, code := o.run("exec", c1, "sh", "-c", "echo in exec; exit 3"); code != 3 || stdout != "in exec\n" {
+		t.Errorf("exec: %d %q %q", code, stdout, stderr)
+	}
+	proc := filepath.Join(dir, "process.json")
+	os.WriteFile(proc, []byte(`{"args":["sleep","1000"],"cwd":"/","user":{"uid":0,"gid":0},"env":["PATH=/bin"]}`), 0o644)
+	if _, stderr, code := o.run("exec", "--process", proc, "--detach", "--pid-file", filepath.Join(dir, "exec.pid"), c1); code != 0 {
+		t.Errorf("exec --detach: %s", stderr)
+	}
+	if stdout, _, _ := o.run("ps", "--format", "json", c1); strings.Count(stdout, ",") != 1 {
+		t.Errorf("ps: %q, want the two processes", stdout)
+	}
+	if _, stderr, code := o.run("delete", c1); code == 0 || !strings.Contains(stderr, "not stopped") {
+		t.Errorf("delete of a running container: %d %q", code, stderr)
+	}
+	if _, stderr, code := o.run("kill", c1, "KILL"); code != 0 {
+		t.Errorf("kill KILL: %s", stderr)
+	}
+	for deadline := time.Now().Add(10 * time.Second); o.status(c1) != "stopped" && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := o.status(c1); st != "stopped" {
+		t.Errorf("after kill: %s", st)
+	}
+	if _, stderr, code := o.run("delete", c1); code != 0 {
+		t.Errorf("delete: %s", stderr)
+	}
+	if _, stderr, code := o.run("state", c1); code == 0 || !strings.Contains(stderr, "does not exist") {
+		t.Errorf("state of a deleted container: %d %q", code, stderr)
+	}
+	if _, stderr, code := o.run("kill", c1, "15"); code == 0 || !strings.Contains(stderr, "does not exist") {
+		t.Errorf("kill of a deleted container: %d %q", code, stderr)
+	}
+
+	// A created container is deleted without --force; kill takes a number;
+	// the log gets the error as JSON, where containerd's shim reads it.
+	o2 := o.bundle("true")
+	if _, stderr, code := o.run("create", "--bundle", o2, c2); code != 0 {
+		t.Fatalf("create c2: %s", stderr)
+	}
+	if _, stderr, code := o.run("delete", c2); code != 0 {
+		t.Errorf("delete of a created container: %s", stderr)
+	}
+	logf := filepath.Join(dir, "log.json")
+	if _, _, code := o.run("--log", logf, "--log-format", "json", "start", "nosuch"); code != 1 {
+		t.Errorf("start of a missing container exits %d, want 1", code)
+	}
+	b, _ := os.ReadFile(logf)
+	var entry struct{ Level, Msg string }
+	if err := json.Unmarshal(b, &entry); err != nil || entry.Level != "error" || !strings.Contains(entry.Msg, "does not exist") {
+		t.Errorf("log.json: %v %q", err, b)
+	}
+	if stdout, _, code := o.run("features"); code != 0 || !strings.Contains(stdout, `"ociVersionMax"`) {
+		t.Errorf("features: %d %q", code, stdout)
+	}
+}
+
+// containerd is Debian's containerd on a private socket, state and
+// config, stopped (and its mounts gone) in t.Cleanup.
+type containerd struct {
+	sock string
+	ctr  func(args ...string) (string, int)
+}
+
+func startContainerd(t *testing.T) *containerd {
+	if _, err := exec.LookPath("containerd"); err != nil {
+		t.Fatal("containerd (Debian's containerd package, scripts/deps.sh) is needed")
+	}
+	dir := searchable(t, t.TempDir())
+	sock := filepath.Join(dir, "containerd.sock")
+	cfg := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = %q
+[ttrpc]
+  address = %q
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc")
+	os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o644)
+	logf, _ := os.Create(filepath.Join(dir, "containerd.log"))
+	cmd := exec.Command("containerd", "--config", filepath.Join(dir, "config.toml"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(unix.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+		// Snapshot mounts under its root go with it.
+		out, _ := exec.Command("findmnt", "-rn", "-o", "TARGET").Output()
+		for _, m := range strings.Fields(string(out)) {
+			if strings.HasPrefix(m, dir) {
+				unix.Unmount(m, unix.MNT_DETACH)
+				t.Errorf("containerd left a mount: %s", m)
+			}
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(dir, "containerd.log"))
+			t.Logf("containerd log:\n%s", b)
+		}
+	})
+	c := &containerd{sock: sock}
+	c.ctr = func(args ...string) (string, int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "ctr", append([]string{"--address", sock}, args...)...)
+		b, err := cmd.CombinedOutput()
+		if ctx.Err() != nil {
+			t.Fatalf("ctr %v hung: %s", args, b)
+		}
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("ctr %v: %v", args, err)
+		}
+		return string(b), code
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if _, code := c.ctr("version"); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("containerd did not come up")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return c
+}
+
+// TestContainerdRunc: containerd's runc shim (io.containerd.runc.v2) runs
+// slopbox-runc as its runc binary: a container from an image containerd
+// pulled from a local registry, its exit code, a second process by task
+// exec, pause and resume, kill and delete, with nothing left behind.
+func TestContainerdRunc(t *testing.T) {
+	o := newOCI(t)
+	c := startContainerd(t)
+	reg := fixtures.Registry(t, nil)
+	ref := reg + "/ctr/busybox:latest"
+	fixtures.Push(t, ref, fixtures.Busybox(t, image.HostPlatform()))
+	if out, code := c.ctr("images", "pull", "--plain-http", ref); code != 0 {
+		t.Fatalf("ctr images pull: %s", out)
+	}
+	rt := []string{"--runtime", "io.containerd.runc.v2", "--runc-binary", o.bin, "--runc-root", o.root}
+	run := append([]string{"run", "--rm"}, rt...)
+	if out, code := c.ctr(append(run, ref, fmt.Sprintf("once-%d", os.Getpid()), "sh", "-c", "echo hello from $(id -u); exit 3")...); code != 3 || out != "hello from 0\n" {
+		t.Errorf("ctr run --rm: exit %d: %q", code, out)
+	}
+	if out, code := c.ctr(append(append([]string{"run", "-d"}, rt...), ref, "long", "sleep", "1000")...); code != 0 {
+		t.Fatalf("ctr run -d: %s", out)
+	}
+	if out, code := c.ctr("task", "exec", "--exec-id", "e1", "long", "sh", "-c", "echo second; exit 4"); code != 4 || out != "second\n" {
+		t.Errorf("task exec: exit %d: %q", code, out)
+	}
+	if out, code := c.ctr("task", "pause", "long"); code != 0 {
+		t.Errorf("task pause: %s", out)
+	} else if ls, _ := c.ctr("task", "ls"); !strings.Contains(ls, "PAUSED") {
+		t.Errorf("task ls after pause: %s", ls)
+	}
+	if out, code := c.ctr("task", "resume", "long"); code != 0 {
+		t.Errorf("task resume: %s", out)
+	}
+	if out, code := c.ctr("task", "kill", "-s", "SIGKILL", "long"); code != 0 {
+		t.Errorf("task kill: %s", out)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if ls, _ := c.ctr("task", "ls"); strings.Contains(ls, "STOPPED") {
+			break
+		}
+	}
+	if out, code := c.ctr("task", "delete", "long"); code != 0 {
+		t.Errorf("task delete: %s", out)
+	}
+	if out, code := c.ctr("container", "delete", "long"); code != 0 {
+		t.Errorf("container delete: %s", out)
+	}
+	if ls, _ := c.ctr("task", "ls", "-q"); strings.TrimSpace(ls) != "" {
+		t.Errorf("tasks left: %q", ls)
+	}
+	// newOCI's cleanup checks that slopbox-runc's state is empty.
+	if out, _ := exec.Command("pgrep", "-f", "sleep 1000").Output(); len(out) > 0 {
+		t.Errorf("processes left: %s", out)
+	}
+}
