@@ -740,6 +740,7 @@ func (b *Backend) applyLimits(rec *record) error {
 		res.PidsLimit = &l.Pids
 	}
 	rootless := os.Geteuid() != 0
+	rec.Scope = ""
 	m, err := limitedCgroup(&cgroups.Cgroup{Name: rec.ID, Parent: cgroupParent, Resources: res, Rootless: rootless}, rec.Pid)
 	if err != nil && rootless && userSystemd() {
 		// A login session's own cgroup (session-N.scope) is not the
@@ -812,6 +813,7 @@ func scopeCgroup(rec *record, res *cgroups.Resources) (cgroups.Manager, error) {
 	if err := m.Set(res); err != nil {
 		return nil, err
 	}
+	rec.Scope = scope.Name
 	return m, nil
 }
 
@@ -877,5 +879,8 @@ func cgroupManager(rec *record) (cgroups.Manager, error) {
 		return nil, nil
 	}
 	cg := &cgroups.Cgroup{Name: rec.ID, Parent: cgroupParent, Resources: &cgroups.Resources{SkipDevices: true}, Rootless: os.Geteuid() != 0}
+	if rec.Scope != "" && cgsystemd.IsRunningSystemd() && userBus() == nil {
+		cg = &cgroups.Cgroup{Name: rec.Scope, ScopePrefix: cgroupParent, Resources: cg.Resources, Rootless: true, Systemd: true}
+	}
 	return cgmanager.NewWithPaths(cg, maps.Clone(rec.Cgroups))
 }

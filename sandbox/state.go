@@ -76,6 +76,10 @@ type record struct {
 	Limits     backend.Limits        `json:"limits"`
 	Unenforced []string              `json:"unenforced,omitempty"`
 	Cgroups    map[string]string     `json:"cgroups,omitempty"`
+	// Scope names the systemd user scope (slopbox-SCOPE.scope) holding
+	// the cgroup, when the user's manager made it: it is stopped through
+	// systemd, which would keep a unit whose cgroup went behind its back.
+	Scope string `json:"scope,omitempty"`
 	Command    []string              `json:"command,omitempty"` // the run command, for `ps` and `start`
 	Mounts     []specs.Mount         `json:"mounts,omitempty"`
 	HandOver   []string              `json:"hand_over,omitempty"` // mount destinations whose root-owned entries go to the user
