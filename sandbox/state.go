@@ -79,11 +79,11 @@ type record struct {
 	// Scope names the systemd user scope (slopbox-SCOPE.scope) holding
 	// the cgroup, when the user's manager made it: it is stopped through
 	// systemd, which would keep a unit whose cgroup went behind its back.
-	Scope string `json:"scope,omitempty"`
-	Command    []string              `json:"command,omitempty"` // the run command, for `ps` and `start`
-	Mounts     []specs.Mount         `json:"mounts,omitempty"`
-	HandOver   []string              `json:"hand_over,omitempty"` // mount destinations whose root-owned entries go to the user
-	Detach     DetachOptions         `json:"detach,omitempty"`    // how the main command was last attached
+	Scope    string        `json:"scope,omitempty"`
+	Command  []string      `json:"command,omitempty"` // the run command, for `ps` and `start`
+	Mounts   []specs.Mount `json:"mounts,omitempty"`
+	HandOver []string      `json:"hand_over,omitempty"` // mount destinations whose root-owned entries go to the user
+	Detach   DetachOptions `json:"detach,omitempty"`    // how the main command was last attached
 
 	// Broken says why the state file could not be read (missing: a create
 	// that died half-way; truncated or corrupt). Such a record has only
