@@ -302,6 +302,12 @@ func (r *Runtime) Delete(id string, force bool) error {
 }
 
 func killAndDestroy(c *libcontainer.Container) error {
+	// A frozen process takes SIGKILL only once thawed.
+	if st, err := c.Status(); err == nil && st == libcontainer.Paused {
+		if err := c.Resume(); err != nil {
+			return err
+		}
+	}
 	if err := c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
 		return err
 	}

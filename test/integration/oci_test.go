@@ -182,6 +182,15 @@ func TestOCIRuntime(t *testing.T) {
 	if _, stderr, code := o.run("delete", c1); code == 0 || !strings.Contains(stderr, "not stopped") {
 		t.Errorf("delete of a running container: %d %q", code, stderr)
 	}
+	// Paused, then thawed.
+	if os.Getuid() == 0 {
+		if _, stderr, code := o.run("pause", c1); code != 0 || o.status(c1) != "paused" {
+			t.Errorf("pause: %d %q", code, stderr)
+		}
+		if _, stderr, code := o.run("resume", c1); code != 0 || o.status(c1) != "running" {
+			t.Errorf("resume: %d %q", code, stderr)
+		}
+	}
 	if _, stderr, code := o.run("kill", c1, "KILL"); code != 0 {
 		t.Errorf("kill KILL: %s", stderr)
 	}
@@ -199,6 +208,22 @@ func TestOCIRuntime(t *testing.T) {
 	}
 	if _, stderr, code := o.run("kill", c1, "15"); code == 0 || !strings.Contains(stderr, "does not exist") {
 		t.Errorf("kill of a deleted container: %d %q", code, stderr)
+	}
+
+	// A paused container goes with delete --force (root: a freezer).
+	if os.Getuid() == 0 {
+		c3 := fmt.Sprintf("c3-%d", os.Getpid())
+		b3 := o.bundle("sleep", "1000")
+		if _, stderr, code := o.run("create", "--bundle", b3, c3); code != 0 {
+			t.Fatalf("create c3: %s", stderr)
+		}
+		o.run("start", c3)
+		if _, stderr, code := o.run("pause", c3); code != 0 {
+			t.Errorf("pause c3: %s", stderr)
+		}
+		if _, stderr, code := o.run("delete", "--force", c3); code != 0 {
+			t.Errorf("delete --force of a paused container: %s", stderr)
+		}
 	}
 
 	// A created container is deleted without --force; kill takes a number;
