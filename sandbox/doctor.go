@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -198,39 +197,22 @@ func cgroupCheck(rootless bool) (name, status, detail, remedy string) {
 func cgroupV2Check(name string) (string, string, string, string) {
 	const fsRoot = "/sys/fs/cgroup"
 	wanted := []string{"memory", "cpu", "pids"}
-	missingIn := func(dir string) []string {
-		ctrl, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
-		if err != nil {
-			return wanted
-		}
-		have := strings.Fields(string(ctrl))
-		var missing []string
-		for _, c := range wanted {
-			if !slices.Contains(have, c) {
-				missing = append(missing, c)
-			}
-		}
-		return missing
-	}
 	// Sandboxes' cgroups go under the parent of the caller's own (which
 	// has processes, so no controllers for children).
 	own, _ := os.ReadFile("/proc/self/cgroup")
 	ownDir := filepath.Dir(filepath.Join(fsRoot, strings.TrimSpace(strings.TrimPrefix(string(own), "0::"))))
-	if unix.Access(ownDir, unix.W_OK) == nil && len(missingIn(ownDir)) == 0 {
+	if unix.Access(ownDir, unix.W_OK) == nil && len(missingControllers(ownDir, wanted)) == 0 {
 		return name, Pass, "v2, " + strings.TrimPrefix(ownDir, fsRoot) + " is delegated to this user (memory, cpu, pids): limits are enforced", ""
 	}
 	uid := os.Getuid()
-	userDir := filepath.Join(fsRoot, "user.slice", fmt.Sprintf("user-%d.slice", uid), fmt.Sprintf("user@%d.service", uid))
 	remedy := fmt.Sprintf("a systemd user manager with Delegate=cpu cpuset io memory pids in a user@.service drop-in (log in, or loginctl enable-linger %s), and dbus-user-session for its bus", userName(uid))
 	var why []string
 	if !cgsystemd.IsRunningSystemd() {
 		why = append(why, "the host was not booted with systemd")
 		remedy = "run slopbox in a cgroup this user can write, with the memory, cpu and pids controllers"
 	} else {
-		if _, err := os.Stat(userDir); err != nil {
-			why = append(why, fmt.Sprintf("no systemd user manager runs for uid %d", uid))
-		} else if missing := missingIn(userDir); len(missing) > 0 {
-			why = append(why, fmt.Sprintf("user@%d.service lacks the %s controller(s)", uid, strings.Join(missing, ", ")))
+		if err := userControllers(wanted); err != nil {
+			why = append(why, err.Error())
 		}
 		if userBus() != nil {
 			why = append(why, fmt.Sprintf("no D-Bus user bus (DBUS_SESSION_BUS_ADDRESS unset, no $XDG_RUNTIME_DIR/bus, no /run/user/%d/bus)", uid))

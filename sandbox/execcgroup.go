@@ -37,7 +37,7 @@ func (s *Sandbox) newExecCgroup() *execCgroup {
 		return nil
 	}
 	for _, c := range s.rec.CapAdd {
-		if c := strings.ToUpper(strings.TrimPrefix(strings.ToUpper(c), "CAP_")); c == "SYS_PTRACE" || c == "ALL" {
+		if c := strings.TrimPrefix(strings.ToUpper(c), "CAP_"); c == "SYS_PTRACE" || c == "ALL" {
 			return nil
 		}
 	}

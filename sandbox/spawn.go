@@ -748,7 +748,11 @@ func (b *Backend) applyLimits(rec *record) error {
 		// makes a transient scope there and moves PID 1 into it (asking
 		// the system manager when the session's cgroup is not its own),
 		// as podman and runc --systemd-cgroup do.
-		if serr := userControllers(wanted); serr != nil {
+		ctrls := slices.Clone(wanted)
+		if i := slices.Index(ctrls, "cpus"); i >= 0 {
+			ctrls[i] = "cpu" // the limit's name, the controller's
+		}
+		if serr := userControllers(ctrls); serr != nil {
 			err = fmt.Errorf("%v; a systemd user scope: %v", err, serr)
 		} else {
 			sm, serr := scopeCgroup(rec, res)
@@ -818,29 +822,34 @@ func scopeCgroup(rec *record, res *cgroups.Resources) (cgroups.Manager, error) {
 }
 
 // userControllers checks that this user's systemd manager has the
-// controllers the limits need delegated.
+// cgroup v2 controllers (memory, cpu, pids) the limits need delegated.
 func userControllers(wanted []string) error {
 	uid := os.Getuid()
 	dir := fmt.Sprintf("/sys/fs/cgroup/user.slice/user-%d.slice/user@%d.service", uid, uid)
+	if _, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("no systemd user manager runs for uid %d", uid)
+	}
+	if missing := missingControllers(dir, wanted); len(missing) > 0 {
+		return fmt.Errorf("user@%d.service lacks the %s controller(s) (Delegate= in a user@.service drop-in)", uid, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// missingControllers lists those of wanted that dir's cgroup.controllers
+// lacks: all of them when it cannot be read.
+func missingControllers(dir string, wanted []string) []string {
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
 	if err != nil {
-		return fmt.Errorf("no systemd user manager for uid %d (%v)", uid, err)
+		return wanted
 	}
 	have := strings.Fields(string(b))
 	var missing []string
-	for _, w := range wanted {
-		c := map[string]string{"cpus": "cpu"}[w]
-		if c == "" {
-			c = w
-		}
+	for _, c := range wanted {
 		if !slices.Contains(have, c) {
 			missing = append(missing, c)
 		}
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("user@%d.service lacks the %s controller(s) (Delegate= in a user@.service drop-in)", uid, strings.Join(missing, ", "))
-	}
-	return nil
+	return missing
 }
 
 // userSystemd says whether this user's systemd manager can be asked for a

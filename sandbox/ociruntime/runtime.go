@@ -70,6 +70,16 @@ func (r *Runtime) load(id string) (*libcontainer.Container, error) {
 	return c, err
 }
 
+// loadStatus loads a container and reads its status.
+func (r *Runtime) loadStatus(id string) (*libcontainer.Container, libcontainer.Status, error) {
+	c, err := r.load(id)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := c.Status()
+	return c, st, err
+}
+
 // LoadSpec reads a bundle's config.json.
 func LoadSpec(bundle string) (*specs.Spec, error) {
 	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
@@ -160,10 +170,8 @@ func (r *Runtime) Create(id string, o CreateOpts) error {
 		err = writePid(o.PidFile, p)
 	}
 	if err != nil {
-		if p.Init {
-			if pid, perr := p.Pid(); perr == nil {
-				unix.Kill(pid, unix.SIGKILL)
-			}
+		if pid, perr := p.Pid(); perr == nil {
+			unix.Kill(pid, unix.SIGKILL)
 		}
 		c.Destroy()
 		return err
@@ -173,11 +181,7 @@ func (r *Runtime) Create(id string, o CreateOpts) error {
 
 // Start runs the created container's process.
 func (r *Runtime) Start(id string) error {
-	c, err := r.load(id)
-	if err != nil {
-		return err
-	}
-	st, err := c.Status()
+	c, st, err := r.loadStatus(id)
 	if err != nil {
 		return err
 	}
@@ -250,11 +254,7 @@ func ParseSignal(s string) (unix.Signal, error) {
 
 // Kill signals the container's process, or with all every process in it.
 func (r *Runtime) Kill(id string, sig unix.Signal, all bool) error {
-	c, err := r.load(id)
-	if err != nil {
-		return err
-	}
-	st, err := c.Status()
+	c, st, err := r.loadStatus(id)
 	if err != nil {
 		return err
 	}
@@ -277,14 +277,10 @@ func (r *Runtime) Kill(id string, sig unix.Signal, all bool) error {
 // Delete removes a stopped or created container; force kills a running
 // one first.
 func (r *Runtime) Delete(id string, force bool) error {
-	c, err := r.load(id)
-	if err != nil {
-		if errors.Is(err, ErrNotExist) && force {
-			return nil
-		}
-		return err
+	c, st, err := r.loadStatus(id)
+	if errors.Is(err, ErrNotExist) && force {
+		return nil
 	}
-	st, err := c.Status()
 	if err != nil {
 		return err
 	}
@@ -329,13 +325,11 @@ type ExecOpts struct {
 // Exec runs p in the running container. Detached it returns once the
 // process has started; otherwise it waits and returns its exit status.
 func (r *Runtime) Exec(id string, p *specs.Process, o ExecOpts) (int, error) {
-	c, err := r.load(id)
+	c, st, err := r.loadStatus(id)
 	if err != nil {
 		return -1, err
 	}
-	if st, err := c.Status(); err != nil {
-		return -1, err
-	} else if st != libcontainer.Running {
+	if st != libcontainer.Running {
 		return -1, fmt.Errorf("cannot exec in a container that is not running (%s)", st)
 	}
 	if p.Terminal && o.ConsoleSocket == "" {

@@ -6,14 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -28,9 +25,6 @@ import (
 // The client is the CRI's own Go API (k8s.io/cri-api over gRPC), the calls
 // crictl's runp, create, start, exec, stop, rm and rmp make.
 func TestCRI(t *testing.T) {
-	if _, err := exec.LookPath("containerd"); err != nil {
-		t.Fatal("containerd (Debian's containerd package, scripts/deps.sh) is needed")
-	}
 	o := newOCI(t)
 	reg := fixtures.Registry(t, nil)
 	pause := reg + "/cri/pause:latest"
@@ -42,19 +36,11 @@ func TestCRI(t *testing.T) {
 	ref := reg + "/cri/busybox:latest"
 	fixtures.Push(t, ref, fixtures.Busybox(t, image.HostPlatform()))
 
-	dir := searchable(t, t.TempDir())
-	sock := filepath.Join(dir, "containerd.sock")
-	for _, d := range []string{"cni-bin", "cni-conf"} {
-		os.MkdirAll(filepath.Join(dir, d), 0o755)
-	}
-	cfg := fmt.Sprintf(`version = 2
-root = %q
-state = %q
-[grpc]
-  address = %q
-[ttrpc]
-  address = %q
-[plugins."io.containerd.grpc.v1.cri"]
+	c := startContainerd(t, func(dir string) string {
+		for _, d := range []string{"cni-bin", "cni-conf"} {
+			os.MkdirAll(filepath.Join(dir, d), 0o755)
+		}
+		return fmt.Sprintf(`[plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = %q
   # CAP_SYS_RESOURCE is not in these machines' bounding set: the pause
   # container's oom_score_adj -998 is clamped to containerd's own.
@@ -71,39 +57,9 @@ state = %q
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.slopbox.options]
       BinaryName = %q
       Root = %q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc", pause,
-		filepath.Join(dir, "cni-bin"), filepath.Join(dir, "cni-conf"), reg, reg, o.bin, o.root)
-	os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o644)
-	logf, _ := os.Create(filepath.Join(dir, "containerd.log"))
-	cmd := exec.Command("containerd", "--config", filepath.Join(dir, "config.toml"))
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(unix.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-		logf.Close()
-		out, _ := exec.Command("findmnt", "-rn", "-o", "TARGET").Output()
-		for _, m := range strings.Fields(string(out)) {
-			if strings.HasPrefix(m, dir) {
-				unix.Unmount(m, unix.MNT_DETACH)
-				t.Errorf("containerd left a mount: %s", m)
-			}
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(filepath.Join(dir, "containerd.log"))
-			t.Logf("containerd log:\n%s", b)
-		}
+`, pause, filepath.Join(dir, "cni-bin"), filepath.Join(dir, "cni-conf"), reg, reg, o.bin, o.root)
 	})
+	sock := c.sock
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

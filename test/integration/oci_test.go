@@ -256,7 +256,10 @@ type containerd struct {
 	ctr  func(args ...string) (string, int)
 }
 
-func startContainerd(t *testing.T) *containerd {
+// startContainerd starts containerd without its CRI plugin, or, with cri,
+// with the plugin configured by what cri returns for containerd's
+// directory (TOML appended to the config).
+func startContainerd(t *testing.T, cri func(dir string) string) *containerd {
 	if _, err := exec.LookPath("containerd"); err != nil {
 		t.Fatal("containerd (Debian's containerd package, scripts/deps.sh) is needed")
 	}
@@ -265,12 +268,16 @@ func startContainerd(t *testing.T) *containerd {
 	cfg := fmt.Sprintf(`version = 2
 root = %q
 state = %q
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
 [grpc]
   address = %q
 [ttrpc]
   address = %q
 `, filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc")
+	if cri == nil {
+		cfg = "disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n" + cfg
+	} else {
+		cfg += cri(dir)
+	}
 	os.WriteFile(filepath.Join(dir, "config.toml"), []byte(cfg), 0o644)
 	logf, _ := os.Create(filepath.Join(dir, "containerd.log"))
 	cmd := exec.Command("containerd", "--config", filepath.Join(dir, "config.toml"))
@@ -339,7 +346,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 // exec, pause and resume, kill and delete, with nothing left behind.
 func TestContainerdRunc(t *testing.T) {
 	o := newOCI(t)
-	c := startContainerd(t)
+	c := startContainerd(t, nil)
 	reg := fixtures.Registry(t, nil)
 	ref := reg + "/ctr/busybox:latest"
 	fixtures.Push(t, ref, fixtures.Busybox(t, image.HostPlatform()))
