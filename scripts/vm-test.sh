@@ -12,8 +12,11 @@ cd "$(dirname "$0")/.."
 
 [[ $(id -u) -eq 0 ]] || { echo "vm-test: run as root (libvirt's system instance)" >&2; exit 1; }
 MACHINE=bookworm
-# vagrant-libvirt names the domain after this directory and the machine.
-DOMAIN="$(basename "$PWD" | tr -cd 'A-Za-z0-9_.-')_$MACHINE"
+# The domain is named after this checkout's path (the Vagrantfile reads
+# SLOPBOX_VM_PREFIX), not vagrant-libvirt's default of the directory's
+# basename: two checkouts named "main" must not share a domain name.
+export SLOPBOX_VM_PREFIX="slopbox-$(printf %s "$PWD" | sha256sum | cut -c1-12)-"
+DOMAIN="$SLOPBOX_VM_PREFIX$MACHINE"
 WORK=$PWD/.work/vm
 RESULTS=$WORK/results
 TAGS="seccomp netgo osusergo slopbox_helper vmsuite"
@@ -36,6 +39,19 @@ go test -c -tags "$TAGS" -ldflags "-extldflags -static" -o "$WORK/vm.test" ./tes
 [[ -x bin/slopbox ]] || make -s build
 phase "build"
 
+# The domain of this checkout and its volumes, whether vagrant knows of
+# them or not.
+remove_domain() {
+	if virsh -q dominfo "$DOMAIN" >/dev/null 2>&1; then
+		virsh -q destroy "$DOMAIN" || true
+		virsh -q undefine --remove-all-storage "$DOMAIN" || true
+	fi
+	local vol
+	for vol in $(virsh -q vol-list default 2>/dev/null | awk '{print $1}' | grep "^$DOMAIN[.-]" || true); do
+		virsh -q vol-delete --pool default "$vol" || true
+	done
+}
+
 started=()
 nets_before=" $(virsh -q net-list --name 2>/dev/null | tr '\n' ' ' || true) "
 cleanup() {
@@ -47,12 +63,9 @@ cleanup() {
 		echo "vm-test: destroying the VM"
 		timeout 300 vagrant destroy -f "$MACHINE" || echo "vm-test: vagrant destroy failed"
 		# Whatever vagrant left (an interrupted up, a failed destroy): the
-		# domains of this checkout, their volumes, the networks started
+		# domain of this checkout, its volumes, the networks started
 		# during the run.
-		for dom in $(virsh -q list --all --name 2>/dev/null | grep -x "$DOMAIN" || true); do
-			virsh -q destroy "$dom" || true
-			virsh -q undefine --remove-all-storage "$dom" || true
-		done
+		remove_domain
 		for net in $(virsh -q net-list --name 2>/dev/null || true); do
 			[[ $nets_before == *" $net "* ]] && continue
 			virsh -q net-destroy "$net" || true
@@ -79,6 +92,13 @@ for d in virtlogd libvirtd; do
 	fi
 done
 for _ in $(seq 50); do virsh -q version >/dev/null 2>&1 && break; sleep 0.2; done
+# A domain of this checkout left by a run that never reached its cleanup
+# (the machine stopped under it) would make `vagrant up` fail with "name
+# already taken"; this checkout's .vagrant does not know it, so remove it.
+if virsh -q dominfo "$DOMAIN" >/dev/null 2>&1; then
+	echo "vm-test: removing the stale domain $DOMAIN left by an earlier run" >&2
+	remove_domain >>"$WORK/cleanup.log" 2>&1
+fi
 # Long steps run in the background and are waited for, so that a signal
 # reaches the traps at once; each is bounded.
 bounded() {
