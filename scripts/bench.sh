@@ -81,5 +81,37 @@ engine slopbox-rootless "$rt/slopbox-bench.sock" "$(pgrep -u "$(bench_uid)" -f -
 pkill -u "$(bench_uid)" -f "slopbox-bench serve --socket $rt/slopbox-bench.sock" || true
 wait 2>/dev/null || true
 
+# containerd with slopbox-runc, runc and crun as the runc shim's binary
+# (issue 13): `ctr run --rm` of true, from an image containerd pulled
+# from the bench registry, on a containerd of its own.
+cdir=$(mktemp -d /tmp/slopbox-ctr.XXXXXX)
+cat >"$cdir/config.toml" <<EOF
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+version = 2
+root = "$cdir/root"
+state = "$cdir/state"
+[grpc]
+  address = "$cdir/c.sock"
+[ttrpc]
+  address = "$cdir/c.sock.ttrpc"
+EOF
+containerd --config "$cdir/config.toml" >"$cdir/containerd.log" 2>&1 &
+cpid=$!
+for _ in $(seq 100); do ctr -a "$cdir/c.sock" version >/dev/null 2>&1 && break; sleep 0.1; done
+ctr -a "$cdir/c.sock" images pull --plain-http "$BUSYBOX_REF" >/dev/null
+ln -s "$REPO/bin/slopbox" "$cdir/slopbox-runc"
+ctrargs=()
+for rt in "slopbox-runc:$cdir/slopbox-runc" "runc:$(command -v runc)" "crun:$(command -v crun)"; do
+	name=${rt%%:*}
+	ctrargs+=(-n "$name" "ctr -a $cdir/c.sock run --rm --runtime io.containerd.runc.v2 --runc-binary ${rt#*:} --runc-root $cdir/$name-root $BUSYBOX_REF bench-$name true")
+done
+hyperfine -N --warmup 3 --runs "${RUNS_CTR:-30}" --export-json "$OUT/ctr.json" "${ctrargs[@]}" >/dev/null ||
+	echo "ctr bench failed (log: $cdir/containerd.log)" >&2
+kill "$cpid" || true
+wait "$cpid" || true
+# Snapshot mounts under its root go with it.
+{ findmnt -rn -o TARGET | grep "^$cdir/" || true; } | sort -r | xargs -r umount -l
+rm -rf "$cdir"
+
 go run ./bench/cmd/report "$OUT" >BENCHMARKS.md
 echo "wrote BENCHMARKS.md from $OUT" >&2

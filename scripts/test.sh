@@ -15,7 +15,7 @@ TEST_USER=${SLOPBOX_TEST_USER:-slopbox-test}
 ROOTLESS_PKGS=(./image/ ./image/archive/ ./local/ ./backend/ ./test/conformance/ ./sandbox/ ./test/integration/)
 # Tests that need root by nature; they ran in the root pass above
 # (containerd runs as root).
-ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestRootOwnedWorkspaceMapsToUnprivilegedID|TestContainerdRunc|TestCRI)$'
+ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestRootOwnedWorkspaceMapsToUnprivilegedID|TestContainerdRunc|TestCRI|TestRuntimeTools)$'
 
 # A fresh machine has no Go, or Debian's 1.19: the toolchain go.mod names
 # is fetched and its hash checked against the checksum database.
@@ -58,7 +58,7 @@ checked() {
 status=0
 
 echo "== tests as root" >&2
-checked go test -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 15m ./... || status=1
+checked go test -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 25m ./... || status=1
 
 # The race detector over the packages with concurrency.
 echo "== race detector" >&2

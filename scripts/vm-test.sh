@@ -15,7 +15,8 @@ MACHINE=bookworm
 # The domain is named after this checkout's path (the Vagrantfile reads
 # SLOPBOX_VM_PREFIX), not vagrant-libvirt's default of the directory's
 # basename: two checkouts named "main" must not share a domain name.
-export SLOPBOX_VM_PREFIX="slopbox-$(printf %s "$PWD" | sha256sum | cut -c1-12)-"
+SLOPBOX_VM_PREFIX="slopbox-$(printf %s "$PWD" | sha256sum | cut -c1-12)-"
+export SLOPBOX_VM_PREFIX
 DOMAIN="$SLOPBOX_VM_PREFIX$MACHINE"
 WORK=$PWD/.work/vm
 RESULTS=$WORK/results
@@ -47,7 +48,7 @@ remove_domain() {
 		virsh -q undefine --remove-all-storage "$DOMAIN" || true
 	fi
 	local vol
-	for vol in $(virsh -q vol-list default 2>/dev/null | awk '{print $1}' | grep "^$DOMAIN[.-]" || true); do
+	for vol in $(virsh -q vol-list default 2>/dev/null | awk '{print $1}' | grep "^${DOMAIN}[.-]" || true); do
 		virsh -q vol-delete --pool default "$vol" || true
 	done
 }

@@ -108,8 +108,35 @@ func hardenSpec(spec *specs.Spec) error {
 		}
 		spec.Linux.Seccomp = def.Linux.Seccomp
 	}
+	allowStatx(spec.Linux.Seccomp)
 	spec.Process.NoNewPrivileges = true
 	return nil
+}
+
+// allowStatx adds statx to a profile that allows newfstatat but does not
+// name statx (profiles written before 2018, runtime-tools v0.9.0's
+// default among them). libcontainer's init, after the filter is loaded,
+// checks /proc's mount with statx(STATX_MNT_ID) before it execs, so such
+// a profile would fail every container (runc 1.3 and later fail the
+// same way). statx tells nothing newfstatat does not.
+func allowStatx(s *specs.LinuxSeccomp) {
+	if s == nil {
+		return
+	}
+	fstatat := false
+	for _, sc := range s.Syscalls {
+		for _, n := range sc.Names {
+			switch {
+			case n == "statx":
+				return
+			case n == "newfstatat" && sc.Action == specs.ActAllow && len(sc.Args) == 0:
+				fstatat = true
+			}
+		}
+	}
+	if fstatat && s.DefaultAction != specs.ActAllow {
+		s.Syscalls = append(s.Syscalls, specs.LinuxSyscall{Names: []string{"statx"}, Action: specs.ActAllow})
+	}
 }
 
 // Create sets the container up and leaves its process waiting for Start.

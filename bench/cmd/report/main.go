@@ -92,6 +92,18 @@ func main() {
 		}
 		return 0
 	}
+	ctr := map[string]float64{} // runtime → ms
+	var ctrRuns struct {
+		Results []struct {
+			Command string  `json:"command"`
+			Median  float64 `json:"median"`
+		} `json:"results"`
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "ctr.json")); err == nil && json.Unmarshal(b, &ctrRuns) == nil {
+		for _, r := range ctrRuns.Results {
+			ctr[r.Command] = r.Median * 1000
+		}
+	}
 	engine := map[string]map[string]float64{} // peer → figure
 	readLines(filepath.Join(dir, "engine.jsonl"), func(b []byte) {
 		var f map[string]any
@@ -203,6 +215,10 @@ func main() {
 			br, none := sb["create_start_bridge_ms"], sb["create_start_ms"]
 			target("bridge sandbox create + start until running, rootless serve (beside none's)", br, "the same with network none", none, "≤ none + 10 ms", br > 0 && br <= none+10)
 		}
+	}
+	if sr := ctr["slopbox-runc"]; sr > 0 {
+		target("containerd `ctr run --rm` of `true`, slopbox-runc as the runc shim's binary (as root)", sr, "the same with crun", ctr["crun"], "≤ crun", ctr["crun"] > 0 && sr <= ctr["crun"])
+		target("containerd `ctr run --rm` of `true`, slopbox-runc as the runc shim's binary (as root)", sr, "the same with runc", ctr["runc"], "reported", true)
 	}
 	le, lf := api["rootless"]["local_exec_true_api"].MedianMs, api["rootless"]["fork_exec_floor"].MedianMs
 	target("local backend exec `true` (Go API)", le, "bare fork+exec from Go", lf, "≤ 1.5× floor", lf > 0 && le <= 1.5*lf)
