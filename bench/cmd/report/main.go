@@ -219,6 +219,10 @@ func main() {
 	if sr := ctr["slopbox-runc"]; sr > 0 {
 		target("containerd `ctr run --rm` of `true`, slopbox-runc as the runc shim's binary (as root)", sr, "the same with crun", ctr["crun"], "≤ crun", ctr["crun"] > 0 && sr <= ctr["crun"])
 		target("containerd `ctr run --rm` of `true`, slopbox-runc as the runc shim's binary (as root)", sr, "the same with runc", ctr["runc"], "reported", true)
+		if ss := ctr["slopbox-runc --seccomp"]; ss > 0 {
+			target("… the same with `ctr run --seccomp`: all three load containerd's default profile", ss, "crun --seccomp", ctr["crun --seccomp"], "reported", true)
+			target("… the same with `ctr run --seccomp`: all three load containerd's default profile", ss, "runc --seccomp", ctr["runc --seccomp"], "reported", true)
+		}
 	}
 	le, lf := api["rootless"]["local_exec_true_api"].MedianMs, api["rootless"]["fork_exec_floor"].MedianMs
 	target("local backend exec `true` (Go API)", le, "bare fork+exec from Go", lf, "≤ 1.5× floor", lf > 0 && le <= 1.5*lf)
