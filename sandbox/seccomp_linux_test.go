@@ -28,6 +28,11 @@ func init() { reexec.Register(seccompProbe, seccompProbeMain) }
 // seccompProbeMain loads the program on stdin the way PID 1 does and
 // reports what three syscalls return under it.
 func seccompProbeMain() int {
+	// The filter is loaded on this thread only (as PID 1, a C program
+	// with one thread, does): the syscalls below must run on it too, not
+	// on another thread of the Go runtime (the CI flake where unshare
+	// returned EINVAL, allowed, instead of EPERM).
+	runtime.LockOSThread()
 	p, err := os.ReadFile("/dev/stdin")
 	if err != nil || !validProgram(p) {
 		fmt.Println("bad program", err)
