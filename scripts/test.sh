@@ -15,7 +15,7 @@ TEST_USER=${SLOPBOX_TEST_USER:-slopbox-test}
 ROOTLESS_PKGS=(./image/ ./image/archive/ ./local/ ./backend/ ./test/conformance/ ./sandbox/ ./test/integration/)
 # Tests that need root by nature; they ran in the root pass above
 # (containerd runs as root).
-ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestRootOwnedWorkspaceMapsToUnprivilegedID|TestContainerdRunc|TestCRI|TestRuntimeTools)$'
+ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestRootOwnedWorkspaceMapsToUnprivilegedID|TestContainerdRunc|TestCRI|TestRuntimeTools|TestDoctorTunMode)$'
 
 # A fresh machine has no Go, or Debian's 1.19: the toolchain go.mod names
 # is fetched and its hash checked against the checksum database.

@@ -342,3 +342,52 @@ func TestPolicyFollowsSymlinks(t *testing.T) {
 		t.Errorf("a refusal left: %v", l)
 	}
 }
+
+// TestDoctorTunMode: where /dev/net/tun is mode 0600 (as on these
+// machines before scripts/test.sh sets it 0666), doctor run by an
+// unprivileged user warns that the network helper cannot open it and
+// says how to fix it. Root only: it replaces /dev/net/tun, in a mount
+// namespace of its own, with a 0600 node, then runs doctor as the test
+// user (scripts/deps.sh creates it) inside that namespace.
+func TestDoctorTunMode(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test replaces /dev/net/tun in a mount namespace: run it as root (scripts/test.sh does)")
+	}
+	user := os.Getenv("SLOPBOX_TEST_USER")
+	if user == "" {
+		user = "slopbox-test"
+	}
+	if _, err := exec.LookPath("slirp4netns"); err != nil {
+		t.Fatal("slirp4netns (scripts/deps.sh) is needed")
+	}
+	dir := searchable(t, t.TempDir())
+	bin := filepath.Join(dir, "slopbox")
+	if b, err := os.ReadFile(slopboxBin(t)); err != nil || os.WriteFile(bin, b, 0o755) != nil {
+		t.Fatalf("copying slopbox for %s: %v", user, err)
+	}
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o755); err != nil || os.Chmod(root, 0o777) != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf(`set -e
+mknod -m 0600 %[1]s/tun c 10 200
+mount --bind %[1]s/tun /dev/net/tun
+exec su %[2]s -s /bin/sh -c 'HOME=%[1]s %[3]s --root %[4]s doctor --json'`, dir, user, bin, root)
+	out, err := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("doctor as %s with /dev/net/tun 0600: %v\n%s", user, err, out)
+	}
+	var checks []struct{ Name, Status, Detail, Remedy string }
+	if err := json.Unmarshal(out, &checks); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	for _, c := range checks {
+		if c.Name == "network helper" {
+			if c.Status != "warn" || !strings.Contains(c.Detail, "/dev/net/tun is mode 0600") || !strings.Contains(c.Remedy, "chmod 0666 /dev/net/tun") {
+				t.Errorf("network helper with /dev/net/tun 0600: %+v", c)
+			}
+			return
+		}
+	}
+	t.Errorf("doctor has no network helper check:\n%s", out)
+}
