@@ -434,3 +434,46 @@ func TestServeDockerPy(t *testing.T) {
 		t.Errorf("docker-py's calls left containers: %q", out)
 	}
 }
+
+// TestServeSIGTERMLeavesSandboxes: sandboxes belong to the state root,
+// not to the service: one the docker CLI started through serve is still
+// running after serve exits on SIGTERM, and the slopbox CLI reaches it.
+func TestServeSIGTERMLeavesSandboxes(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	sock := filepath.Join(searchable(t, t.TempDir()), "slopbox.sock")
+	srv := exec.Command(e.bin, "--root", e.root, "serve", "--socket", sock)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- srv.Wait() }()
+	t.Cleanup(func() { srv.Process.Kill() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("serve did not listen")
+		}
+	}
+	out, code := dockerCLI(t, sock, "", "run", "-d", "--name", "kept", e.ref, "sleep", "1000")
+	if code != 0 {
+		t.Fatalf("docker run -d through serve: exit %d %q", code, out)
+	}
+	srv.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("serve exited with %v after SIGTERM", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not exit on SIGTERM")
+	}
+	if ps := e.must("ps", "--filter", "name=kept", "--format", "{{.Status}}"); !strings.HasPrefix(ps, "Up") {
+		t.Errorf("the sandbox after serve's SIGTERM: %q, want Up", ps)
+	}
+	if out := e.must("exec", "kept", "echo", "still here"); out != "still here\n" {
+		t.Errorf("exec after serve's SIGTERM: %q", out)
+	}
+}
