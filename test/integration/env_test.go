@@ -2,11 +2,16 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // slopbox env run: a SlopCodeBench spec runs as the harness would run it
@@ -80,6 +85,28 @@ docker: {image: `+e.ref+`, network: none, keep_container_after_clean: true}
 	bridge := spec("bridge.yaml", "type: docker\nname: b\ndocker: {image: "+e.ref+"}\n")
 	if out, code := e.run("", "env", "run", bridge, "--workspace", ws, "--", "sh", "-c", "ip -4 addr show tap0 | grep -o 'inet [0-9.]*'"); code != 0 || !strings.Contains(out, "inet 10.0.2.100") {
 		t.Errorf("bridge spec: exit %d %q", code, out)
+	}
+	// --port HOST:CONTAINER ({host: container}, as SlopCodeBench's exec
+	// runtime): the host reaches a server bound to the sandbox's loopback
+	// while the command runs.
+	hp := freePort(t)
+	cmd := exec.Command(e.bin, "--root", e.root, "env", "run", bridge, "--workspace", ws, "--port", fmt.Sprintf("%d:8000", hp), "--",
+		"sh", "-c", "mkdir /w && echo through-env > /w/f && httpd -p 127.0.0.1:8000 -h /w && sleep 30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && got != "through-env\n"; time.Sleep(100 * time.Millisecond) {
+		if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/f", hp)); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			got = string(b)
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	if got != "through-env\n" {
+		t.Errorf("env run --port %d:8000: GET gave %q", hp, got)
 	}
 	// Bad specs are refused with the reason.
 	bad := spec("bad.yaml", "type: docker\nname: b\ndocker: {image: x, docker_binary: d}\n")
