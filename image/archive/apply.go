@@ -374,6 +374,12 @@ func (a *applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 	case tar.TypeDir:
 		return a.dir(target, hdr)
 	case tar.TypeReg, tar.TypeGNUSparse: // the reader already maps TypeRegA
+		if isSparse(hdr) {
+			// archive/tar hands a sparse file's holes over as zeros, to be
+			// written out in full: a header of a few bytes can declare
+			// terabytes. Image builders do not write sparse entries.
+			return fmt.Errorf("a sparse file (GNU sparse format, %d bytes declared) is not unpacked: its holes would be written out in full; repack the layer without --sparse", hdr.Size)
+		}
 		return a.regular(target, hdr, tr)
 	case tar.TypeSymlink:
 		if err := a.create(target, func(p string) error { return unix.Symlink(hdr.Linkname, p) }); err != nil {
@@ -411,6 +417,20 @@ func (a *applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 		a.warnOnce("type", "unpack: skipping %s: unsupported tar entry type %q", rel, hdr.Typeflag)
 		return nil
 	}
+}
+
+// isSparse reports a GNU sparse entry: the old format's type 'S', or the
+// PAX format's GNU.sparse.* records.
+func isSparse(hdr *tar.Header) bool {
+	if hdr.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 // create runs mk on the full path of rel; if something is already there it is

@@ -10,6 +10,7 @@ import (
 	"github.com/slopbox/slopbox/image/archive/archivetest"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -907,5 +908,47 @@ func BenchmarkApplyLayer(b *testing.B) {
 		b.StopTimer()
 		os.RemoveAll(dir)
 		b.StartTimer()
+	}
+}
+
+// TestUnpackRefusesTarSparse: a GNU sparse entry (GNU tar --sparse, in
+// the old GNU and the PAX formats) declaring a terabyte is refused with
+// the reason, instead of having its holes written out as zeros (the
+// fuzzer's hang: a few hundred bytes made ApplyLayer write gigabytes).
+func TestUnpackRefusesTarSparse(t *testing.T) {
+	if _, err := exec.LookPath("tar"); err != nil {
+		t.Fatal("GNU tar is needed to write sparse entries")
+	}
+	src := t.TempDir()
+	f, err := os.Create(filepath.Join(src, "holes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("x")
+	if err := f.Truncate(1 << 40); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	for _, format := range []string{"gnu", "pax"} {
+		layer := filepath.Join(t.TempDir(), "layer.tar")
+		if out, err := exec.Command("tar", "--sparse", "--format="+format, "-cf", layer, "-C", src, "holes").CombinedOutput(); err != nil {
+			t.Fatalf("tar --sparse --format=%s: %v\n%s", format, err, out)
+		}
+		lf, err := os.Open(layer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(t.TempDir(), "layer")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_, err = ApplyLayer(dir, lf, ApplyOptions{})
+		lf.Close()
+		if err == nil || !strings.Contains(err.Error(), "sparse file") || !strings.Contains(err.Error(), "holes") {
+			t.Errorf("%s sparse entry: %v, want a refusal naming the sparse file", format, err)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, "holes")); err == nil {
+			t.Errorf("%s sparse entry: holes was written (%d bytes)", format, fi.Size())
+		}
 	}
 }

@@ -3,10 +3,12 @@ package archive
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // FuzzApplyLayer feeds arbitrary bytes to the layer applier as a tar
@@ -42,7 +44,19 @@ func FuzzApplyLayer(f *testing.F) {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		// Go's fuzzing has no per-input deadline: an input that makes
+		// ApplyLayer spin would stall the run silently. Crash instead, so
+		// that the fuzzer keeps the input.
+		done := make(chan struct{})
+		go func() {
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				panic(fmt.Sprintf("ApplyLayer took over 5 s on a layer of %d bytes", len(layer)))
+			}
+		}()
 		ApplyLayer(dir, bytes.NewReader(layer), ApplyOptions{})
+		close(done)
 		ents, err := os.ReadDir(jail)
 		if err != nil {
 			t.Fatal(err)
