@@ -8,6 +8,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// resolveRetries bounds the retries of a lookup that a concurrent rename
+// interrupted (EAGAIN); each costs a few microseconds.
+const resolveRetries = 1024
+
 // resolveBeneath returns the real path of rel inside root, resolved by the
 // kernel strictly beneath root (openat2 RESOLVE_BENEATH): a ".." or a
 // symlink that leads out of root is refused, whatever an earlier sandbox
@@ -20,10 +24,17 @@ func resolveBeneath(root, rel string) (string, error) {
 		return "", fmt.Errorf("workspace %s: %w", root, err)
 	}
 	defer unix.Close(rfd)
-	fd, err := unix.Openat2(rfd, rel, &unix.OpenHow{
+	how := &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
-	})
+	}
+	fd, err := unix.Openat2(rfd, rel, how)
+	// The kernel answers EAGAIN when a rename or mount anywhere on the host
+	// raced a ".." step and it could not prove the walk stayed beneath
+	// root; openat2(2) says to retry, as runc's and libpathrs' lookups do.
+	for i := 0; i < resolveRetries && errors.Is(err, unix.EAGAIN); i++ {
+		fd, err = unix.Openat2(rfd, rel, how)
+	}
 	switch {
 	case errors.Is(err, unix.EXDEV), errors.Is(err, unix.ELOOP):
 		return "", fmt.Errorf("%q leads out of the workspace %s through a symlink or \"..\": refused (mount a path inside the workspace, or give an absolute source)", rel, root)
