@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/spf13/cobra"
@@ -94,13 +94,26 @@ func ociMain(args []string) int {
 	del.Flags().BoolVarP(&force, "force", "f", false, "kill a running container first")
 
 	var eo ociruntime.ExecOpts
-	var procFile, cwd, user string
-	var env []string
-	var tty bool
+	var ef ociruntime.ExecFlags
+	var procFile string
+	var noNewPrivs bool
+	var gids []uint
 	var code int
 	execC := &cobra.Command{Use: "exec [flags] ID [COMMAND [ARG...]]", Short: "run a process in a running container", Args: cobra.MinimumNArgs(1),
 		RunE: func(_ *cobra.Command, a []string) error {
-			p, err := execProcess(a, procFile, cwd, user, env, tty)
+			var p *specs.Process
+			var err error
+			switch {
+			case procFile != "":
+				p, err = readProcess(procFile)
+			case len(a) < 2:
+				err = errors.New("exec needs a command or --process")
+			default:
+				for _, g := range gids {
+					ef.AdditionalGids = append(ef.AdditionalGids, uint32(g))
+				}
+				p, err = rt.ExecProcess(a[0], a[1:], ef)
+			}
 			if err != nil {
 				return err
 			}
@@ -112,10 +125,58 @@ func ociMain(args []string) int {
 	execC.Flags().BoolVarP(&eo.Detach, "detach", "d", false, "return once it has started")
 	execC.Flags().StringVar(&eo.PidFile, "pid-file", "", "write its pid here")
 	execC.Flags().StringVar(&eo.ConsoleSocket, "console-socket", "", "unix socket that receives the terminal's master")
-	execC.Flags().BoolVarP(&tty, "tty", "t", false, "give it a terminal (with --console-socket)")
-	execC.Flags().StringVar(&cwd, "cwd", "", "working directory")
-	execC.Flags().StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE to add")
-	execC.Flags().StringVarP(&user, "user", "u", "", "UID[:GID]")
+	execC.Flags().BoolVarP(&ef.Tty, "tty", "t", false, "give it a terminal (with --console-socket)")
+	execC.Flags().StringVar(&ef.Cwd, "cwd", "", "working directory (default: the bundle process's)")
+	execC.Flags().StringArrayVarP(&ef.Env, "env", "e", nil, "KEY=VALUE to add to the bundle process's environment")
+	execC.Flags().StringVarP(&ef.User, "user", "u", "", "UID[:GID] (default: the bundle process's)")
+	execC.Flags().UintSliceVarP(&gids, "additional-gids", "g", nil, "more groups")
+	execC.Flags().StringArrayVarP(&ef.Caps, "cap", "c", nil, "a capability to add")
+	execC.Flags().BoolVar(&noNewPrivs, "no-new-privs", true, "accepted: slopbox always sets no_new_privileges on exec")
+
+	var resources string
+	var upd struct {
+		memory, swap, reservation, quota, period, shares, pids, weight string
+	}
+	var cpus, mems string
+	update := &cobra.Command{Use: "update [flags] ID", Short: "change a container's cgroup limits", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			var res *specs.LinuxResources
+			var err error
+			if resources != "" {
+				res, err = ociruntime.ReadResources(resources, os.Stdin)
+			} else {
+				res, err = ociruntime.ResourcesFromFlags(map[string]string{
+					"memory": upd.memory, "memory-swap": upd.swap, "memory-reservation": upd.reservation,
+					"cpu-quota": upd.quota, "cpu-period": upd.period, "cpu-share": upd.shares,
+					"pids-limit": upd.pids, "blkio-weight": upd.weight, "cpuset-cpus": cpus, "cpuset-mems": mems,
+				})
+			}
+			if err != nil {
+				return err
+			}
+			return rt.Update(a[0], res)
+		}}
+	uf := update.Flags()
+	uf.StringVarP(&resources, "resources", "r", "", "a runtime-spec LinuxResources JSON file, or - for stdin (the other flags are then ignored)")
+	uf.StringVar(&upd.memory, "memory", "", "memory limit (bytes, or with a unit: 512m; -1 for none)")
+	uf.StringVar(&upd.swap, "memory-swap", "", "memory plus swap limit")
+	uf.StringVar(&upd.reservation, "memory-reservation", "", "memory soft limit")
+	uf.StringVar(&upd.quota, "cpu-quota", "", "CFS quota (µs per period; -1 for none)")
+	uf.StringVar(&upd.period, "cpu-period", "", "CFS period (µs)")
+	uf.StringVar(&upd.shares, "cpu-share", "", "CPU shares")
+	uf.StringVar(&cpus, "cpuset-cpus", "", "CPUs it may use (0-3, 0,1)")
+	uf.StringVar(&mems, "cpuset-mems", "", "memory nodes it may use")
+	uf.StringVar(&upd.pids, "pids-limit", "", "most processes at once")
+	uf.StringVar(&upd.weight, "blkio-weight", "", "block IO weight (10 to 1000)")
+
+	var statsOnce bool
+	var interval time.Duration
+	events := &cobra.Command{Use: "events [--stats] [--interval D] ID", Short: "print the container's resource usage as JSON events", Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, a []string) error {
+			return rt.Events(a[0], statsOnce, interval, os.Stdout)
+		}}
+	events.Flags().BoolVar(&statsOnce, "stats", false, "print the stats once and exit")
+	events.Flags().DurationVar(&interval, "interval", 5*time.Second, "how often to print them")
 
 	var psFormat string
 	ps := &cobra.Command{Use: "ps [--format table|json] ID", Short: "list the container's processes", Args: cobra.ExactArgs(1),
@@ -160,7 +221,7 @@ func ociMain(args []string) int {
 	specC.Flags().BoolVar(&specRootless, "rootless", false, "for a container run by an unprivileged user")
 
 	root.AddCommand(specC, create, one("start", "start a created container's process", rt.Start), state, kill, del, execC, ps,
-		one("pause", "freeze every process of the container", rt.Pause), one("resume", "thaw a paused container", rt.Resume), features)
+		one("pause", "freeze every process of the container", rt.Pause), one("resume", "thaw a paused container", rt.Resume), features, update, events)
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		if logPath != "" {
@@ -172,39 +233,15 @@ func ociMain(args []string) int {
 	return code
 }
 
-// execProcess is exec's process: --process's JSON, or the command line's.
-func execProcess(args []string, procFile, cwd, user string, env []string, tty bool) (*specs.Process, error) {
+// readProcess reads exec's --process JSON.
+func readProcess(path string) (*specs.Process, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
 	var p specs.Process
-	if procFile != "" {
-		b, err := os.ReadFile(procFile)
-		if err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal(b, &p); err != nil {
-			return nil, fmt.Errorf("--process: %w", err)
-		}
-		return &p, nil
-	}
-	if len(args) < 2 {
-		return nil, errors.New("exec needs a command or --process")
-	}
-	p.Args, p.Cwd, p.Terminal = args[1:], cwd, tty
-	if p.Cwd == "" {
-		p.Cwd = "/"
-	}
-	p.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
-	if user != "" {
-		u, g, _ := strings.Cut(user, ":")
-		var uid, gid uint32
-		if _, err := fmt.Sscan(u, &uid); err != nil {
-			return nil, fmt.Errorf("--user %q: want UID[:GID]", user)
-		}
-		if g != "" {
-			if _, err := fmt.Sscan(g, &gid); err != nil {
-				return nil, fmt.Errorf("--user %q: want UID[:GID]", user)
-			}
-		}
-		p.User = specs.User{UID: uid, GID: gid}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("--process: %w", err)
 	}
 	return &p, nil
 }

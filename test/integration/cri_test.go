@@ -6,14 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/test/fixtures"
@@ -22,8 +20,9 @@ import (
 // TestCRI: the path the kubelet takes. containerd's CRI plugin, with a
 // runtime handler "slopbox" whose BinaryName is slopbox-runc, runs a pod
 // sandbox and a container in it; exec, stop and remove; nothing left.
-// The client is the CRI's own Go API (k8s.io/cri-api over gRPC), the calls
-// crictl's runp, create, start, exec, stop, rm and rmp make.
+// The client is crictl, built from the module test/crictl pins: runp,
+// pull, create, start, exec (ExecSync and the streamed exec), update (the
+// kubelet's UpdateContainerResources), stop, rm, stopp and rmp.
 func TestCRI(t *testing.T) {
 	o := newOCI(t)
 	reg := fixtures.Registry(t, nil)
@@ -59,82 +58,120 @@ func TestCRI(t *testing.T) {
       Root = %q
 `, pause, filepath.Join(dir, "cni-bin"), filepath.Join(dir, "cni-conf"), reg, reg, o.bin, o.root)
 	})
-	sock := c.sock
-
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var conn *grpc.ClientConn
-	var rt cri.RuntimeServiceClient
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		var err error
-		conn, err = grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err == nil {
-			rt = cri.NewRuntimeServiceClient(conn)
-			if _, err = rt.Version(ctx, &cri.VersionRequest{}); err == nil {
-				break
+	crictl := buildCrictl(t)
+	dir := t.TempDir()
+	config := filepath.Join(dir, "crictl.yaml")
+	os.WriteFile(config, []byte(fmt.Sprintf("runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 60\n", c.sock, c.sock)), 0o644)
+	// run returns crictl's stdout, or its stderr if it failed; errOut
+	// both.
+	var errOut string
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, crictl, append([]string{"--config", config}, args...)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if ctx.Err() != nil {
+			t.Fatalf("crictl %v hung: %s %s", args, out, stderr.String())
+		}
+		code := 0
+		errOut = stderr.String()
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+			if len(out) == 0 {
+				out = []byte(stderr.String())
 			}
-			conn.Close()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(out)), code
+	}
+	// A failure half-way leaves nothing either: pods go before containerd.
+	t.Cleanup(func() { run("rmp", "--force", "--all") })
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		out, code := run("version")
+		if code == 0 {
+			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("containerd's CRI did not come up: %v", err)
+			t.Fatalf("containerd's CRI did not come up: %s", out)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	defer conn.Close()
-	img := cri.NewImageServiceClient(conn)
 
 	// runp: a pod on the host's network (no CNI here), run by slopbox.
-	podCfg := &cri.PodSandboxConfig{
-		Metadata: &cri.PodSandboxMetadata{Name: "eval", Namespace: "default", Uid: fmt.Sprintf("uid-%d", os.Getpid())},
-		Linux: &cri.LinuxPodSandboxConfig{SecurityContext: &cri.LinuxSandboxSecurityContext{
-			NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE},
-		}},
+	podCfg := filepath.Join(dir, "pod.json")
+	os.WriteFile(podCfg, []byte(fmt.Sprintf(`{"metadata": {"name": "eval", "namespace": "default", "uid": "uid-%d"},
+ "linux": {"security_context": {"namespace_options": {"network": 2}}}}`, os.Getpid())), 0o644)
+	ctrCfg := filepath.Join(dir, "ctr.json")
+	os.WriteFile(ctrCfg, []byte(fmt.Sprintf(`{"metadata": {"name": "task"}, "image": {"image": %q}, "command": ["sleep", "1000"]}`, ref)), 0o644)
+	pod, code := run("runp", "--runtime", "slopbox", podCfg)
+	if code != 0 {
+		t.Fatalf("crictl runp: %s", pod)
 	}
-	pod, err := rt.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: podCfg, RuntimeHandler: "slopbox"})
-	if err != nil {
-		t.Fatalf("runp: %v", err)
+	if out, code := run("pull", ref); code != 0 {
+		t.Fatalf("crictl pull: %s", out)
 	}
-	if _, err := img.PullImage(ctx, &cri.PullImageRequest{Image: &cri.ImageSpec{Image: ref}}); err != nil {
-		t.Fatalf("pull: %v", err)
+	ctr, code := run("create", pod, ctrCfg, podCfg)
+	if code != 0 {
+		t.Fatalf("crictl create: %s", ctr)
 	}
-	ctr, err := rt.CreateContainer(ctx, &cri.CreateContainerRequest{
-		PodSandboxId: pod.PodSandboxId, SandboxConfig: podCfg,
-		Config: &cri.ContainerConfig{
-			Metadata: &cri.ContainerMetadata{Name: "task"},
-			Image:    &cri.ImageSpec{Image: ref},
-			Command:  []string{"sleep", "1000"},
-		},
-	})
-	if err != nil {
-		t.Fatalf("create: %v", err)
+	if out, code := run("start", ctr); code != 0 {
+		t.Fatalf("crictl start: %s", out)
 	}
-	if _, err := rt.StartContainer(ctx, &cri.StartContainerRequest{ContainerId: ctr.ContainerId}); err != nil {
-		t.Fatalf("start: %v", err)
+	// crictl exits 1 on a command's non-zero exit and names its code.
+	if out, code := run("exec", "--sync", ctr, "sh", "-c", "echo from $(id -u)"); code != 0 || out != "from 0" {
+		t.Errorf("crictl exec --sync: %d %q", code, out)
 	}
-	ex, err := rt.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: ctr.ContainerId, Cmd: []string{"sh", "-c", "echo from $(id -u); exit 5"}, Timeout: 30})
-	if err != nil || ex.ExitCode != 5 || string(ex.Stdout) != "from 0\n" {
-		t.Errorf("exec: %v %+v", err, ex)
+	if out, code := run("exec", "--sync", ctr, "sh", "-c", "exit 5"); code != 1 || !strings.Contains(out, "exited with 5") {
+		t.Errorf("crictl exec --sync of exit 5: %d %q", code, out)
+	}
+	if out, code := run("exec", ctr, "sh", "-c", "echo streamed; exit 3"); code != 1 || out != "streamed" || !strings.Contains(errOut, "exit code 3") {
+		t.Errorf("crictl exec (streamed) of exit 3: %d %q %q", code, out, errOut)
 	}
 	// The pod's containers are slopbox's: its state directory has them.
 	if states, _ := filepath.Glob(filepath.Join(o.root, "*", "*", "state.json")); len(states) != 2 {
 		t.Errorf("slopbox-runc's state holds %v, want the pod sandbox and the container", states)
 	}
-	if _, err := rt.StopContainer(ctx, &cri.StopContainerRequest{ContainerId: ctr.ContainerId, Timeout: 2}); err != nil {
-		t.Errorf("stop: %v", err)
+	// The kubelet's UpdateContainerResources: containerd's shim runs
+	// slopbox-runc update --resources -.
+	if out, code := run("update", "--memory", "67108864", ctr); code != 0 {
+		t.Errorf("crictl update --memory: %s", out)
+	} else {
+		full, _ := run("inspect", "--output", "go-template", "--template", "{{.status.id}}", ctr)
+		ev, stderr, code := o.run("--root", filepath.Join(o.root, "k8s.io"), "events", "--stats", full)
+		if code != 0 || !strings.Contains(ev, `"limit":67108864`) {
+			t.Errorf("after crictl update --memory 64 MiB, slopbox-runc events --stats: %d %s %s", code, ev, stderr)
+		}
 	}
-	if _, err := rt.RemoveContainer(ctx, &cri.RemoveContainerRequest{ContainerId: ctr.ContainerId}); err != nil {
-		t.Errorf("rm: %v", err)
+	for _, step := range [][]string{{"stop", "--timeout", "2", ctr}, {"rm", ctr}, {"stopp", pod}, {"rmp", pod}} {
+		if out, code := run(step...); code != 0 {
+			t.Errorf("crictl %s: %s", step[0], out)
+		}
 	}
-	if _, err := rt.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: pod.PodSandboxId}); err != nil {
-		t.Errorf("stopp: %v", err)
-	}
-	if _, err := rt.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: pod.PodSandboxId}); err != nil {
-		t.Errorf("rmp: %v", err)
-	}
-	if l, err := rt.ListPodSandbox(ctx, &cri.ListPodSandboxRequest{}); err != nil || len(l.Items) != 0 {
-		t.Errorf("pods left: %v %v", err, l)
+	if out, code := run("pods", "-q"); code != 0 || out != "" {
+		t.Errorf("pods left: %d %q", code, out)
 	}
 	if out, _ := exec.Command("pgrep", "-f", "sleep 1000").Output(); len(out) > 0 {
 		t.Errorf("processes left: %s", out)
 	}
+}
+
+// buildCrictl builds crictl from the module test/crictl pins.
+func buildCrictl(t *testing.T) string {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("building crictl needs the go command: %v", err)
+	}
+	mod, _ := filepath.Abs("../crictl")
+	bin := filepath.Join(t.TempDir(), "crictl")
+	build := exec.Command(gobin, "build", "-o", bin, "sigs.k8s.io/cri-tools/cmd/crictl")
+	build.Dir = mod
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building crictl: %v\n%s", err, out)
+	}
+	return bin
 }

@@ -115,6 +115,81 @@ func (o *ociCmd) bundle(args ...string) string {
 	return dir
 }
 
+// patchProcess edits the process of a bundle's config.json.
+func patchProcess(t *testing.T, bundle string, edit func(p map[string]any)) {
+	t.Helper()
+	path := filepath.Join(bundle, "config.json")
+	var cfg map[string]any
+	b, _ := os.ReadFile(path)
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	edit(cfg["process"].(map[string]any))
+	b, _ = json.Marshal(cfg)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testUpdateEvents: update changes a running container's limits (flags,
+// and --resources - as containerd's shim passes them), and events --stats
+// reports them in runc's shape. Rootless on cgroup v1 a container has no
+// cgroup: both say so instead of pretending.
+func testUpdateEvents(t *testing.T, o *ociCmd, id string) {
+	t.Helper()
+	stats := func() (pidsLimit, memLimit uint64) {
+		stdout, stderr, code := o.run("events", "--stats", id)
+		if code != 0 {
+			t.Fatalf("events --stats: %d %s", code, stderr)
+		}
+		var ev struct {
+			Type, ID string
+			Data     struct {
+				Pids   struct{ Limit uint64 }
+				Memory struct{ Usage struct{ Limit, Usage uint64 } }
+				CPU    struct{ Usage struct{ Total uint64 } }
+			}
+		}
+		if err := json.Unmarshal([]byte(stdout), &ev); err != nil || ev.Type != "stats" || ev.ID != id {
+			t.Fatalf("events --stats: %v %q", err, stdout)
+		}
+		if ev.Data.Memory.Usage.Usage == 0 || ev.Data.CPU.Usage.Total == 0 {
+			t.Errorf("events --stats has no memory or CPU usage: %s", stdout)
+		}
+		return ev.Data.Pids.Limit, ev.Data.Memory.Usage.Limit
+	}
+	if os.Getuid() != 0 && !cgroup2Only() {
+		_, stderr, code := o.run("update", "--pids-limit", "7", id)
+		if code != 1 || !strings.Contains(stderr, "no cgroup") {
+			t.Errorf("rootless update on cgroup v1: %d %q, want the reason", code, stderr)
+		}
+		return
+	}
+	if _, stderr, code := o.run("update", "--pids-limit", "7", id); code != 0 {
+		t.Fatalf("update --pids-limit: %s", stderr)
+	}
+	if pids, _ := stats(); pids != 7 {
+		t.Errorf("after update --pids-limit 7: the pids limit is %d", pids)
+	}
+	cmd := exec.Command(o.bin, "--root", o.root, "update", "--resources", "-", id)
+	cmd.Stdin = strings.NewReader(`{"memory":{"limit":67108864}}`)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("update --resources -: %v %s", err, out)
+	}
+	if pids, mem := stats(); pids != 7 || mem != 64<<20 {
+		t.Errorf("after update --resources -: pids limit %d (want 7 kept), memory limit %d (want 64 MiB)", pids, mem)
+	}
+	if _, stderr, code := o.run("update", "--memory", "lots", id); code != 1 || !strings.Contains(stderr, "--memory") {
+		t.Errorf("update --memory lots: %d %q", code, stderr)
+	}
+}
+
+// cgroup2Only reports a unified (cgroup v2 only) host.
+func cgroup2Only() bool {
+	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	return err == nil
+}
+
 func (o *ociCmd) status(id string) string {
 	out, stderr, code := o.run("state", id)
 	if code != 0 {
@@ -142,6 +217,10 @@ func TestOCIRuntime(t *testing.T) {
 	// this run.
 	c1, c2 := fmt.Sprintf("c1-%d", os.Getpid()), fmt.Sprintf("c2-%d", os.Getpid())
 	dir := o.bundle("sh", "-c", "echo started as $(id -u); exec sleep 1000")
+	patchProcess(t, dir, func(p map[string]any) {
+		p["env"] = append(p["env"].([]any), "FROM_BUNDLE=yes")
+		p["cwd"] = "/tmp"
+	})
 	out := filepath.Join(dir, "out")
 	f, _ := os.Create(out)
 	cmd := exec.Command(o.bin, "--root", o.root, "create", "--bundle", dir, "--pid-file", filepath.Join(dir, "pid"), c1)
@@ -171,6 +250,15 @@ func TestOCIRuntime(t *testing.T) {
 	if stdout, stderr, code := o.run("exec", c1, "sh", "-c", "echo in exec; exit 3"); code != 3 || stdout != "in exec\n" {
 		t.Errorf("exec: %d %q %q", code, stdout, stderr)
 	}
+	// Without --process, exec runs the bundle's process (its env, cwd,
+	// user) with the command line's args and overrides, as runc does.
+	if stdout, stderr, code := o.run("exec", c1, "sh", "-c", "echo $FROM_BUNDLE $(pwd) $(id -u)"); code != 0 || stdout != "yes /tmp 0\n" {
+		t.Errorf("exec with the bundle's process: %d %q %q", code, stdout, stderr)
+	}
+	if stdout, stderr, code := o.run("exec", "--cwd", "/", "-e", "MORE=1", c1, "sh", "-c", "echo $FROM_BUNDLE $MORE $(pwd)"); code != 0 || stdout != "yes 1 /\n" {
+		t.Errorf("exec --cwd --env: %d %q %q", code, stdout, stderr)
+	}
+	testUpdateEvents(t, o, c1)
 	proc := filepath.Join(dir, "process.json")
 	os.WriteFile(proc, []byte(`{"args":["sleep","1000"],"cwd":"/","user":{"uid":0,"gid":0},"env":["PATH=/bin"]}`), 0o644)
 	if _, stderr, code := o.run("exec", "--process", proc, "--detach", "--pid-file", filepath.Join(dir, "exec.pid"), c1); code != 0 {
@@ -297,6 +385,12 @@ state = %q
 			<-done
 		}
 		logf.Close()
+		// Shims outlive containerd by design; those of a test that
+		// failed half-way are this test's to end.
+		if out, _ := exec.Command("pgrep", "-f", "containerd-shim.* -address "+sock).Output(); len(out) > 0 {
+			exec.Command("pkill", "-KILL", "-f", "containerd-shim.* -address "+sock).Run()
+			t.Errorf("containerd shims left running: %s", out)
+		}
 		// Snapshot mounts under its root go with it.
 		out, _ := exec.Command("findmnt", "-rn", "-o", "TARGET").Output()
 		for _, m := range strings.Fields(string(out)) {
