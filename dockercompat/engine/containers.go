@@ -313,6 +313,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
+		base := sb.Info().FinishedAt
 		as := s.attachedStart(sb.ID())
 		err := sb.StartAttached(r.Context(), as)
 		if as.Stdin != nil {
@@ -331,6 +332,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			return
 		}
 		s.events.emit("container", "start", sb.ID(), map[string]string{"name": sb.Name()})
+		s.watchExit(sb, base)
 		w.WriteHeader(http.StatusNoContent)
 	case (verb == "stop" || verb == "restart") && m == http.MethodPost:
 		if verb == "stop" && !sb.Running() {
@@ -342,6 +344,10 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			return
 		}
 		if verb == "restart" {
+			base := sb.Info().FinishedAt
+			if cur, err := s.b.Open(sb.ID()); err == nil {
+				base = cur.Info().FinishedAt
+			}
 			as := s.attachedStart(sb.ID())
 			err := sb.StartAttached(r.Context(), as)
 			if as.Stdin != nil {
@@ -351,6 +357,9 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 				fail(w, err)
 				return
 			}
+			s.events.emit("container", "start", sb.ID(), map[string]string{"name": sb.Name()})
+			s.watchExit(sb, base)
+			s.events.emit("container", "restart", sb.ID(), map[string]string{"name": sb.Name()})
 		}
 		w.WriteHeader(http.StatusNoContent)
 	case verb == "kill" && m == http.MethodPost:
@@ -422,6 +431,7 @@ func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error 
 		}
 		grace = time.Duration(n) * time.Second
 	}
+	watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
 	if grace > 0 && sb.Signal(syscall.SIGTERM) == nil {
 		ctx, cancel := context.WithTimeout(ctx, grace)
 		defer cancel()
@@ -437,7 +447,11 @@ func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error 
 			return err
 		}
 	}
-	s.events.emit("container", "die", sb.ID(), map[string]string{"name": sb.Name()})
+	// A main command this server started has its die from its watch;
+	// one started elsewhere (the slopbox CLI, an earlier server) here.
+	if !watch.await() {
+		s.events.emit("container", "die", sb.ID(), map[string]string{"name": sb.Name()})
+	}
 	s.events.emit("container", "stop", sb.ID(), map[string]string{"name": sb.Name()})
 	return nil
 }
@@ -454,10 +468,15 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 	if sb.Running() && len(sb.Info().Command) > 0 {
 		sb.KeepRemovedExit(128 + int(syscall.SIGKILL)) // for a waiter, as Docker's 137
 	}
+	watch := s.watchOf(sb.ID())
+	if watch != nil {
+		watch.removedByAPI.Store(true) // its destroy is reported here
+	}
 	if err := sb.Remove(); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		fail(w, err)
 		return
 	}
+	watch.await() // die before destroy, as Docker reports them
 	s.events.emit("container", "destroy", sb.ID(), map[string]string{"name": sb.Name()})
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -51,6 +51,8 @@ type Server struct {
 	execs map[string]*execInstance
 	// attached holds the clients attached to a main command, by container.
 	attached map[string]*attachment
+	// watches follow the main commands this server started, for die.
+	watches map[string]*exitWatch
 
 	// active counts requests in flight; last is when the last one ended
 	// (unix nanoseconds), for Idle.
@@ -65,7 +67,7 @@ type Server struct {
 
 // New serves the sandboxes and images of backend b.
 func New(b *sandbox.Backend, version string) *Server {
-	s := &Server{b: b, version: version, execs: map[string]*execInstance{}, attached: map[string]*attachment{}, events: newEventHub()}
+	s := &Server{b: b, version: version, execs: map[string]*execInstance{}, attached: map[string]*attachment{}, watches: map[string]*exitWatch{}, events: newEventHub()}
 	s.last.Store(time.Now().UnixNano())
 	return s
 }

@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/sandbox"
+)
+
+// exitWatch follows the main command of a container this server started,
+// to report its die event however it ends: on its own, by kill, by stop,
+// by rm -f, or with its AutoRemove removal.
+type exitWatch struct {
+	done chan struct{} // closed once die is emitted
+	// removedByAPI: DELETE /containers/{id} removes it (and emits destroy).
+	removedByAPI atomic.Bool
+}
+
+// exitPoll is how often a watch reads the sandbox's state; the monitor
+// records the exit in it.
+const exitPoll = 100 * time.Millisecond
+
+// watchExit starts the watch of sb, whose main command was started after
+// base (its FinishedAt before the start).
+func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
+	id, name, autoRemove := sb.ID(), sb.Name(), sb.Info().AutoRemove
+	w := &exitWatch{done: make(chan struct{})}
+	s.mu.Lock()
+	s.watches[id] = w
+	s.mu.Unlock()
+	go func() {
+		died := false
+		die := func(code int) {
+			s.events.emit("container", "die", id, map[string]string{"name": name, "exitCode": strconv.Itoa(code)})
+			died = true
+			s.mu.Lock()
+			if s.watches[id] == w {
+				delete(s.watches, id)
+			}
+			s.mu.Unlock()
+			close(w.done)
+		}
+		tick := time.NewTicker(exitPoll)
+		defer tick.Stop()
+		var since time.Time // when the sandbox was first seen stopped, or died
+		for ; ; <-tick.C {
+			cur, err := s.b.Open(id)
+			if err != nil {
+				if !died {
+					code := backend.ExitSignalBase + int(syscall.SIGKILL) // removed by force while it ran
+					if c, _, ok := s.b.RemovedExit(id); ok {
+						code = c
+					}
+					die(code)
+				}
+				if autoRemove && !w.removedByAPI.Load() {
+					s.events.emit("container", "destroy", id, map[string]string{"name": name})
+				}
+				return
+			}
+			info := cur.Info()
+			switch {
+			case died:
+				// An AutoRemove container goes once its command has
+				// ended; its destroy is reported when it has.
+				if time.Since(since) > time.Minute {
+					return
+				}
+			case info.FinishedAt.After(base):
+				die(info.ExitCode)
+				if !autoRemove {
+					return
+				}
+				since = time.Now()
+			case info.Running:
+			case since.IsZero():
+				since = time.Now()
+			case time.Since(since) > 2*time.Second:
+				// Stopped with no exit recorded: the monitor records it
+				// first, unless the sandbox was stopped under it (its main
+				// command killed).
+				die(backend.ExitSignalBase + int(syscall.SIGKILL))
+				return
+			}
+		}
+	}()
+}
+
+// watchOf is the watch of container id, or nil.
+func (s *Server) watchOf(id string) *exitWatch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watches[id]
+}
+
+// await waits, boundedly, for w's die event; a nil w has none to wait for
+// and reports false.
+func (w *exitWatch) await() bool {
+	if w == nil {
+		return false
+	}
+	select {
+	case <-w.done:
+	case <-time.After(10 * time.Second):
+	}
+	return true
+}
