@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -179,6 +180,12 @@ type Info struct {
 	// Broken says why the sandbox's state cannot be read; `rm -f` and
 	// `prune` remove it (and kill what it still runs).
 	Broken string `json:"Broken,omitempty"`
+	// Hostname, Env (the main command's environment: the image's, then
+	// the sandbox's own) and BindMounts (the host directories mounted,
+	// sources resolved) are for the Engine API's inspect (slopbox serve).
+	Hostname   string            `json:"-"`
+	Env        map[string]string `json:"-"`
+	BindMounts []backend.Mount   `json:"-"`
 }
 
 func (b *Backend) info(rec *record) Info {
@@ -203,6 +210,12 @@ func (b *Backend) info(rec *record) Info {
 		ReadonlyRootfs: rec.ReadOnly, OOMKills: oomKills(rec), AutoRemove: rec.AutoRemove,
 		CapAdd: rec.CapAdd, CapDrop: rec.CapDrop, SeccompProfile: seccompProfileName(rec),
 		Tty: rec.Detach.TTY, OpenStdin: rec.Detach.OpenStdin,
+		Hostname: cmp.Or(rec.Hostname, hostname(rec.Name)), Env: rec.Env,
+	}
+	for _, m := range rec.Mounts {
+		if m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind") {
+			i.BindMounts = append(i.BindMounts, backend.Mount{Source: m.Source, Target: m.Destination, ReadOnly: slices.Contains(m.Options, "ro")})
+		}
 	}
 	if rec.Reserved {
 		i.Pid = 0 // created: nothing runs yet

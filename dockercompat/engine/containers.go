@@ -269,6 +269,18 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 			return
 		}
 	}
+	cc := createdConfig{Binds: c.HostConfig.Binds, Tmpfs: c.HostConfig.Tmpfs, Entrypoint: img.Config.Config.Entrypoint}
+	if c.Entrypoint != nil {
+		cc.Entrypoint = *c.Entrypoint
+	}
+	for _, m := range c.HostConfig.Mounts {
+		cc.Mounts = append(cc.Mounts, map[string]any{"Type": m.Type, "Source": m.Source, "Target": m.Target, "ReadOnly": m.ReadOnly})
+	}
+	if err := saveCreatedConfig(sb.Info().StateDir, cc); err != nil {
+		sb.Remove()
+		fail(w, err)
+		return
+	}
 	s.events.emit("container", "create", sb.ID(), map[string]string{"name": sb.Name(), "image": c.Image})
 	writeJSON(w, http.StatusCreated, map[string]any{"Id": sb.ID(), "Warnings": []string{}})
 }
@@ -695,6 +707,18 @@ func ago(t time.Time) string {
 // docker-py and the docker CLI read.
 func inspect(i sandbox.Info) map[string]any {
 	st := state(i)
+	cc := loadCreatedConfig(i.StateDir)
+	var entrypoint any // null when there is none, as Docker
+	if len(cc.Entrypoint) > 0 {
+		entrypoint = cc.Entrypoint
+	}
+	var binds, mounts any
+	if cc.Binds != nil {
+		binds = cc.Binds
+	}
+	if cc.Mounts != nil {
+		mounts = cc.Mounts
+	}
 	finished := "0001-01-01T00:00:00Z"
 	if !i.FinishedAt.IsZero() {
 		finished = i.FinishedAt.Format(time.RFC3339Nano)
@@ -720,16 +744,17 @@ func inspect(i sandbox.Info) map[string]any {
 			"NetworkMode": i.Network, "AutoRemove": i.AutoRemove, "ReadonlyRootfs": i.ReadonlyRootfs, "PortBindings": portMap(i, true),
 			"Memory": i.Limits.MemoryBytes, "NanoCpus": int64(i.Limits.CPUs * 1e9), "PidsLimit": i.Limits.Pids,
 			"CapAdd": i.CapAdd, "CapDrop": i.CapDrop, "Privileged": false,
+			"Binds": binds, "Mounts": mounts, "Tmpfs": cc.Tmpfs,
 			"LogConfig":   map[string]any{"Type": "json-file", "Config": map[string]string{}},
 			"SecurityOpt": []string{"seccomp=" + i.SeccompProfile, "no-new-privileges"},
 		},
 		"Config": map[string]any{
-			"Hostname": "", "User": i.User, "Env": []string{}, "Cmd": i.Command, "Image": i.Image, "WorkingDir": i.Workdir,
-			"Entrypoint": nil, "Labels": nonNil(i.Labels), "Tty": i.Tty, "OpenStdin": i.OpenStdin,
+			"Hostname": i.Hostname, "User": i.User, "Env": envList(i.Env), "Cmd": cmdOf(i.Command, cc.Entrypoint), "Image": i.Image, "WorkingDir": i.Workdir,
+			"Entrypoint": entrypoint, "Labels": nonNil(i.Labels), "Tty": i.Tty, "OpenStdin": i.OpenStdin,
 			"AttachStdin": false, "AttachStdout": true, "AttachStderr": true,
 		},
 		"NetworkSettings": map[string]any{"Ports": portMap(i, i.Running), "Networks": map[string]any{}, "IPAddress": ""},
-		"Mounts":          []any{},
+		"Mounts":          inspectMounts(i),
 	}
 }
 

@@ -2,9 +2,12 @@ package integration
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -173,4 +176,125 @@ func TestServeEvents(t *testing.T) {
 	order("start ev-rm ", "die ev-rm ")
 	order("die ev-rm ", "destroy ev-rm ")
 	must("rm", "ev-exit", "ev-bg", "ev-kill", "ev-stop")
+}
+
+// TestServeCreateFields: what docker run's flags put in the create request
+// takes effect in the container, and docker inspect shows it in Docker's
+// shape. Memory and CPU limits may not be enforceable (rootless on cgroup
+// v1): inspect shows what was asked for.
+func TestServeCreateFields(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	must := func(args ...string) string {
+		t.Helper()
+		out, code := dockerCLI(t, sock, "", args...)
+		if code != 0 {
+			t.Fatalf("docker %v: exit %d\n%s", args, code, out)
+		}
+		return out
+	}
+	data := searchable(t, t.TempDir())
+	vol := searchable(t, t.TempDir())
+	os.WriteFile(filepath.Join(data, "f"), []byte("mounted\n"), 0o644)
+	os.Chmod(vol, 0o777)
+	must("run", "-d", "--name", "cf", "--entrypoint", "sh", "--hostname", "myhost",
+		"--label", "suite=fields", "--label", "other=x", "-e", "FOO=bar",
+		"--mount", "type=bind,src="+data+",dst=/data,readonly", "-v", vol+":/vol",
+		"--tmpfs", "/tmp", "--memory", "64m", "--cpus", "0.5", "--pids-limit", "100", "--read-only",
+		e.ref, "-c", "echo up; exec sleep 1000")
+	if out := must("exec", "cf", "hostname"); out != "myhost\n" {
+		t.Errorf("hostname: %q", out)
+	}
+	if out, code := dockerCLI(t, sock, "", "exec", "cf", "touch", "/written"); code == 0 || !strings.Contains(out, "Read-only file system") {
+		t.Errorf("a write to / of a --read-only container: %d %q", code, out)
+	}
+	if out := must("exec", "cf", "sh", "-c", "grep ' /tmp ' /proc/mounts; echo x > /tmp/x && cat /tmp/x"); !strings.HasPrefix(out, "tmpfs /tmp tmpfs ") || !strings.HasSuffix(out, "x\n") {
+		t.Errorf("--tmpfs /tmp: %q", out)
+	}
+	if out := must("exec", "cf", "cat", "/data/f"); out != "mounted\n" {
+		t.Errorf("--mount type=bind: %q", out)
+	}
+	if out, code := dockerCLI(t, sock, "", "exec", "cf", "touch", "/data/g"); code == 0 {
+		t.Errorf("a write to a readonly --mount: %q", out)
+	}
+	must("exec", "cf", "sh", "-c", "echo back > /vol/out")
+	if b, err := os.ReadFile(filepath.Join(vol, "out")); err != nil || string(b) != "back\n" {
+		t.Errorf("-v: %q %v", b, err)
+	}
+	if out := must("exec", "cf", "sh", "-c", "echo $FOO"); out != "bar\n" {
+		t.Errorf("-e: %q", out)
+	}
+	if out := must("ps", "--filter", "label=suite=fields", "--format", "{{.Names}} {{.Label \"other\"}}"); out != "cf x\n" {
+		t.Errorf("ps --filter label: %q", out)
+	}
+
+	var got struct {
+		Path   string
+		Args   []string
+		Config struct {
+			Hostname   string
+			Env        []string
+			Entrypoint []string
+			Cmd        []string
+			Labels     map[string]string
+		}
+		HostConfig struct {
+			Binds  []string
+			Mounts []struct {
+				Type, Source, Target string
+				ReadOnly             bool
+			}
+			Tmpfs          map[string]string
+			Memory         int64
+			NanoCpus       int64
+			PidsLimit      int64
+			ReadonlyRootfs bool
+		}
+		Mounts []struct {
+			Type, Source, Destination string
+			RW                        bool
+		}
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal([]byte(must("inspect", "cf")), &list); err != nil || len(list) != 1 {
+		t.Fatalf("inspect: %v", err)
+	}
+	if err := json.Unmarshal(list[0], &got); err != nil {
+		t.Fatalf("inspect: %v\n%s", err, list[0])
+	}
+	c, h := got.Config, got.HostConfig
+	if c.Hostname != "myhost" || !slices.Contains(c.Env, "FOO=bar") || !slices.ContainsFunc(c.Env, func(s string) bool { return strings.HasPrefix(s, "PATH=") }) ||
+		!slices.Equal(c.Entrypoint, []string{"sh"}) || !slices.Equal(c.Cmd, []string{"-c", "echo up; exec sleep 1000"}) ||
+		c.Labels["suite"] != "fields" || c.Labels["other"] != "x" || got.Path != "sh" {
+		t.Errorf("inspect Config: %+v (Path %q)", c, got.Path)
+	}
+	if !slices.Equal(h.Binds, []string{vol + ":/vol"}) || len(h.Mounts) != 1 || h.Mounts[0].Type != "bind" || h.Mounts[0].Source != data ||
+		h.Mounts[0].Target != "/data" || !h.Mounts[0].ReadOnly {
+		t.Errorf("inspect HostConfig Binds/Mounts: %+v %+v", h.Binds, h.Mounts)
+	}
+	if _, ok := h.Tmpfs["/tmp"]; !ok || h.Memory != 64<<20 || h.NanoCpus != 5e8 || h.PidsLimit != 100 || !h.ReadonlyRootfs {
+		t.Errorf("inspect HostConfig: %+v", h)
+	}
+	mounts := map[string]bool{}
+	for _, m := range got.Mounts {
+		if m.Type == "bind" {
+			mounts[m.Destination] = m.RW
+		}
+	}
+	if rw, ok := mounts["/data"]; !ok || rw {
+		t.Errorf("inspect Mounts /data: %+v", got.Mounts)
+	}
+	if rw, ok := mounts["/vol"]; !ok || !rw {
+		t.Errorf("inspect Mounts /vol: %+v", got.Mounts)
+	}
+	if out := must("inspect", "--format", "{{.Config.Hostname}} {{json .Config.Entrypoint}} {{.HostConfig.PidsLimit}}", "cf"); out != "myhost [\"sh\"] 100\n" {
+		t.Errorf("inspect --format: %q", out)
+	}
+	// No entrypoint: null, as Docker's.
+	must("create", "--name", "plain", e.ref, "true")
+	if out := must("inspect", "--format", "{{json .Config.Entrypoint}} {{json .Config.Cmd}} {{json .HostConfig.Binds}}", "plain"); out != "null [\"true\"] null\n" {
+		t.Errorf("inspect of a plain container: %q", out)
+	}
+	must("rm", "-f", "cf", "plain")
 }
