@@ -8,6 +8,8 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -404,7 +406,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 	case verb == "top" && m == http.MethodGet:
 		s.containerTop(w, sb)
 	case verb == "stats" && m == http.MethodGet:
-		s.containerStats(w, sb)
+		s.containerStats(w, r, sb)
 	case verb == "rename" && m == http.MethodPost:
 		if err := s.b.Rename(ref, strings.TrimPrefix(r.URL.Query().Get("name"), "/")); err != nil {
 			fail(w, err)
@@ -783,18 +785,91 @@ func (s *Server) containerTop(w http.ResponseWriter, sb *sandbox.Sandbox) {
 	writeJSON(w, http.StatusOK, map[string]any{"Titles": []string{"UID", "PID", "STIME", "TIME", "CMD"}, "Processes": rows})
 }
 
-func (s *Server) containerStats(w http.ResponseWriter, sb *sandbox.Sandbox) {
-	st, err := sb.Stats()
+// containerStats is GET /containers/{id}/stats, one sample: with
+// stream=false (docker stats --no-stream) and without one-shot, as the
+// daemon does, it reads two samples apart, the first as precpu_stats, so
+// that the client computes a CPU percentage.
+func (s *Server) containerStats(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+	sample := func() (map[string]any, sandbox.Stats, error) {
+		st, err := sb.Stats()
+		return map[string]any{
+			"cpu_usage":        map[string]any{"total_usage": st.CPU.Nanoseconds()},
+			"system_cpu_usage": systemCPUUsage(), "online_cpus": runtime.NumCPU(),
+			"throttling_data": map[string]any{"periods": 0, "throttled_periods": 0, "throttled_time": 0},
+		}, st, err
+	}
+	// one-shot: a single sample, no precpu (the daemon's zeros).
+	pre := map[string]any{"cpu_usage": map[string]any{"total_usage": 0}, "system_cpu_usage": 0, "online_cpus": runtime.NumCPU(),
+		"throttling_data": map[string]any{"periods": 0, "throttled_periods": 0, "throttled_time": 0}}
+	var err error
+	if !boolParam(r, "one-shot") {
+		if pre, _, err = sample(); err != nil {
+			fail(w, err)
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(statsInterval):
+		}
+	}
+	cpu, st, err := sample()
 	if err != nil {
 		fail(w, err)
 		return
 	}
+	limit := st.MemoryLimit
+	if limit == 0 {
+		limit = hostMemory() // as the daemon: the host's when there is no limit
+	}
+	now := time.Now()
 	writeJSON(w, http.StatusOK, map[string]any{
-		"read": time.Now().Format(time.RFC3339Nano), "id": sb.ID(), "name": "/" + sb.Name(),
+		"read": now.Format(time.RFC3339Nano), "preread": now.Add(-statsInterval).Format(time.RFC3339Nano),
+		"id": sb.ID(), "name": "/" + sb.Name(),
 		"pids_stats":   map[string]any{"current": st.Pids},
-		"memory_stats": map[string]any{"usage": st.MemoryBytes, "limit": st.MemoryLimit},
-		"cpu_stats":    map[string]any{"cpu_usage": map[string]any{"total_usage": st.CPU.Nanoseconds()}, "online_cpus": 1},
+		"memory_stats": map[string]any{"usage": st.MemoryBytes, "limit": limit, "stats": map[string]any{}},
+		"cpu_stats":    cpu, "precpu_stats": pre,
+		"blkio_stats": map[string]any{}, "networks": map[string]any{},
 	})
+}
+
+// statsInterval separates the two samples of a stats request.
+const statsInterval = 500 * time.Millisecond
+
+// systemCPUUsage is the host's CPU time in nanoseconds, summed over its
+// CPUs (the first line of /proc/stat, in clock ticks of 1/100 s), as the
+// daemon reports system_cpu_usage.
+func systemCPUUsage() uint64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var ticks uint64
+	for _, v := range f[1:8] { // user nice system idle iowait irq softirq
+		n, _ := strconv.ParseUint(v, 10, 64)
+		ticks += n
+	}
+	return ticks * (1e9 / 100)
+}
+
+// hostMemory is the host's memory in bytes (MemTotal).
+func hostMemory() uint64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "MemTotal:"); ok {
+			n, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n << 10
+		}
+	}
+	return 0
 }
 
 // portMap is the sandbox's published ports as inspect shows them:

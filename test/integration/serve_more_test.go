@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -297,4 +299,109 @@ func TestServeCreateFields(t *testing.T) {
 		t.Errorf("inspect of a plain container: %q", out)
 	}
 	must("rm", "-f", "cf", "plain")
+}
+
+// TestServeContainerEndpoints: docker ps --filter, restart, top, stats
+// --no-stream, rename, container prune and rmi through serve.
+func TestServeContainerEndpoints(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	must := func(args ...string) string {
+		t.Helper()
+		out, code := dockerCLI(t, sock, "", args...)
+		if code != 0 {
+			t.Fatalf("docker %v: exit %d\n%s", args, code, out)
+		}
+		return out
+	}
+	must("pull", e.ref)
+	must("run", "-d", "--name", "busy", "--label", "role=spin", e.ref, "sh", "-c", "while :; do :; done")
+	must("run", "-d", "--name", "idle", "--label", "role=sleep", e.ref, "sleep", "1000")
+	must("run", "--name", "gone", e.ref, "true")
+	ps := func(args ...string) string {
+		t.Helper()
+		return must(append([]string{"ps", "--format", "{{.Names}}"}, args...)...)
+	}
+	if out := ps("--filter", "name=idle"); out != "idle\n" {
+		t.Errorf("ps --filter name=idle: %q", out)
+	}
+	if out := ps("--filter", "label=role=spin"); out != "busy\n" {
+		t.Errorf("ps --filter label=role=spin: %q", out)
+	}
+	if out := ps("--filter", "label=role"); !strings.Contains(out, "busy\n") || !strings.Contains(out, "idle\n") || strings.Contains(out, "gone") {
+		t.Errorf("ps --filter label=role: %q", out)
+	}
+	if out := ps("-a", "--filter", "status=exited"); out != "gone\n" {
+		t.Errorf("ps -a --filter status=exited: %q", out)
+	}
+	if out := ps("--filter", "status=running", "--filter", "name=busy"); out != "busy\n" {
+		t.Errorf("ps --filter status=running --filter name=busy: %q", out)
+	}
+
+	// top lists the container's processes.
+	if out := must("top", "idle"); !strings.Contains(out, "PID") || !strings.Contains(out, "sleep 1000") {
+		t.Errorf("top: %q", out)
+	}
+	// stats --no-stream: a spinning container uses CPU, within the host's
+	// CPUs, and has its processes counted.
+	out := must("stats", "--no-stream", "--format", "{{.Name}} {{.CPUPerc}} {{.PIDs}} {{.MemUsage}}", "busy")
+	var name, perc, mem string
+	var pids int
+	if _, err := fmt.Sscanf(out, "%s %s %d %s", &name, &perc, &pids, &mem); err != nil || name != "busy" || pids < 1 {
+		t.Fatalf("stats --no-stream: %q %v", out, err)
+	}
+	if p, err := strconv.ParseFloat(strings.TrimSuffix(perc, "%"), 64); err != nil || p <= 0 || p > float64(100*runtime.NumCPU()) {
+		t.Errorf("stats --no-stream CPU %%: %q (%v)", perc, err)
+	}
+	// A stats one-shot request answers in docker's shape.
+	raw := must("stats", "--no-stream", "--format", "{{json .}}", "idle")
+	if !strings.Contains(raw, `"Name":"idle"`) || !strings.Contains(raw, `"MemPerc"`) {
+		t.Errorf("stats --format json: %q", raw)
+	}
+
+	// restart: the command runs again, and so counts as a new start.
+	must("restart", "-t", "1", "idle")
+	if out := must("inspect", "--format", "{{.State.Status}}", "idle"); out != "running\n" {
+		t.Errorf("state after restart: %q", out)
+	}
+	if out := must("top", "idle"); !strings.Contains(out, "sleep 1000") {
+		t.Errorf("top after restart: %q", out)
+	}
+	// rename: the new name reaches it, the old one no longer does.
+	must("rename", "idle", "renamed")
+	if out := ps("--filter", "name=renamed"); out != "renamed\n" {
+		t.Errorf("ps after rename: %q", out)
+	}
+	if out, code := dockerCLI(t, sock, "", "inspect", "idle"); code == 0 {
+		t.Errorf("inspect of the old name after rename: %q", out)
+	}
+	if out := must("exec", "renamed", "echo", "ok"); out != "ok\n" {
+		t.Errorf("exec after rename: %q", out)
+	}
+
+	// container prune removes the stopped ones only.
+	must("kill", "busy")
+	if out := must("container", "prune", "-f"); !strings.Contains(out, "Deleted Containers:") {
+		t.Errorf("container prune: %q", out)
+	}
+	if out := ps("-a"); out != "renamed\n" {
+		t.Errorf("ps -a after prune: %q", out)
+	}
+	must("rm", "-f", "renamed")
+
+	// rmi: of a tag, of a missing image.
+	must("tag", e.ref, "example.com/rmi:v1")
+	if out := must("rmi", "example.com/rmi:v1"); !strings.Contains(out, "Untagged: example.com/rmi:v1") {
+		t.Errorf("rmi: %q", out)
+	}
+	if out := must("images", "--format", "{{.Repository}}:{{.Tag}}"); strings.Contains(out, "example.com/rmi") || !strings.Contains(out, "it/busybox:latest") {
+		t.Errorf("images after rmi: %q", out)
+	}
+	if out, code := dockerCLI(t, sock, "", "rmi", "example.com/rmi:v1"); code == 0 || !strings.Contains(out, "No such image") {
+		t.Errorf("rmi of a missing image: %d %q", code, out)
+	}
+	must("rmi", e.ref)
+	if out := must("images", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("images after rmi of the last: %q", out)
+	}
 }

@@ -1,9 +1,12 @@
 """The Docker SDK calls SlopCodeBench makes (reference §1.6), against
 DOCKER_HOST, plus images.pull, containers.run(remove=True) and its
-exit-code error, and api.exec_start(stream=True). Prints OK lines; any
+exit-code error, api.exec_start(stream=True) with exec_inspect's Running
+during and after it, and images.get(ref).save(). Prints OK lines; any
 failure raises."""
+import io
 import os
 import sys
+import tarfile
 import time
 import urllib.request
 
@@ -60,6 +63,23 @@ assert chunks == b"1\n2\n3\n", chunks
 assert client.api.exec_inspect(eid)["ExitCode"] == 0
 print("OK exec_start stream")
 
+# exec_inspect's Running: true while a streamed exec runs (it waits for a
+# file only made after the check), false after, with its ExitCode.
+eid = client.api.exec_create(c.id, ["sh", "-c", "echo ready; until [ -e /tmp/go ]; do sleep 0.05; done; echo done"])["Id"]
+assert client.api.exec_inspect(eid)["Running"] is False
+stream = client.api.exec_start(eid, stream=True)
+assert next(stream) == b"ready\n"
+info = client.api.exec_inspect(eid)
+assert info["Running"] is True and info["ExitCode"] is None, info
+c.exec_run(["touch", "/tmp/go"])
+assert b"".join(stream) == b"done\n"
+deadline = time.monotonic() + 60
+while client.api.exec_inspect(eid)["Running"] and time.monotonic() < deadline:
+    time.sleep(0.05)
+info = client.api.exec_inspect(eid)
+assert info["Running"] is False and info["ExitCode"] == 0, info
+print("OK exec_inspect Running")
+
 c.stop(timeout=1)
 c.reload()
 assert c.status == "exited", c.status
@@ -115,5 +135,12 @@ try:
 except docker.errors.ImageNotFound:
     pass
 print("OK image not found")
+# images.get(ref).save(): GET /images/{name}/get, a docker-save tarball.
+tar = b"".join(client.images.get(image).save())
+with tarfile.open(fileobj=io.BytesIO(tar)) as tf:
+    names = tf.getnames()
+assert "manifest.json" in names, names
+print("OK image save")
+
 client.close()
 print("OK close")
