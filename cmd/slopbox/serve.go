@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,6 +51,7 @@ func serveCmd() *cobra.Command {
 				return err
 			} else if pol != nil {
 				srv.AllowedMountRoots, srv.AllowUnsafe = pol.AllowedMountRoots, pol.AllowUnsafe
+				srv.PolicyFile = cmp.Or(globals.policy, defaultPolicy)
 			}
 			hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
 			sigs := make(chan os.Signal, 1)

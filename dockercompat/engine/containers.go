@@ -18,6 +18,7 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/oci"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -211,6 +212,14 @@ func (s *Server) spawnSpec(c *createBody, name string) (backend.SpawnSpec, error
 	return spec, nil
 }
 
+// policyError names the server's policy file in an error it caused.
+func (s *Server) policyError(err error) error {
+	if s.PolicyFile != "" && errors.Is(err, oci.ErrMountNotAllowed) {
+		return fmt.Errorf("%w (allowed_mount_roots of the policy %s)", err, s.PolicyFile)
+	}
+	return err
+}
+
 // command merges the create body's Entrypoint and Cmd with the image's, as
 // the daemon does.
 func command(img *image.Image, c *createBody) []string {
@@ -243,7 +252,7 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 	// Docker takes a name with its leading slash, as inspect shows it.
 	spec, err := s.spawnSpec(&c, strings.TrimPrefix(r.URL.Query().Get("name"), "/"))
 	if err != nil {
-		fail(w, err)
+		fail(w, s.policyError(err))
 		return
 	}
 	cmd := command(img, &c)
@@ -257,7 +266,7 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 			writeError(w, http.StatusConflict, fmt.Sprintf("Conflict. The container name %q is already in use by another container. You have to remove (or rename) that container to be able to reuse that name.", "/"+spec.Name))
 			return
 		}
-		fail(w, err)
+		fail(w, s.policyError(err))
 		return
 	}
 	if c.Tty || c.OpenStdin {
@@ -495,9 +504,13 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// containerWait is POST /containers/{id}/wait?condition=not-running|
-// next-exit|removed. The 200 header goes out at once (API >= 1.30), then
-// the body when the condition holds. docker run sends it before start.
+// containerWait is POST /containers/{id}/wait?condition=: not-running (the
+// default) holds at once for a container that is not running (created:
+// code 0, or exited: its last code) and else at its exit; next-exit holds
+// at the next exit from now, even of a container not started yet (docker
+// run without --rm sends it before start); removed holds when the
+// container is gone (docker run --rm). The 200 header goes out at once,
+// then the body when the condition holds.
 func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 	cond := r.URL.Query().Get("condition")
 	switch cond {
@@ -511,7 +524,8 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 		return
 	}
 	id := sb.ID()
-	base := sb.Info().FinishedAt
+	first := sb.Info()
+	base := first.FinishedAt
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	if f, ok := w.(http.Flusher); ok {
@@ -520,6 +534,8 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 	code := -1
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	var stopped time.Time // when it was first seen stopped with no new exit
+	ran := first.Running  // seen running since the request
 	for {
 		cur, err := s.b.Open(id)
 		if err != nil {
@@ -533,11 +549,26 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 			break
 		}
 		info := cur.Info()
-		if !info.Running && (info.FinishedAt.After(base) || cond == "" || cond == "not-running") {
+		switch {
+		case info.Running:
+			stopped, ran = time.Time{}, true
+		case info.FinishedAt.After(base):
+			// It ran and its exit is recorded.
 			code = info.ExitCode
-			if cond != "removed" {
-				break
-			}
+		case cond != "next-exit" && !first.Running && code < 0:
+			// not-running (and removed, until it goes) of a container
+			// not running when asked: its last exit, 0 for one created.
+			code = info.ExitCode
+		case !ran:
+		case stopped.IsZero():
+			stopped = time.Now()
+		case code < 0 && time.Since(stopped) > 2*time.Second && len(info.Command) > 0:
+			// Stopped under its monitor, which recorded no exit: killed.
+			code = backend.ExitSignalBase + int(syscall.SIGKILL)
+			base = time.Now() // counted once
+		}
+		if code >= 0 && cond != "removed" {
+			break
 		}
 		select {
 		case <-r.Context().Done():

@@ -46,6 +46,8 @@ type Server struct {
 	// file): allowed mount roots and explicit allowances.
 	AllowedMountRoots []string
 	AllowUnsafe       []string
+	// PolicyFile is where they come from, for the errors they cause.
+	PolicyFile string
 
 	mu    sync.Mutex
 	execs map[string]*execInstance

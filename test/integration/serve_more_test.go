@@ -2,8 +2,12 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -403,5 +407,138 @@ func TestServeContainerEndpoints(t *testing.T) {
 	must("rmi", e.ref)
 	if out := must("images", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("images after rmi of the last: %q", out)
+	}
+}
+
+// engineClient is an HTTP client of the Engine API on sock.
+func engineClient(sock string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+}
+
+// TestServeWaitConditions: POST /containers/{id}/wait's conditions:
+// not-running holds at once for a container not running and at the exit of
+// a running one; next-exit (docker run without --rm sends it) waits for the
+// next exit even of an exited container.
+func TestServeWaitConditions(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	client := engineClient(sock)
+	wait := func(id, cond string) <-chan string {
+		c := make(chan string, 1)
+		go func() {
+			resp, err := client.Post("http://slopbox/v1.44/containers/"+id+"/wait?condition="+cond, "application/json", nil)
+			if err != nil {
+				c <- err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			c <- fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
+		}()
+		return c
+	}
+	got := func(c <-chan string, what string) string {
+		t.Helper()
+		select {
+		case s := <-c:
+			return s
+		case <-time.After(60 * time.Second):
+			t.Fatalf("wait %s did not return", what)
+		}
+		return ""
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, code := dockerCLI(t, sock, "", args...)
+		if code != 0 {
+			t.Fatalf("docker %v: exit %d\n%s", args, code, out)
+		}
+		return out
+	}
+	// docker run without --rm: the CLI waits with next-exit before start.
+	if out, code := dockerCLI(t, sock, "", "run", "--name", "nx", e.ref, "sh", "-c", "echo once; exit 5"); code != 5 || out != "once\n" {
+		t.Errorf("docker run (next-exit): %d %q", code, out)
+	}
+	// not-running: at once for a created container and an exited one.
+	must("create", "--name", "created", e.ref, "sleep", "1000")
+	if s := got(wait("created", "not-running"), "not-running of a created container"); s != `200 {"StatusCode":0}` {
+		t.Errorf("wait not-running of a created container: %s", s)
+	}
+	if s := got(wait("nx", "not-running"), "not-running of an exited container"); s != `200 {"StatusCode":5}` {
+		t.Errorf("wait not-running of an exited container: %s", s)
+	}
+	// next-exit of an exited container: not before it ran again.
+	next := wait("nx", "next-exit")
+	must("inspect", "nx") // a request after the wait's
+	select {
+	case s := <-next:
+		t.Fatalf("wait next-exit of an exited container returned before its next run: %s", s)
+	default:
+	}
+	must("start", "nx")
+	if s := got(next, "next-exit"); s != `200 {"StatusCode":5}` {
+		t.Errorf("wait next-exit: %s", s)
+	}
+	// not-running of a running container: at its exit (killed: 137).
+	must("start", "created")
+	running := wait("created", "not-running")
+	must("exec", "created", "true")
+	select {
+	case s := <-running:
+		t.Fatalf("wait not-running returned while the container runs: %s", s)
+	default:
+	}
+	must("kill", "created")
+	if s := got(running, "not-running of a running container"); s != `200 {"StatusCode":137}` {
+		t.Errorf("wait not-running of a killed container: %s", s)
+	}
+	if s := got(wait("nx", "bogus"), "a bad condition"); !strings.HasPrefix(s, "400 ") || !strings.Contains(s, "invalid condition") {
+		t.Errorf("wait with a bad condition: %s", s)
+	}
+	must("rm", "nx", "created")
+}
+
+// TestServeDefaultSocketAndPolicy: without --socket, serve listens on
+// $XDG_RUNTIME_DIR/slopbox.sock, mode 0600; with --policy, a bind mount
+// outside its allowed_mount_roots is refused with a 400 naming the policy.
+func TestServeDefaultSocketAndPolicy(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	run := searchable(t, t.TempDir())
+	dir := searchable(t, t.TempDir())
+	allowed := filepath.Join(dir, "allowed")
+	other := filepath.Join(dir, "other")
+	os.Mkdir(allowed, 0o755)
+	os.Mkdir(other, 0o755)
+	os.WriteFile(filepath.Join(allowed, "f"), []byte("inside\n"), 0o644)
+	policy := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(policy, []byte("allowed_mount_roots: [allowed]\n"), 0o644)
+
+	sock := e.serveAt(t, filepath.Join(run, "slopbox.sock"), []string{"XDG_RUNTIME_DIR=" + run}, "--policy", policy, "serve")
+	fi, err := os.Stat(sock)
+	if err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the default socket %s: %v %v", sock, fi, err)
+	}
+	if out, code := dockerCLI(t, sock, "", "run", "--rm", "-v", allowed+":/data:ro", e.ref, "cat", "/data/f"); code != 0 || out != "inside\n" {
+		t.Errorf("a bind inside the policy's roots: %d %q", code, out)
+	}
+	body := `{"Image":"` + e.ref + `","Cmd":["true"],"HostConfig":{"Binds":["` + other + `:/data"]}}`
+	resp, err := engineClient(sock).Post("http://slopbox/v1.44/containers/create", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(b), "outside the allowed mount roots") || !strings.Contains(string(b), "policy") {
+		t.Errorf("a bind outside the policy's roots: %d %s", resp.StatusCode, b)
+	}
+	if out, code := dockerCLI(t, sock, "", "run", "--rm", "-v", other+":/data", e.ref, "true"); code != 125 || !strings.Contains(out, "outside the allowed mount roots") {
+		t.Errorf("docker run with a bind outside the policy's roots: %d %q", code, out)
+	}
+	if out, _ := e.run("", "ps", "-a", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("a refused create left a container: %q", out)
 	}
 }

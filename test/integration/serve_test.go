@@ -22,7 +22,16 @@ import (
 func (e *env) serve(t *testing.T) string {
 	t.Helper()
 	sock := filepath.Join(searchable(t, t.TempDir()), "slopbox.sock")
-	cmd := exec.Command(e.bin, "--root", e.root, "serve", "--socket", sock)
+	return e.serveAt(t, sock, nil, "serve", "--socket", sock)
+}
+
+// serveAt runs slopbox with args (global flags, then serve and its own),
+// with env added to the environment, and waits for it to listen on sock;
+// it is stopped as serve's is.
+func (e *env) serveAt(t *testing.T, sock string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(e.bin, append([]string{"--root", e.root}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
