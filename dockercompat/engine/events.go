@@ -19,9 +19,15 @@ type exitWatch struct {
 	removedByAPI atomic.Bool
 }
 
-// exitPoll is how often a watch reads the sandbox's state; the monitor
-// records the exit in it.
-const exitPoll = 100 * time.Millisecond
+// A watch reads the sandbox's state, where the monitor records the exit,
+// every exitPoll at first, then less often the longer the command runs (up
+// to exitPollMax), so that a hundred idle containers cost the service
+// little: a short command's die comes within exitPoll, a long one's within
+// exitPollMax.
+const (
+	exitPoll    = 100 * time.Millisecond
+	exitPollMax = time.Second
+)
 
 // watchExit starts the watch of sb, whose main command was started after
 // base (its FinishedAt before the start).
@@ -45,8 +51,13 @@ func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 		}
 		tick := time.NewTicker(exitPoll)
 		defer tick.Stop()
+		interval, polls := exitPoll, 0
 		var since time.Time // when the sandbox was first seen stopped, or died
 		for ; ; <-tick.C {
+			if polls++; polls%20 == 0 && interval < exitPollMax {
+				interval = min(2*interval, exitPollMax)
+				tick.Reset(interval)
+			}
 			cur, err := s.b.Open(id)
 			if err != nil {
 				if !died {
