@@ -1,14 +1,18 @@
 package integration
 
 import (
+	"archive/tar"
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -72,6 +76,26 @@ print(socket.gethostbyname("db"))`
 	// Without --dns, the host's servers, but not loopback ones, which
 	// another network namespace cannot reach.
 	host, _ := os.ReadFile("/etc/resolv.conf")
+	// host mode: the host's servers, loopback ones included (the host's
+	// network is the sandbox's), and the host's search list; /etc/hosts is
+	// the host's, then the hostname.
+	out = e.must("run", "--rm", "--network", "host", "-h", "hh", e.ref, "sh", "-c", "cat /etc/resolv.conf; echo ---; cat /etc/hosts")
+	resolv, hosts, _ = strings.Cut(out, "---\n")
+	for _, key := range []string{"nameserver", "search"} {
+		if got, want := resolvField(resolv, key), resolvField(string(host), key); !slices.Equal(got, want) {
+			t.Errorf("host mode: resolv.conf's %s %q, the host's %q\n%s", key, got, want, resolv)
+		}
+	}
+	if hostHosts, _ := os.ReadFile("/etc/hosts"); !strings.HasPrefix(hosts, string(hostHosts)) || !strings.Contains(hosts, "\thh\n") {
+		t.Errorf("host mode: /etc/hosts is not the host's and the hostname:\n%s\n(host's:\n%s)", hosts, hostHosts)
+	}
+	// bridge: the hostname on the sandbox's own address, slirp4netns's DNS
+	// forwarder as the server.
+	out = e.must("run", "--rm", "--network", "bridge", "-h", "bh", e.ref, "sh", "-c", "cat /etc/resolv.conf; echo ---; cat /etc/hosts; echo ---; ping -c1 -W1 bh 2>&1 | head -1")
+	parts := strings.Split(out, "---\n")
+	if len(parts) != 3 || parts[0] != "nameserver 10.0.2.3\n" || !strings.Contains(parts[1], "\n10.0.2.100\tbh\n") || !strings.Contains(parts[2], "PING bh (10.0.2.100)") {
+		t.Errorf("bridge: resolv.conf, /etc/hosts, ping of the hostname:\n%s", out)
+	}
 	out = e.must("run", "--rm", e.ref, "cat", "/etc/resolv.conf")
 	if strings.Contains(out, "nameserver 127.") || !strings.Contains(out, "nameserver ") {
 		t.Errorf("resolv.conf in none mode:\n%s\n(host's:\n%s)", out, host)
@@ -83,9 +107,92 @@ print(socket.gethostbyname("db"))`
 		t.Errorf("an edit of /etc/hosts did not hold:\n%s", out)
 	}
 	e.must("rm", "-f", "edit")
+	imageOwnEtc(t, e)
 	for _, bad := range [][]string{{"--add-host", "nocolon"}, {"--add-host", "x:not-an-ip"}, {"--dns", "dns.example"}} {
 		if out, code := e.run("", append(append([]string{"run", "--rm"}, bad...), e.ref, "true")...); code != 125 || !strings.Contains(out, bad[0]) {
 			t.Errorf("%v: exit %d %q, want 125 naming the flag", bad, code, out)
+		}
+	}
+}
+
+// resolvField returns the values of a resolv.conf's lines starting with
+// key, in order.
+func resolvField(file, key string) []string {
+	var out []string
+	for _, l := range strings.Split(file, "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == key {
+			out = append(out, f[1:]...)
+		}
+	}
+	return out
+}
+
+// imageOwnEtc: with an image that ships its own /etc/hosts, /etc/hostname
+// and /etc/resolv.conf, in every mode each is a mount point in the
+// sandbox, the sandbox sees slopbox's files, edits inside hold, and the
+// image's layer files on the host stay byte for byte as they were.
+func imageOwnEtc(t *testing.T, e *env) {
+	t.Helper()
+	own := map[string]string{
+		"hosts":       "192.0.2.77\timage-host\n",
+		"hostname":    "image-hostname\n",
+		"resolv.conf": "nameserver 192.0.2.78\n",
+	}
+	base, err := fixtures.Busybox(t, image.HostPlatform()).Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []fixtures.Entry
+	entries = append(entries, fixtures.Entry{Name: "etc/", Type: tar.TypeDir})
+	for name, body := range own {
+		entries = append(entries, fixtures.Entry{Name: "etc/" + name, Body: body})
+	}
+	ref := strings.Replace(e.ref, "it/busybox", "it/ownetc", 1)
+	fixtures.Push(t, ref, fixtures.Image(t, image.HostPlatform(), []string{"sh"}, append(base, fixtures.Layer(t, entries...))...))
+	e.must("pull", "-q", ref)
+	t.Cleanup(func() { e.run("", "rmi", "-f", ref) })
+	// The image's files as unpacked on the host.
+	layerFiles := map[string]string{}
+	filepath.WalkDir(filepath.Join(e.root, "layers"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() && filepath.Base(filepath.Dir(p)) == "etc" {
+			if body, ok := own[d.Name()]; ok {
+				layerFiles[p] = body
+			}
+		}
+		return nil
+	})
+	if len(layerFiles) != len(own) {
+		t.Fatalf("found %d of the image's /etc files under %s/layers: %v", len(layerFiles), e.root, layerFiles)
+	}
+	for _, mode := range []string{"none", "host", "bridge"} {
+		name := "ownetc-" + mode
+		e.must("run", "-d", "--name", name, "--network", mode, "-h", "box", ref, "sleep", "infinity")
+		mounts := map[string]bool{}
+		for _, l := range strings.Split(e.must("exec", name, "cat", "/proc/self/mountinfo"), "\n") {
+			if f := strings.Fields(l); len(f) > 4 {
+				mounts[f[4]] = true
+			}
+		}
+		for f := range own {
+			if !mounts["/etc/"+f] {
+				t.Errorf("%s: /etc/%s is not a mount point in the sandbox", mode, f)
+			}
+		}
+		out := e.must("exec", name, "sh", "-c", "cat /etc/hostname /etc/hosts /etc/resolv.conf")
+		if strings.Contains(out, "image-host") || strings.Contains(out, "192.0.2.78") || !strings.HasPrefix(out, "box\n") {
+			t.Errorf("%s: the sandbox sees the image's files, not its own:\n%s", mode, out)
+		}
+		e.must("exec", name, "sh", "-c", "for f in hosts hostname resolv.conf; do echo edited-$f >> /etc/$f; done")
+		for f := range own {
+			if got := e.must("exec", name, "cat", "/etc/"+f); !strings.Contains(got, "edited-"+f) {
+				t.Errorf("%s: an edit of /etc/%s did not hold: %q", mode, f, got)
+			}
+		}
+		e.must("rm", "-f", name)
+	}
+	for p, want := range layerFiles {
+		if got, err := os.ReadFile(p); err != nil || string(got) != want {
+			t.Errorf("the image's %s changed: %q %v, want %q", p, got, err, want)
 		}
 	}
 }
