@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -406,6 +407,32 @@ func TestBridgeNetwork(t *testing.T) {
 	}
 }
 
+// helperProcs returns the host-side helpers of sandbox id (marked
+// _SLOPBOX_HELPER_OF=id in their environment), each as "slirp4netns" or
+// "forwarder" (slopbox re-executed as its port forwarder) or its command
+// name.
+func helperProcs(id string) map[int]string {
+	out := map[int]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if !strings.Contains("\x00"+string(environ), "\x00_SLOPBOX_HELPER_OF="+id+"\x00") {
+			continue
+		}
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		what := strings.TrimSpace(string(comm))
+		if strings.Contains("\x00"+string(environ), "\x00_SLOPBOX_REEXEC=sandbox-ports\x00") {
+			what = "forwarder"
+		}
+		out[pid] = what
+	}
+	return out
+}
+
 // freePort returns a TCP port on 127.0.0.1 that nothing listens on now.
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -476,6 +503,26 @@ while True:
     c, _ = s.accept()
     threading.Thread(target=one, args=(c,), daemon=True).start()`)
 	waitFor(t, "the threaded server", func() bool { b, err := get(pc, "/"); return err == nil && string(b) == "hello\n" })
+	// No process per connection: while the connections run, the sandbox's
+	// host-side helpers are one forwarder and one slirp4netns.
+	concID := strings.TrimSpace(e.must("inspect", "--format", "{{.Id}}", "conc"))
+	seen := map[int]string{}
+	stop, sampled := make(chan struct{}), make(chan int)
+	go func() {
+		n := 0
+		for {
+			for pid, what := range helperProcs(concID) {
+				seen[pid] = what
+			}
+			n++
+			select {
+			case <-stop:
+				sampled <- n
+				return
+			default:
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	errs := make(chan error, 200)
 	for range 200 {
@@ -488,9 +535,18 @@ while True:
 		}()
 	}
 	wg.Wait()
+	close(stop)
+	samples := <-sampled
 	close(errs)
 	if n := len(errs); n > 0 {
 		t.Errorf("%d of 200 concurrent GETs failed, e.g. %v", n, <-errs)
+	}
+	kinds := map[string]int{}
+	for _, what := range seen {
+		kinds[what]++
+	}
+	if len(seen) != 2 || kinds["slirp4netns"] != 1 || kinds["forwarder"] != 1 {
+		t.Errorf("the sandbox's helpers during 200 connections (%d samples of /proc): %v, want one forwarder and one slirp4netns", samples, seen)
 	}
 	// Nothing listening inside: the connection is closed, not hung.
 	e.must("run", "-d", "--name", "empty", "--network", "bridge", "-p", fmt.Sprintf("%d:9", p3), e.ref, "sleep", "infinity")
@@ -607,13 +663,18 @@ while True:
 		ids[strings.TrimSpace(e.must("inspect", "--format", "{{.Id}}", name))] = true
 	}
 	e.must("rm", "-f", "lo", "any", "empty", "udp", "rnd", "conc", "v6")
-	for _, p := range []int{p1, p2, p3, pc} {
+	for _, p := range []int{p1, p2, p3, pc, p6} {
 		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
 			t.Errorf("host port %d not released by rm: %v", p, err)
 			continue
 		}
 		ln.Close()
+	}
+	if c, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", up)); err != nil {
+		t.Errorf("UDP host port %d not released by rm: %v", up, err)
+	} else {
+		c.Close()
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for left := e.leftovers(ids); len(left) > 0; left = e.leftovers(ids) {
