@@ -62,7 +62,7 @@ func spawnT(t testing.TB, b *Backend, spec backend.SpawnSpec) *Sandbox {
 	if spec.Workspace == "" && !spec.NoWorkspaceMount {
 		spec.Workspace = workspaceDir(t)
 	}
-	sb, err := b.spawn(context.Background(), spec, nil, false)
+	sb, err := b.spawn(context.Background(), spec, nil, false, false)
 	if err != nil {
 		t.Fatalf("spawn: %v", err)
 	}

@@ -115,13 +115,35 @@ func (b *Backend) Store() *image.Store { return b.store }
 // SpawnCommand is Spawn that also records the command a docker-style `run`
 // starts, for `ps`.
 func (b *Backend) SpawnCommand(ctx context.Context, spec backend.SpawnSpec, command []string) (*Sandbox, error) {
-	return b.spawn(ctx, spec, command, false)
+	return b.spawn(ctx, spec, command, false, false)
+}
+
+// SpawnForeground is SpawnCommand for a caller that runs the command
+// attached and then stops or removes the sandbox (`slopbox run` without
+// -d): the sandbox is recorded as the calling process's until Disown, so
+// that if this process is killed first, prune removes the sandbox (its
+// PID 1, network helper and published ports) although it still runs.
+func (b *Backend) SpawnForeground(ctx context.Context, spec backend.SpawnSpec, command []string) (*Sandbox, error) {
+	return b.spawn(ctx, spec, command, false, true)
+}
+
+// Disown ends SpawnForeground's hold: the sandbox is prune's to remove
+// only once stopped, as any other.
+func (s *Sandbox) Disown() error {
+	if s.rec.Owner == nil {
+		return nil
+	}
+	s.rec.Owner = nil
+	if _, err := os.Stat(s.dir); err != nil {
+		return nil // removed
+	}
+	return s.b.state.write(s.rec)
 }
 
 // Create records a sandbox without starting it (`docker create`); Start
 // starts it and runs command detached.
 func (b *Backend) Create(ctx context.Context, spec backend.SpawnSpec, command []string) (*Sandbox, error) {
-	return b.spawn(ctx, spec, command, true)
+	return b.spawn(ctx, spec, command, true, false)
 }
 
 // Open returns the sandbox named ref (name, id or id prefix), which may have
@@ -263,8 +285,9 @@ func (b *Backend) List() ([]Info, error) {
 }
 
 // Prune removes every sandbox whose init is gone (crashed, killed, or left
-// by a slopbox process that was killed) and half-created state; with all,
-// running ones too. It returns the removed ids.
+// by a slopbox process that was killed), every one a foreground run's
+// slopbox process left running when it was killed, and half-created
+// state; with all, running ones too. It returns the removed ids.
 func (b *Backend) Prune(all bool) ([]string, error) {
 	recs, broken, err := b.state.list()
 	if err != nil {
@@ -273,7 +296,7 @@ func (b *Backend) Prune(all bool) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, r := range recs {
-		if r.Pid > 0 && r.running() && !all {
+		if r.Pid > 0 && r.running() && !all && !r.orphaned() {
 			continue
 		}
 		if err := b.destroy(r); err != nil {
@@ -766,6 +789,7 @@ func (s *Sandbox) StartAttached(ctx context.Context, a AttachedStart) error {
 		return nil
 	default:
 		s.rec.Reserved = false
+		s.rec.Owner = nil // a foreground run's, killed after it stopped the sandbox
 		if err := s.b.start(ctx, s.rec); err != nil {
 			return err
 		}

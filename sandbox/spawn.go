@@ -37,12 +37,13 @@ const agentPath = "/dev/.slopbox-init"
 // Spawn creates and starts a sandbox from spec. On any error nothing is
 // left behind: no process, no state directory.
 func (b *Backend) Spawn(ctx context.Context, spec backend.SpawnSpec) (backend.Sandbox, error) {
-	return b.spawn(ctx, spec, nil, false)
+	return b.spawn(ctx, spec, nil, false, false)
 }
 
 // spawn is Spawn; command, when set, is recorded for `ps` and `start`. With
-// create the sandbox is only recorded, not started.
-func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []string, create bool) (*Sandbox, error) {
+// create the sandbox is only recorded, not started; with owned it is
+// recorded as the calling process's (SpawnForeground).
+func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []string, create, owned bool) (*Sandbox, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -176,6 +177,9 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 		CapAdd:   spec.CapAdd, CapDrop: spec.CapDrop, Unconfined: spec.SeccompUnconfined,
 		Limits:  spec.Limits,
 		Command: command,
+	}
+	if owned {
+		rec.Owner = self()
 	}
 	for _, m := range spec.Mounts {
 		if m.HandOver && !m.ReadOnly {

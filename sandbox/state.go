@@ -84,6 +84,11 @@ type record struct {
 	Mounts   []specs.Mount `json:"mounts,omitempty"`
 	HandOver []string      `json:"hand_over,omitempty"` // mount destinations whose root-owned entries go to the user
 	Detach   DetachOptions `json:"detach,omitempty"`    // how the main command was last attached
+	// Owner is the slopbox process a foreground `run` is attached through
+	// (its pid and start time), from spawn until it is done with the
+	// sandbox (Disown): a running sandbox whose owner is gone was left by
+	// a killed slopbox process, and prune removes it.
+	Owner *procID `json:"owner,omitempty"`
 
 	// Broken says why the state file could not be read (missing: a create
 	// that died half-way; truncated or corrupt). Such a record has only
@@ -393,6 +398,30 @@ func procStart(pid int) (start uint64, zombie, ok bool) {
 	}
 	start, _ = strconv.ParseUint(f[19], 10, 64)
 	return start, f[0] == "Z", true
+}
+
+// procID names a process across pid reuse.
+type procID struct {
+	Pid   int    `json:"pid"`
+	Start uint64 `json:"start"`
+}
+
+// self is the calling process's procID.
+func self() *procID {
+	st, _, _ := procStart(os.Getpid())
+	return &procID{Pid: os.Getpid(), Start: st}
+}
+
+// gone reports whether the process has exited (or is a zombie).
+func (p *procID) gone() bool {
+	st, zombie, ok := procStart(p.Pid)
+	return !ok || zombie || st != p.Start
+}
+
+// orphaned reports whether rec was spawned for a foreground run whose
+// slopbox process has died without being done with it.
+func (rec *record) orphaned() bool {
+	return rec.Owner != nil && rec.Owner.gone()
 }
 
 // alive reports whether the sandbox's PID 1 still runs (not a zombie, and

@@ -79,7 +79,11 @@ func runCmd() *cobra.Command {
 			}
 			// -d --rm: removed when stopped or killed, as docker does.
 			spec.AutoRemove = detach && rm
-			sb, err := b.SpawnCommand(ctx, spec, command)
+			spawn := b.SpawnForeground // prune removes it if this process is killed before it is done
+			if detach {
+				spawn = b.SpawnCommand
+			}
+			sb, err := spawn(ctx, spec, command)
 			if err != nil {
 				return err
 			}
@@ -117,6 +121,11 @@ func runCmd() *cobra.Command {
 				if serr := sb.Stop(); serr != nil && err == nil {
 					err = serr
 				}
+			}
+			// Done with it: a kept sandbox stays, and a stopped one is
+			// prune's as any other.
+			if derr := sb.Disown(); derr != nil && err == nil {
+				err = derr
 			}
 			if err != nil {
 				return err

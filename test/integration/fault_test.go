@@ -16,8 +16,8 @@ import (
 )
 
 // leftovers lists what anything slopbox made under e.root still holds on
-// the host: processes (a sandbox's PID 1 carries its id in its
-// environment; others hold files under the root), mounts under the root,
+// the host: processes (a sandbox's PID 1 and its host-side network helpers
+// carry its id in their environment; others hold files under the root), mounts under the root,
 // and cgroups of the given sandbox ids.
 func (e *env) leftovers(ids map[string]bool) []string {
 	var out []string
@@ -31,6 +31,9 @@ func (e *env) leftovers(ids map[string]bool) []string {
 		for id := range ids {
 			if strings.Contains(string(environ), "_SLOPBOX_SANDBOX="+id+"\x00") {
 				out = append(out, fmt.Sprintf("process %d of sandbox %s", pid, id))
+			}
+			if strings.Contains(string(environ), "_SLOPBOX_HELPER_OF="+id+"\x00") {
+				out = append(out, fmt.Sprintf("helper process %d (slirp4netns or port forwarder) of sandbox %s", pid, id))
 			}
 		}
 		if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err == nil && strings.HasPrefix(cwd, e.root+"/") {

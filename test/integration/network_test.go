@@ -1,16 +1,23 @@
 package integration
 
 import (
+	"archive/tar"
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,6 +79,26 @@ print(socket.gethostbyname("db"))`
 	// Without --dns, the host's servers, but not loopback ones, which
 	// another network namespace cannot reach.
 	host, _ := os.ReadFile("/etc/resolv.conf")
+	// host mode: the host's servers, loopback ones included (the host's
+	// network is the sandbox's), and the host's search list; /etc/hosts is
+	// the host's, then the hostname.
+	out = e.must("run", "--rm", "--network", "host", "-h", "hh", e.ref, "sh", "-c", "cat /etc/resolv.conf; echo ---; cat /etc/hosts")
+	resolv, hosts, _ = strings.Cut(out, "---\n")
+	for _, key := range []string{"nameserver", "search"} {
+		if got, want := resolvField(resolv, key), resolvField(string(host), key); !slices.Equal(got, want) {
+			t.Errorf("host mode: resolv.conf's %s %q, the host's %q\n%s", key, got, want, resolv)
+		}
+	}
+	if hostHosts, _ := os.ReadFile("/etc/hosts"); !strings.HasPrefix(hosts, string(hostHosts)) || !strings.Contains(hosts, "\thh\n") {
+		t.Errorf("host mode: /etc/hosts is not the host's and the hostname:\n%s\n(host's:\n%s)", hosts, hostHosts)
+	}
+	// bridge: the hostname on the sandbox's own address, slirp4netns's DNS
+	// forwarder as the server.
+	out = e.must("run", "--rm", "--network", "bridge", "-h", "bh", e.ref, "sh", "-c", "cat /etc/resolv.conf; echo ---; cat /etc/hosts; echo ---; ping -c1 -W1 bh 2>&1 | head -1")
+	parts := strings.Split(out, "---\n")
+	if len(parts) != 3 || parts[0] != "nameserver 10.0.2.3\n" || !strings.Contains(parts[1], "\n10.0.2.100\tbh\n") || !strings.Contains(parts[2], "PING bh (10.0.2.100)") {
+		t.Errorf("bridge: resolv.conf, /etc/hosts, ping of the hostname:\n%s", out)
+	}
 	out = e.must("run", "--rm", e.ref, "cat", "/etc/resolv.conf")
 	if strings.Contains(out, "nameserver 127.") || !strings.Contains(out, "nameserver ") {
 		t.Errorf("resolv.conf in none mode:\n%s\n(host's:\n%s)", out, host)
@@ -83,9 +110,92 @@ print(socket.gethostbyname("db"))`
 		t.Errorf("an edit of /etc/hosts did not hold:\n%s", out)
 	}
 	e.must("rm", "-f", "edit")
+	imageOwnEtc(t, e)
 	for _, bad := range [][]string{{"--add-host", "nocolon"}, {"--add-host", "x:not-an-ip"}, {"--dns", "dns.example"}} {
 		if out, code := e.run("", append(append([]string{"run", "--rm"}, bad...), e.ref, "true")...); code != 125 || !strings.Contains(out, bad[0]) {
 			t.Errorf("%v: exit %d %q, want 125 naming the flag", bad, code, out)
+		}
+	}
+}
+
+// resolvField returns the values of a resolv.conf's lines starting with
+// key, in order.
+func resolvField(file, key string) []string {
+	var out []string
+	for _, l := range strings.Split(file, "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == key {
+			out = append(out, f[1:]...)
+		}
+	}
+	return out
+}
+
+// imageOwnEtc: with an image that ships its own /etc/hosts, /etc/hostname
+// and /etc/resolv.conf, in every mode each is a mount point in the
+// sandbox, the sandbox sees slopbox's files, edits inside hold, and the
+// image's layer files on the host stay byte for byte as they were.
+func imageOwnEtc(t *testing.T, e *env) {
+	t.Helper()
+	own := map[string]string{
+		"hosts":       "192.0.2.77\timage-host\n",
+		"hostname":    "image-hostname\n",
+		"resolv.conf": "nameserver 192.0.2.78\n",
+	}
+	base, err := fixtures.Busybox(t, image.HostPlatform()).Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []fixtures.Entry
+	entries = append(entries, fixtures.Entry{Name: "etc/", Type: tar.TypeDir})
+	for name, body := range own {
+		entries = append(entries, fixtures.Entry{Name: "etc/" + name, Body: body})
+	}
+	ref := strings.Replace(e.ref, "it/busybox", "it/ownetc", 1)
+	fixtures.Push(t, ref, fixtures.Image(t, image.HostPlatform(), []string{"sh"}, append(base, fixtures.Layer(t, entries...))...))
+	e.must("pull", "-q", ref)
+	t.Cleanup(func() { e.run("", "rmi", "-f", ref) })
+	// The image's files as unpacked on the host.
+	layerFiles := map[string]string{}
+	filepath.WalkDir(filepath.Join(e.root, "layers"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() && filepath.Base(filepath.Dir(p)) == "etc" {
+			if body, ok := own[d.Name()]; ok {
+				layerFiles[p] = body
+			}
+		}
+		return nil
+	})
+	if len(layerFiles) != len(own) {
+		t.Fatalf("found %d of the image's /etc files under %s/layers: %v", len(layerFiles), e.root, layerFiles)
+	}
+	for _, mode := range []string{"none", "host", "bridge"} {
+		name := "ownetc-" + mode
+		e.must("run", "-d", "--name", name, "--network", mode, "-h", "box", ref, "sleep", "infinity")
+		mounts := map[string]bool{}
+		for _, l := range strings.Split(e.must("exec", name, "cat", "/proc/self/mountinfo"), "\n") {
+			if f := strings.Fields(l); len(f) > 4 {
+				mounts[f[4]] = true
+			}
+		}
+		for f := range own {
+			if !mounts["/etc/"+f] {
+				t.Errorf("%s: /etc/%s is not a mount point in the sandbox", mode, f)
+			}
+		}
+		out := e.must("exec", name, "sh", "-c", "cat /etc/hostname /etc/hosts /etc/resolv.conf")
+		if strings.Contains(out, "image-host") || strings.Contains(out, "192.0.2.78") || !strings.HasPrefix(out, "box\n") {
+			t.Errorf("%s: the sandbox sees the image's files, not its own:\n%s", mode, out)
+		}
+		e.must("exec", name, "sh", "-c", "for f in hosts hostname resolv.conf; do echo edited-$f >> /etc/$f; done")
+		for f := range own {
+			if got := e.must("exec", name, "cat", "/etc/"+f); !strings.Contains(got, "edited-"+f) {
+				t.Errorf("%s: an edit of /etc/%s did not hold: %q", mode, f, got)
+			}
+		}
+		e.must("rm", "-f", name)
+	}
+	for p, want := range layerFiles {
+		if got, err := os.ReadFile(p); err != nil || string(got) != want {
+			t.Errorf("the image's %s changed: %q %v, want %q", p, got, err, want)
 		}
 	}
 }
@@ -258,6 +368,7 @@ func TestBridgeNetwork(t *testing.T) {
 		if body, code := get("br", "http://internet.test:"+out.port+"/"); code != 0 || body != "internet" {
 			t.Errorf("bridge: GET by a name the test's DNS server serves: exit %d %q", code, body)
 		}
+		dnsThroughSlirp(t, e, out)
 	}
 	if body, code := get("br", "http://10.0.2.2:"+loopPort+"/"); code == 0 || strings.Contains(body, "host-loopback") {
 		t.Errorf("bridge: the host's loopback is reachable without --allow-host-loopback: %q", body)
@@ -296,6 +407,58 @@ func TestBridgeNetwork(t *testing.T) {
 			t.Fatalf("left after rm:\n%s", strings.Join(left, "\n"))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// helperProcs returns the host-side helpers of sandbox id (marked
+// _SLOPBOX_HELPER_OF=id in their environment), each as "slirp4netns" or
+// "forwarder" (slopbox re-executed as its port forwarder) or its command
+// name.
+func helperProcs(id string) map[int]string {
+	out := map[int]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if !strings.Contains("\x00"+string(environ), "\x00_SLOPBOX_HELPER_OF="+id+"\x00") {
+			continue
+		}
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		what := strings.TrimSpace(string(comm))
+		if strings.Contains("\x00"+string(environ), "\x00_SLOPBOX_REEXEC=sandbox-ports\x00") {
+			what = "forwarder"
+		}
+		out[pid] = what
+	}
+	return out
+}
+
+// dnsThroughSlirp: without --dns, a bridge sandbox asks slirp4netns's own
+// DNS forwarder (10.0.2.3), which asks the host's resolver. slopbox runs
+// in a mount namespace of its own (unshare -m, private propagation) whose
+// /etc/resolv.conf names the test's DNS server, so the host's is not
+// touched; the whole run --rm happens in it, mounts and cleanup included.
+// Root only: rootless, neither a mount over /etc/resolv.conf nor a DNS
+// server on port 53 is possible (the rootless run of TestBridgeNetwork
+// has no DNS server, see outside).
+func dnsThroughSlirp(t *testing.T, e *env, out outsideNet) {
+	t.Helper()
+	resolv := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("nameserver "+out.dns+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "unshare", "-m", "--propagation", "private", "sh", "-c", `mount --bind "$0" /etc/resolv.conf && exec "$@"`, resolv,
+		e.bin, "--root", e.root, "run", "--rm", "--network", "bridge", e.ref,
+		"sh", "-c", "cat /etc/resolv.conf; timeout 20 wget -q -O - http://internet.test:"+out.port+"/")
+	cmd.WaitDelay = 10 * time.Second
+	got, err := cmd.CombinedOutput()
+	if err != nil || string(got) != "nameserver 10.0.2.3\ninternet" {
+		t.Errorf("bridge without --dns, the host's resolver the test's DNS server: %v\n%s", err, got)
 	}
 }
 
@@ -369,6 +532,26 @@ while True:
     c, _ = s.accept()
     threading.Thread(target=one, args=(c,), daemon=True).start()`)
 	waitFor(t, "the threaded server", func() bool { b, err := get(pc, "/"); return err == nil && string(b) == "hello\n" })
+	// No process per connection: while the connections run, the sandbox's
+	// host-side helpers are one forwarder and one slirp4netns.
+	concID := strings.TrimSpace(e.must("inspect", "--format", "{{.Id}}", "conc"))
+	seen := map[int]string{}
+	stop, sampled := make(chan struct{}), make(chan int)
+	go func() {
+		n := 0
+		for {
+			for pid, what := range helperProcs(concID) {
+				seen[pid] = what
+			}
+			n++
+			select {
+			case <-stop:
+				sampled <- n
+				return
+			default:
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	errs := make(chan error, 200)
 	for range 200 {
@@ -381,9 +564,18 @@ while True:
 		}()
 	}
 	wg.Wait()
+	close(stop)
+	samples := <-sampled
 	close(errs)
 	if n := len(errs); n > 0 {
 		t.Errorf("%d of 200 concurrent GETs failed, e.g. %v", n, <-errs)
+	}
+	kinds := map[string]int{}
+	for _, what := range seen {
+		kinds[what]++
+	}
+	if len(seen) != 2 || kinds["slirp4netns"] != 1 || kinds["forwarder"] != 1 {
+		t.Errorf("the sandbox's helpers during 200 connections (%d samples of /proc): %v, want one forwarder and one slirp4netns", samples, seen)
 	}
 	// Nothing listening inside: the connection is closed, not hung.
 	e.must("run", "-d", "--name", "empty", "--network", "bridge", "-p", fmt.Sprintf("%d:9", p3), e.ref, "sleep", "infinity")
@@ -500,13 +692,18 @@ while True:
 		ids[strings.TrimSpace(e.must("inspect", "--format", "{{.Id}}", name))] = true
 	}
 	e.must("rm", "-f", "lo", "any", "empty", "udp", "rnd", "conc", "v6")
-	for _, p := range []int{p1, p2, p3, pc} {
+	for _, p := range []int{p1, p2, p3, pc, p6} {
 		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
 			t.Errorf("host port %d not released by rm: %v", p, err)
 			continue
 		}
 		ln.Close()
+	}
+	if c, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", up)); err != nil {
+		t.Errorf("UDP host port %d not released by rm: %v", up, err)
+	} else {
+		c.Close()
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for left := e.leftovers(ids); len(left) > 0; left = e.leftovers(ids) {
@@ -515,4 +712,209 @@ while True:
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// canBind reports whether nothing holds network/addr on the host now.
+func canBind(network, addr string) error {
+	if strings.HasPrefix(network, "udp") {
+		c, err := net.ListenPacket(network, addr)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	ln, err := net.Listen(network, addr)
+	if err == nil {
+		ln.Close()
+	}
+	return err
+}
+
+// waitBindable polls, for up to a minute, until addr can be bound.
+func waitBindable(t *testing.T, what, network, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for err := canBind(network, addr); err != nil; err = canBind(network, addr) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s %s is still taken: %v", what, network, addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kill and prune release published ports: kill of a running sandbox; a
+// run -d whose main command exited, then prune; a foreground run whose
+// slopbox process was SIGKILLed, then prune alone, which also leaves no
+// slirp4netns or forwarder of it (but prune leaves the sandbox of a
+// foreground run whose slopbox lives, and one kept with --keep).
+func TestPortsReleasedByKillAndPrune(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	held := func(what string, port int) {
+		t.Helper()
+		if canBind("tcp", fmt.Sprintf("127.0.0.1:%d", port)) == nil {
+			t.Fatalf("%s: host port %d is not published", what, port)
+		}
+	}
+	pk := freePort(t)
+	e.must("run", "-d", "--name", "k", "--network", "bridge", "-p", fmt.Sprintf("%d:80", pk), e.ref, "sleep", "infinity")
+	held("kill", pk)
+	e.must("kill", "k")
+	if err := canBind("tcp", fmt.Sprintf("127.0.0.1:%d", pk)); err != nil {
+		t.Errorf("kill did not release host port %d: %v", pk, err)
+	}
+	e.must("rm", "-f", "k")
+
+	// The main command of a detached sandbox exits (when told to).
+	pe := freePort(t)
+	e.must("run", "-d", "--name", "ex", "--network", "bridge", "-p", fmt.Sprintf("%d:80", pe), e.ref, "sh", "-c", "until [ -e /tmp/go ]; do sleep 0.1; done")
+	held("exited", pe)
+	e.must("exec", "ex", "touch", "/tmp/go")
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(e.must("ps", "-a", "--filter", "name=ex"), "Exited") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sandbox did not stop when its main command exited:\n%s", e.must("ps", "-a"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.must("prune")
+	if err := canBind("tcp", fmt.Sprintf("127.0.0.1:%d", pe)); err != nil {
+		t.Errorf("prune of an exited sandbox did not release host port %d: %v", pe, err)
+	}
+
+	// SIGKILL of a foreground run serving through a published port.
+	ps := freePort(t)
+	cmd := exec.Command(e.bin, "--root", e.root, "run", "--network", "bridge", "-p", fmt.Sprintf("%d:8000", ps), e.ref,
+		"sh", "-c", "mkdir -p /w && echo served > /w/index.html && exec httpd -f -p 8000 -h /w")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	client := &http.Client{Timeout: 5 * time.Second}
+	deadline = time.Now().Add(time.Minute)
+	for {
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", ps))
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(b) == "served\n" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server in the foreground sandbox never answered through -p %d: %v", ps, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ids := e.sandboxDirs()
+	if len(ids) == 0 {
+		t.Fatal("no sandbox directory under the root")
+	}
+	// While its slopbox process lives, the sandbox is not prune's.
+	e.must("prune")
+	if len(e.sandboxDirs()) != len(ids) {
+		t.Fatal("prune removed the sandbox of a foreground run still attached")
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	e.must("prune")
+	if out := e.must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("prune left %q", out)
+	}
+	deadline = time.Now().Add(time.Minute)
+	for left := e.leftovers(ids); len(left) > 0; left = e.leftovers(ids) {
+		if time.Now().After(deadline) {
+			t.Fatalf("left after SIGKILL and prune:\n%s", strings.Join(left, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := canBind("tcp", fmt.Sprintf("127.0.0.1:%d", ps)); err != nil {
+		t.Errorf("prune after SIGKILL did not release host port %d: %v", ps, err)
+	}
+	// A foreground run that ended by itself with --keep leaves a running
+	// sandbox that prune keeps.
+	e.must("run", "--keep", "--name", "kept", "--network", "bridge", e.ref, "true")
+	e.must("prune")
+	if out := e.must("exec", "kept", "echo", "still-here"); out != "still-here\n" {
+		t.Errorf("exec in the kept sandbox after prune: %q", out)
+	}
+}
+
+// nonLoopbackIPv4 returns an IPv4 address of one of the host's interfaces
+// that are up and not loopback.
+func nonLoopbackIPv4(t *testing.T) string {
+	t.Helper()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+				return n.IP.String()
+			}
+		}
+	}
+	t.Fatal("this host has no non-loopback IPv4 address")
+	return ""
+}
+
+// Where published ports are bound: 127.0.0.1 without a host IP (not on
+// the host's other addresses), the given address with one; in host mode
+// nothing at all.
+func TestPublishedPortHostAddress(t *testing.T) {
+	e := newEnv(t)
+	ext := nonLoopbackIPv4(t)
+	serve := "mkdir -p /w && echo at-%s > /w/index.html && exec httpd -f -p 8000 -h /w"
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(hostport string) (string, error) {
+		resp, err := client.Get("http://" + hostport + "/")
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+	pd := freePort(t)
+	e.must("run", "-d", "--name", "dflt", "--network", "bridge", "-p", fmt.Sprintf("%d:8000", pd), e.ref, "sh", "-c", fmt.Sprintf(serve, "default"))
+	ln, err := net.Listen("tcp", ext+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	e.must("run", "-d", "--name", "ext", "--network", "bridge", "-p", fmt.Sprintf("%s:%d:8000", ext, px), e.ref, "sh", "-c", fmt.Sprintf(serve, "ext"))
+	loDflt, extExt := fmt.Sprintf("127.0.0.1:%d", pd), net.JoinHostPort(ext, strconv.Itoa(px))
+	waitFor(t, "the default-bound port", func() bool { b, err := get(loDflt); return err == nil && b == "at-default\n" })
+	waitFor(t, "the port on "+ext, func() bool { b, err := get(extExt); return err == nil && b == "at-ext\n" })
+	if b, err := get(net.JoinHostPort(ext, strconv.Itoa(pd))); err == nil {
+		t.Errorf("-p %d:8000 answers on %s: %q", pd, ext, b)
+	}
+	if b, err := get(fmt.Sprintf("127.0.0.1:%d", px)); err == nil {
+		t.Errorf("-p %s:%d:8000 answers on 127.0.0.1: %q", ext, px, b)
+	}
+	if out := e.must("port", "ext", "8000"); out != extExt+"\n" {
+		t.Errorf("port ext 8000: %q, want %s", out, extExt)
+	}
+	// host mode: the ports are discarded, and nothing slopbox started
+	// listens on them.
+	ph := freePort(t)
+	e.must("run", "-d", "--name", "hostnet", "--network", "host", "-p", fmt.Sprintf("%d:80", ph), "-p", fmt.Sprintf("%d:81/udp", ph), e.ref, "sleep", "infinity")
+	for _, a := range []struct{ network, addr string }{
+		{"tcp", fmt.Sprintf("127.0.0.1:%d", ph)}, {"tcp", fmt.Sprintf("0.0.0.0:%d", ph)}, {"udp", fmt.Sprintf("127.0.0.1:%d", ph)},
+	} {
+		if err := canBind(a.network, a.addr); err != nil {
+			t.Errorf("host mode: %s %s is taken: %v", a.network, a.addr, err)
+		}
+	}
+	hostID := strings.TrimSpace(e.must("inspect", "--format", "{{.Id}}", "hostnet"))
+	if h := helperProcs(hostID); len(h) != 0 {
+		t.Errorf("host mode: helpers running: %v", h)
+	}
+	e.must("rm", "-f", "dflt", "ext", "hostnet")
 }
