@@ -730,18 +730,6 @@ func canBind(network, addr string) error {
 	return err
 }
 
-// waitBindable polls, for up to a minute, until addr can be bound.
-func waitBindable(t *testing.T, what, network, addr string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for err := canBind(network, addr); err != nil; err = canBind(network, addr) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s %s is still taken: %v", what, network, addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // kill and prune release published ports: kill of a running sandbox; a
 // run -d whose main command exited, then prune; a foreground run whose
 // slopbox process was SIGKILLed, then prune alone, which also leaves no
