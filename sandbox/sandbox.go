@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path"
@@ -128,16 +129,31 @@ func (b *Backend) SpawnForeground(ctx context.Context, spec backend.SpawnSpec, c
 }
 
 // Disown ends SpawnForeground's hold: the sandbox is prune's to remove
-// only once stopped, as any other.
+// only once stopped, as any other. It clears the owner in the record as it
+// is on disk now (another process may have restarted or renamed the
+// sandbox meanwhile, and their changes stay), and only if this process
+// still owns it; a sandbox removed meanwhile needs nothing.
 func (s *Sandbox) Disown() error {
 	if s.rec.Owner == nil {
 		return nil
 	}
+	me := *s.rec.Owner
 	s.rec.Owner = nil
-	if _, err := os.Stat(s.dir); err != nil {
-		return nil // removed
+	cur, err := s.b.state.read(s.rec.ID)
+	if errors.Is(err, ErrNotFound) {
+		return nil
 	}
-	return s.b.state.write(s.rec)
+	if err != nil {
+		return err
+	}
+	if cur.Owner == nil || *cur.Owner != me {
+		return nil
+	}
+	cur.Owner = nil
+	if err := s.b.state.write(cur); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // Create records a sandbox without starting it (`docker create`); Start

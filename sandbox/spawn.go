@@ -178,7 +178,7 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 		Limits:  spec.Limits,
 		Command: command,
 	}
-	if owned {
+	if owned && !spec.Keep { // a kept sandbox outlives its caller, killed or not
 		rec.Owner = self()
 	}
 	for _, m := range spec.Mounts {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -102,25 +103,33 @@ func (f *envFlags) open(cmd *cobra.Command, file string) (*dockercompat.Spec, ba
 	ctx, cancel := signalContext()
 	defer cancel()
 	var b backend.Backend
+	var s backend.Sandbox
 	if spec.Type == "local" {
 		b = local.New()
+		s, err = b.Spawn(ctx, sp)
 	} else {
-		sb, err := openBackend()
-		if err != nil {
-			return nil, nil, nil, nil, err
+		sb, oerr := openBackend()
+		if oerr != nil {
+			return nil, nil, nil, nil, oerr
 		}
-		if _, err := ensureImage(ctx, sb, sp.Image); err != nil {
-			return nil, nil, nil, nil, err
+		if _, ierr := ensureImage(ctx, sb, sp.Image); ierr != nil {
+			return nil, nil, nil, nil, ierr
 		}
 		b = sb
+		// Owned by this process until cleaned up: prune removes it (its
+		// network helper and ports too) if this process is killed first.
+		s, err = spawnOwned(ctx, sb, sp)
 	}
-	s, err := b.Spawn(ctx, sp)
 	if err != nil {
 		b.Close()
 		return nil, nil, nil, nil, err
 	}
 	done := func() {
-		if err := s.Cleanup(); err != nil {
+		err := s.Cleanup()
+		if i, ok := s.(*sandbox.Sandbox); ok && err == nil {
+			err = i.Disown()
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "slopbox: cleanup:", err)
 		}
 		if sp.Keep {
@@ -299,4 +308,14 @@ func exitWith(code int) error {
 		return &exitError{code: code, silent: true}
 	}
 	return nil
+}
+
+// spawnOwned is b.SpawnForeground as a backend.Sandbox (a nil *Sandbox on
+// error stays a nil interface).
+func spawnOwned(ctx context.Context, b *sandbox.Backend, sp backend.SpawnSpec) (backend.Sandbox, error) {
+	sb, err := b.SpawnForeground(ctx, sp, nil)
+	if err != nil {
+		return nil, err
+	}
+	return sb, nil
 }

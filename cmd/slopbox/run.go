@@ -79,7 +79,9 @@ func runCmd() *cobra.Command {
 			}
 			// -d --rm: removed when stopped or killed, as docker does.
 			spec.AutoRemove = detach && rm
-			spawn := b.SpawnForeground // prune removes it if this process is killed before it is done
+			// Without -d, owned by this process until it is done with it:
+			// prune removes it if this process is killed first.
+			spawn := b.SpawnForeground
 			if detach {
 				spawn = b.SpawnCommand
 			}
@@ -110,22 +112,23 @@ func runCmd() *cobra.Command {
 			} else {
 				code, err = runIn(cmd, sb, req, ef)
 			}
+			var doneErr error
 			switch {
 			case sf.keep:
 				fmt.Fprintf(os.Stderr, "kept sandbox %s: `slopbox exec -it %s sh` to look inside, `slopbox rm -f %s` to remove it\n", sb.Name(), sb.Name(), sb.Name())
 			case rm:
-				if rerr := sb.Remove(); rerr != nil && err == nil {
-					err = rerr
-				}
+				doneErr = sb.Remove()
 			default:
-				if serr := sb.Stop(); serr != nil && err == nil {
-					err = serr
-				}
+				doneErr = sb.Stop()
 			}
 			// Done with it: a kept sandbox stays, and a stopped one is
-			// prune's as any other.
-			if derr := sb.Disown(); derr != nil && err == nil {
-				err = derr
+			// prune's as any other. One that could not be stopped stays
+			// owned, so that prune removes it once this process is gone.
+			if doneErr == nil {
+				doneErr = sb.Disown()
+			}
+			if doneErr != nil && err == nil {
+				err = doneErr
 			}
 			if err != nil {
 				return err

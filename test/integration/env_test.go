@@ -200,3 +200,83 @@ func TestRLMSandboxConfig(t *testing.T) {
 		t.Errorf("refused runs left sandboxes: %q", out)
 	}
 }
+
+// An env run SIGKILLed while its bridge sandbox serves through --port (a
+// harness killed by its own timeout): the sandbox still runs, but prune
+// alone removes it with its slirp4netns, forwarder and host port, since
+// the env run process that owned it is gone. A kept sandbox
+// (keep_container_after_clean) is not owned and stays.
+func TestEnvRunSIGKILLThenPrune(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	dir := searchable(t, t.TempDir())
+	ws := filepath.Join(dir, "ws")
+	os.Mkdir(ws, 0o755)
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bridge := write("bridge.yaml", "type: docker\nname: b\ndocker: {image: "+e.ref+"}\n")
+	kept := write("kept.yaml", "type: docker\nname: k\ndocker: {image: "+e.ref+", network: none, keep_container_after_clean: true}\n")
+	serve := func(spec, body string, port int) *exec.Cmd {
+		cmd := exec.Command(e.bin, "--root", e.root, "env", "run", spec, "--workspace", ws, "--port", fmt.Sprintf("%d:8000", port), "--",
+			"sh", "-c", "mkdir /w && echo "+body+" > /w/f && httpd -p 127.0.0.1:8000 -h /w && sleep 120")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	hp := freePort(t)
+	cmd := serve(bridge, "served", hp)
+	waitFor(t, "the server behind env run --port", func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/f", hp))
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b) == "served\n"
+	})
+	ids := e.sandboxDirs()
+	if len(ids) == 0 {
+		t.Fatal("no sandbox directory under the root")
+	}
+	// While env run lives, its sandbox is not prune's.
+	e.must("prune")
+	if len(e.sandboxDirs()) != len(ids) {
+		t.Fatal("prune removed the sandbox of a live env run")
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	e.must("prune")
+	if out := e.must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("prune left %q", out)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for left := e.leftovers(ids); len(left) > 0; left = e.leftovers(ids) {
+		if time.Now().After(deadline) {
+			t.Fatalf("left after SIGKILL of env run and prune:\n%s", strings.Join(left, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := canBind("tcp", fmt.Sprintf("127.0.0.1:%d", hp)); err != nil {
+		t.Errorf("prune after SIGKILL of env run did not release host port %d: %v", hp, err)
+	}
+	// keep_container_after_clean: SIGKILLed or not, the sandbox is kept.
+	kc := exec.Command(e.bin, "--root", e.root, "env", "run", kept, "--workspace", ws, "--", "sleep", "120")
+	if err := kc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kc.Process.Kill(); kc.Wait() })
+	waitFor(t, "the kept sandbox", func() bool { return strings.TrimSpace(e.must("ps", "-q")) != "" })
+	kc.Process.Signal(syscall.SIGKILL)
+	kc.Wait()
+	e.must("prune")
+	if out := e.must("ps", "-q"); strings.TrimSpace(out) == "" {
+		t.Error("prune removed a kept (keep_container_after_clean) sandbox whose env run was killed")
+	}
+}
