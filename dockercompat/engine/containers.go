@@ -398,11 +398,17 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			writeError(w, http.StatusConflict, fmt.Sprintf("Cannot kill container: %s: container %s is not running", ref, sb.ID()))
 			return
 		}
+		watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
 		if err := sb.Signal(sig); err != nil {
 			fail(w, err)
 			return
 		}
 		s.events.emit("container", "kill", sb.ID(), map[string]string{"name": sb.Name(), "signal": strconv.Itoa(int(sig))})
+		if sig == syscall.SIGKILL {
+			// As Docker's kill with SIGKILL: it returns once the exit is
+			// recorded, so that a wait or inspect right after has its 137.
+			watch.await()
+		}
 		w.WriteHeader(http.StatusNoContent)
 	case verb == "logs" && m == http.MethodGet:
 		s.containerLogs(w, r, sb)
@@ -535,7 +541,11 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	var stopped time.Time // when it was first seen stopped with no new exit
-	ran := first.Running  // seen running since the request
+	// Started, with a command, but no exit recorded yet: killed a moment
+	// ago (its monitor records the exit just after), or stopped under its
+	// monitor. Its last code is not the stale one in its state.
+	pending := cond != "next-exit" && !first.Running && first.Pid != 0 && len(first.Command) > 0 && first.FinishedAt.IsZero()
+	ran := first.Running || pending // seen running since the request
 	for {
 		cur, err := s.b.Open(id)
 		if err != nil {
@@ -555,7 +565,7 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 		case info.FinishedAt.After(base):
 			// It ran and its exit is recorded.
 			code = info.ExitCode
-		case cond != "next-exit" && !first.Running && code < 0:
+		case cond != "next-exit" && !first.Running && !pending && code < 0:
 			// not-running (and removed, until it goes) of a container
 			// not running when asked: its last exit, 0 for one created.
 			code = info.ExitCode

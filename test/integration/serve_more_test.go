@@ -542,3 +542,43 @@ func TestServeDefaultSocketAndPolicy(t *testing.T) {
 		t.Errorf("a refused create left a container: %q", out)
 	}
 }
+
+// TestServeKillThenWait: docker kill (SIGKILL) returns once the exit is
+// recorded, as Docker's does: a wait sent right after it has 137, and so
+// has inspect, every time.
+func TestServeKillThenWait(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	client := engineClient(sock)
+	call := func(method, path string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, "http://slopbox/v1.44"+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	for i := range 10 {
+		name := fmt.Sprintf("kw-%d", i)
+		if out, code := dockerCLI(t, sock, "", "run", "-d", "--name", name, e.ref, "sleep", "1000"); code != 0 {
+			t.Fatalf("docker run -d: %d %s", code, out)
+		}
+		t.Cleanup(func() { dockerCLI(t, sock, "", "rm", "-f", name) })
+		if code, body := call("POST", "/containers/"+name+"/kill"); code != 204 {
+			t.Fatalf("kill %s: %d %s", name, code, body)
+		}
+		if code, body := call("POST", "/containers/"+name+"/wait"); code != 200 || body != `{"StatusCode":137}` {
+			t.Errorf("wait right after kill (%d): %d %s", i, code, body)
+		}
+		if out, code := dockerCLI(t, sock, "", "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name); code != 0 || out != "exited 137\n" {
+			t.Errorf("inspect right after kill and wait (%d): %d %q", i, code, out)
+		}
+	}
+}
