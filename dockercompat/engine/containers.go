@@ -336,6 +336,12 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
+		// The last run's die first, with its own code: start clears its
+		// exit.
+		s.watchOf(sb.ID()).finish()
+		if cur, err := s.b.Open(sb.ID()); err == nil {
+			sb = cur
+		}
 		base := sb.Info().FinishedAt
 		as := s.attachedStart(sb.ID())
 		err := sb.StartAttached(r.Context(), as)
@@ -501,11 +507,14 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 	if watch != nil {
 		watch.removedByAPI.Store(true) // its destroy is reported here
 	}
+	if !sb.Running() {
+		watch.finish() // its die with its exit code, which the removal takes
+	}
 	if err := sb.Remove(); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		fail(w, err)
 		return
 	}
-	watch.await() // die before destroy, as Docker reports them
+	watch.finish() // die before destroy, as Docker reports them
 	s.events.emit("container", "destroy", sb.ID(), map[string]string{"name": sb.Name()})
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -532,6 +541,11 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 	id := sb.ID()
 	first := sb.Info()
 	base := first.FinishedAt
+	if first.Running && first.FinishedAt.After(first.LastExec) {
+		// Its command has ended, and the exit (this run's: start clears
+		// the last one) is recorded, but the sandbox is not stopped yet.
+		base = time.Time{}
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	if f, ok := w.(http.Flusher); ok {
@@ -572,7 +586,7 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 		case !ran:
 		case stopped.IsZero():
 			stopped = time.Now()
-		case code < 0 && time.Since(stopped) > 2*time.Second && len(info.Command) > 0:
+		case code < 0 && time.Since(stopped) > exitGrace && len(info.Command) > 0:
 			// Stopped under its monitor, which recorded no exit: killed.
 			code = backend.ExitSignalBase + int(syscall.SIGKILL)
 			base = time.Now() // counted once

@@ -15,6 +15,7 @@ import (
 // by rm -f, or with its AutoRemove removal.
 type exitWatch struct {
 	done chan struct{} // closed once die is emitted
+	wake chan struct{} // a poll now rather than at the next tick
 	// removedByAPI: DELETE /containers/{id} removes it (and emits destroy).
 	removedByAPI atomic.Bool
 }
@@ -29,11 +30,15 @@ const (
 	exitPollMax = time.Second
 )
 
+// exitGrace is how long a sandbox seen stopped with no exit recorded is
+// given for its monitor to record one before it counts as killed (137).
+const exitGrace = 2 * time.Second
+
 // watchExit starts the watch of sb, whose main command was started after
 // base (its FinishedAt before the start).
 func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 	id, name, autoRemove := sb.ID(), sb.Name(), sb.Info().AutoRemove
-	w := &exitWatch{done: make(chan struct{})}
+	w := &exitWatch{done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	s.mu.Lock()
 	s.watches[id] = w
 	s.mu.Unlock()
@@ -53,7 +58,7 @@ func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 		defer tick.Stop()
 		interval, polls := exitPoll, 0
 		var since time.Time // when the sandbox was first seen stopped, or died
-		for ; ; <-tick.C {
+		for ; ; w.next(tick) {
 			if polls++; polls%20 == 0 && interval < exitPollMax {
 				interval = min(2*interval, exitPollMax)
 				tick.Reset(interval)
@@ -89,7 +94,7 @@ func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 			case info.Running:
 			case since.IsZero():
 				since = time.Now()
-			case time.Since(since) > 2*time.Second:
+			case time.Since(since) > exitGrace:
 				// Stopped with no exit recorded: the monitor records it
 				// first, unless the sandbox was stopped under it (its main
 				// command killed).
@@ -98,6 +103,30 @@ func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 			}
 		}
 	}()
+}
+
+// next waits for the watch's next poll: the tick, or a wake.
+func (w *exitWatch) next(tick *time.Ticker) {
+	select {
+	case <-tick.C:
+	case <-w.wake:
+	}
+}
+
+// finish has w poll at once and waits, boundedly, for its die: for a
+// container no longer running, before it is started again or removed, so
+// that each run has exactly one die, with its own exit code (a watch
+// polling slowly would otherwise miss the exit a start clears). A nil w
+// has nothing to finish.
+func (w *exitWatch) finish() {
+	if w == nil {
+		return
+	}
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	w.await()
 }
 
 // watchOf is the watch of container id, or nil.

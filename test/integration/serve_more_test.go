@@ -153,6 +153,31 @@ func TestServeEvents(t *testing.T) {
 	must("rm", "-f", "ev-rmf")
 	want("start ev-rmf ", "die ev-rmf 137", "destroy ev-rmf ")
 
+	// A start right after an exit: each run has its one die, with its
+	// own code (the second run of the command exits 8, the first 7).
+	for i := range 3 {
+		name := fmt.Sprintf("ev-again-%d", i)
+		must("run", "-d", "--name", name, e.ref, "sh", "-c", "if [ -e /ran ]; then exit 8; fi; touch /ran; exit 7")
+		if out := must("wait", name); out != "7\n" {
+			t.Errorf("%s: first wait: %q", name, out)
+		}
+		must("start", name)
+		if out, code := dockerCLI(t, sock, "", "wait", name); code != 0 || out != "8\n" {
+			t.Errorf("%s: second wait: %d %q", name, code, out)
+		}
+		want("die " + name + " 8")
+		var seq []string
+		for _, l := range events() {
+			if f := strings.Fields(l); len(f) >= 2 && f[1] == name && (f[0] == "start" || f[0] == "die") {
+				seq = append(seq, strings.TrimSpace(l))
+			}
+		}
+		if w := []string{"start " + name, "die " + name + " 7", "start " + name, "die " + name + " 8"}; !slices.Equal(seq, w) {
+			t.Errorf("%s: events %q, want %q", name, seq, w)
+		}
+		must("rm", name)
+	}
+
 	got := events()
 	for _, name := range []string{"ev-rm", "ev-exit", "ev-bg", "ev-kill", "ev-stop", "ev-rmf"} {
 		if n := count(got, "die "+name+" "); n != 1 {
