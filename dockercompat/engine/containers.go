@@ -524,8 +524,10 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 // code 0, or exited: its last code) and else at its exit; next-exit holds
 // at the next exit from now, even of a container not started yet (docker
 // run without --rm sends it before start); removed holds when the
-// container is gone (docker run --rm). The 200 header goes out at once,
-// then the body when the condition holds.
+// container is gone (docker run --rm). The 200 header goes out as soon
+// as the baseline (the last exit before the request) is taken, so that a
+// client holding it knows what comes after counts; then the body, when
+// the condition holds.
 func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 	cond := r.URL.Query().Get("condition")
 	switch cond {

@@ -451,14 +451,18 @@ func TestServeWaitConditions(t *testing.T) {
 	sock := e.serve(t)
 	e.must("pull", "-q", e.ref)
 	client := engineClient(sock)
+	// wait returns once the server has answered the header, which it does
+	// after taking the wait's baseline (what counts as the next exit):
+	// what the test does next comes after it. The body, sent when the
+	// condition holds, is read in the background.
 	wait := func(id, cond string) <-chan string {
+		t.Helper()
 		c := make(chan string, 1)
+		resp, err := client.Post("http://slopbox/v1.44/containers/"+id+"/wait?condition="+cond, "application/json", nil)
+		if err != nil {
+			t.Fatalf("wait %s %s: %v", id, cond, err)
+		}
 		go func() {
-			resp, err := client.Post("http://slopbox/v1.44/containers/"+id+"/wait?condition="+cond, "application/json", nil)
-			if err != nil {
-				c <- err.Error()
-				return
-			}
 			defer resp.Body.Close()
 			b, _ := io.ReadAll(resp.Body)
 			c <- fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
@@ -497,7 +501,7 @@ func TestServeWaitConditions(t *testing.T) {
 	}
 	// next-exit of an exited container: not before it ran again.
 	next := wait("nx", "next-exit")
-	must("inspect", "nx") // a request after the wait's
+	must("inspect", "nx") // meanwhile: a wait holding at once would have answered
 	select {
 	case s := <-next:
 		t.Fatalf("wait next-exit of an exited container returned before its next run: %s", s)
