@@ -292,7 +292,7 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 		fail(w, err)
 		return
 	}
-	s.events.emit("container", "create", sb.ID(), map[string]string{"name": sb.Name(), "image": c.Image})
+	s.emitContainer("create", sb.Info(), nil)
 	writeJSON(w, http.StatusCreated, map[string]any{"Id": sb.ID(), "Warnings": []string{}})
 }
 
@@ -360,7 +360,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			fail(w, err)
 			return
 		}
-		s.events.emit("container", "start", sb.ID(), map[string]string{"name": sb.Name()})
+		s.emitContainer("start", sb.Info(), nil)
 		s.watchExit(sb, base)
 		w.WriteHeader(http.StatusNoContent)
 	case (verb == "stop" || verb == "restart") && m == http.MethodPost:
@@ -368,9 +368,15 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
-		if err := s.stop(r.Context(), sb, r.URL.Query().Get("t")); err != nil {
-			fail(w, err)
-			return
+		if verb == "stop" || sb.Running() {
+			if err := s.stop(r.Context(), sb, r.URL.Query().Get("t")); err != nil {
+				fail(w, err)
+				return
+			}
+		} else {
+			// Restart of a container not running: only started, as
+			// Docker's (no die or stop); the last run's die first.
+			s.watchOf(sb.ID()).finish()
 		}
 		if verb == "restart" {
 			base := sb.Info().FinishedAt
@@ -386,9 +392,9 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 				fail(w, err)
 				return
 			}
-			s.events.emit("container", "start", sb.ID(), map[string]string{"name": sb.Name()})
+			s.emitContainer("start", sb.Info(), nil)
 			s.watchExit(sb, base)
-			s.events.emit("container", "restart", sb.ID(), map[string]string{"name": sb.Name()})
+			s.emitContainer("restart", sb.Info(), nil)
 		}
 		w.WriteHeader(http.StatusNoContent)
 	case verb == "kill" && m == http.MethodPost:
@@ -409,7 +415,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			fail(w, err)
 			return
 		}
-		s.events.emit("container", "kill", sb.ID(), map[string]string{"name": sb.Name(), "signal": strconv.Itoa(int(sig))})
+		s.emitContainer("kill", sb.Info(), map[string]string{"signal": strconv.Itoa(int(sig))})
 		if sig == syscall.SIGKILL {
 			// As Docker's kill with SIGKILL: it returns once the exit is
 			// recorded, so that a wait or inspect right after has its 137.
@@ -485,9 +491,9 @@ func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error 
 	// A main command this server started has its die from its watch;
 	// one started elsewhere (the slopbox CLI, an earlier server) here.
 	if !watch.await() {
-		s.events.emit("container", "die", sb.ID(), map[string]string{"name": sb.Name()})
+		s.emitContainer("die", sb.Info(), nil)
 	}
-	s.events.emit("container", "stop", sb.ID(), map[string]string{"name": sb.Name()})
+	s.emitContainer("stop", sb.Info(), nil)
 	return nil
 }
 
@@ -503,6 +509,7 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 	if sb.Running() && len(sb.Info().Command) > 0 {
 		sb.KeepRemovedExit(128 + int(syscall.SIGKILL)) // for a waiter, as Docker's 137
 	}
+	last := sb.Info() // for its destroy event
 	watch := s.watchOf(sb.ID())
 	if watch != nil {
 		watch.removedByAPI.Store(true) // its destroy is reported here
@@ -515,7 +522,7 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 		return
 	}
 	watch.finish() // die before destroy, as Docker reports them
-	s.events.emit("container", "destroy", sb.ID(), map[string]string{"name": sb.Name()})
+	s.emitContainer("destroy", last, nil)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"maps"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -37,7 +38,8 @@ const exitGrace = 2 * time.Second
 // watchExit starts the watch of sb, whose main command was started after
 // base (its FinishedAt before the start).
 func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
-	id, name, autoRemove := sb.ID(), sb.Name(), sb.Info().AutoRemove
+	last := sb.Info() // as it was at its last poll: a removed one's name and image
+	id, autoRemove := last.ID, last.AutoRemove
 	w := &exitWatch{done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	s.mu.Lock()
 	s.watches[id] = w
@@ -45,7 +47,7 @@ func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 	go func() {
 		died := false
 		die := func(code int) {
-			s.events.emit("container", "die", id, map[string]string{"name": name, "exitCode": strconv.Itoa(code)})
+			s.emitContainer("die", last, map[string]string{"exitCode": strconv.Itoa(code)})
 			died = true
 			s.mu.Lock()
 			if s.watches[id] == w {
@@ -73,11 +75,12 @@ func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 					die(code)
 				}
 				if autoRemove && !w.removedByAPI.Load() {
-					s.events.emit("container", "destroy", id, map[string]string{"name": name})
+					s.emitContainer("destroy", last, nil)
 				}
 				return
 			}
 			info := cur.Info()
+			last = info
 			switch {
 			case died:
 				// An AutoRemove container goes once its command has
@@ -147,4 +150,22 @@ func (w *exitWatch) await() bool {
 	case <-time.After(10 * time.Second):
 	}
 	return true
+}
+
+// emitContainer reports a container event with the attributes Docker
+// gives: the container's name (read now: a die after a rename has the new
+// one), its image and its labels, and extra. A container removed already
+// has them as last had.
+func (s *Server) emitContainer(action string, last sandbox.Info, extra map[string]string) {
+	i := last
+	if cur, err := s.b.Open(last.ID); err == nil {
+		i = cur.Info()
+	}
+	attrs := maps.Clone(i.Labels)
+	if attrs == nil {
+		attrs = map[string]string{}
+	}
+	attrs["name"], attrs["image"] = i.Name, i.Image
+	maps.Copy(attrs, extra)
+	s.events.emit("container", action, last.ID, attrs)
 }

@@ -36,12 +36,18 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // a probe container was seen).
 func dockerEvents(t *testing.T, sock, ref string) func() []string {
 	t.Helper()
+	return dockerEventsFormat(t, sock, ref, `{{.Status}} {{.Actor.Attributes.name}} {{index .Actor.Attributes "exitCode"}}`)
+}
+
+// dockerEventsFormat is dockerEvents with the events printed in format
+// (a probe's create line holds its name and "create").
+func dockerEventsFormat(t *testing.T, sock, ref, format string) func() []string {
+	t.Helper()
 	bin, err := exec.LookPath("docker")
 	if err != nil {
 		t.Fatalf("the docker CLI is not installed: %v", err)
 	}
-	cmd := exec.Command(bin, "events", "--filter", "type=container", "--format",
-		`{{.Status}} {{.Actor.Attributes.name}} {{index .Actor.Attributes "exitCode"}}`)
+	cmd := exec.Command(bin, "events", "--filter", "type=container", "--format", format)
 	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix://"+sock, "DOCKER_CONFIG="+t.TempDir())
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -79,7 +85,11 @@ func dockerEvents(t *testing.T, sock, ref string) func() []string {
 		if out, code := dockerCLI(t, sock, "", "create", "--name", probe, ref, "true"); code != 0 {
 			t.Fatalf("docker create: %d %s", code, out)
 		}
-		seen := func() bool { return has(get(), "create "+probe+" ") }
+		seen := func() bool {
+			return slices.ContainsFunc(get(), func(l string) bool {
+				return strings.Contains(l, "create") && strings.Contains(l, probe)
+			})
+		}
 		for deadline := time.Now().Add(5 * time.Second); !seen() && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		}
 		dockerCLI(t, sock, "", "rm", probe)
@@ -608,6 +618,80 @@ func TestServeKillThenWait(t *testing.T) {
 		}
 		if out, code := dockerCLI(t, sock, "", "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name); code != 0 || out != "exited 137\n" {
 			t.Errorf("inspect right after kill and wait (%d): %d %q", i, code, out)
+		}
+	}
+}
+
+// TestServeEventShape: docker events --format '{{json .}}' (docker 28)
+// parses serve's events, in Docker's shape: the legacy status, id and
+// from fields, the image and the labels in the attributes, the name read
+// when the event happens (a die after a rename has the new name); a
+// restart of a stopped container only starts it (no die, no stop).
+func TestServeEventShape(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	events := dockerEventsFormat(t, sock, e.ref, "{{json .}}")
+	must := func(args ...string) string {
+		t.Helper()
+		out, code := dockerCLI(t, sock, "", args...)
+		if code != 0 {
+			t.Fatalf("docker %v: exit %d\n%s", args, code, out)
+		}
+		return out
+	}
+	id := strings.TrimSpace(must("run", "-d", "--name", "shape", "--label", "suite=shape", e.ref, "sleep", "1000"))
+	t.Cleanup(func() { dockerCLI(t, sock, "", "rm", "-f", id) })
+	must("rename", "shape", "shape2")
+	must("kill", "shape2")
+	must("restart", "-t", "1", "shape2")
+	must("rm", "-f", "shape2")
+
+	type message struct {
+		Status, ID, From, Type, Action, Scope string
+		Actor                                 struct {
+			ID         string
+			Attributes map[string]string
+		}
+		Time, TimeNano int64
+	}
+	var got []message
+	eventually(t, "the destroy event", func() bool {
+		got = got[:0]
+		for _, l := range events() {
+			var m message
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatalf("docker events --format '{{json .}}': %v: %q", err, l)
+			}
+			if m.Actor.ID == id {
+				got = append(got, m)
+			}
+		}
+		return len(got) > 0 && got[len(got)-1].Action == "destroy"
+	})
+	var actions []string
+	for _, m := range got {
+		actions = append(actions, m.Action)
+		a := m.Actor.Attributes
+		if m.Type != "container" || m.Status != m.Action || m.ID != id || m.From != e.ref || a["image"] != e.ref ||
+			a["suite"] != "shape" || m.Scope != "local" || m.Time == 0 || m.TimeNano == 0 {
+			t.Errorf("event %s: %+v", m.Action, m)
+		}
+		if m.Action == "die" && a["name"] != "shape2" {
+			t.Errorf("die after the rename: name %q, want shape2", a["name"])
+		}
+		if m.Action == "create" && a["name"] != "shape" {
+			t.Errorf("create: name %q, want shape", a["name"])
+		}
+	}
+	// kill: its die (137); restart of the stopped container: start and
+	// restart only; rm -f: die and destroy.
+	if w := []string{"create", "start", "kill", "die", "start", "restart", "die", "destroy"}; !slices.Equal(actions, w) {
+		t.Errorf("events %q, want %q", actions, w)
+	}
+	for _, m := range got {
+		if m.Action == "die" && m.Actor.Attributes["exitCode"] != "137" {
+			t.Errorf("die exitCode %q, want 137", m.Actor.Attributes["exitCode"])
 		}
 	}
 }
