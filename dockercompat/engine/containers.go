@@ -292,7 +292,7 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 		fail(w, err)
 		return
 	}
-	s.events.emit("container", "create", sb.ID(), map[string]string{"name": sb.Name(), "image": c.Image})
+	s.emitContainer("create", sb.Info(), nil)
 	writeJSON(w, http.StatusCreated, map[string]any{"Id": sb.ID(), "Warnings": []string{}})
 }
 
@@ -336,6 +336,12 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
+		// The last run's die first, with its own code: start clears its
+		// exit.
+		s.watchOf(sb.ID()).finish()
+		if cur, err := s.b.Open(sb.ID()); err == nil {
+			sb = cur
+		}
 		base := sb.Info().FinishedAt
 		as := s.attachedStart(sb.ID())
 		err := sb.StartAttached(r.Context(), as)
@@ -354,7 +360,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			fail(w, err)
 			return
 		}
-		s.events.emit("container", "start", sb.ID(), map[string]string{"name": sb.Name()})
+		s.emitContainer("start", sb.Info(), nil)
 		s.watchExit(sb, base)
 		w.WriteHeader(http.StatusNoContent)
 	case (verb == "stop" || verb == "restart") && m == http.MethodPost:
@@ -362,9 +368,15 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
-		if err := s.stop(r.Context(), sb, r.URL.Query().Get("t")); err != nil {
-			fail(w, err)
-			return
+		if verb == "stop" || sb.Running() {
+			if err := s.stop(r.Context(), sb, r.URL.Query().Get("t")); err != nil {
+				fail(w, err)
+				return
+			}
+		} else {
+			// Restart of a container not running: only started, as
+			// Docker's (no die or stop); the last run's die first.
+			s.watchOf(sb.ID()).finish()
 		}
 		if verb == "restart" {
 			base := sb.Info().FinishedAt
@@ -380,9 +392,9 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 				fail(w, err)
 				return
 			}
-			s.events.emit("container", "start", sb.ID(), map[string]string{"name": sb.Name()})
+			s.emitContainer("start", sb.Info(), nil)
 			s.watchExit(sb, base)
-			s.events.emit("container", "restart", sb.ID(), map[string]string{"name": sb.Name()})
+			s.emitContainer("restart", sb.Info(), nil)
 		}
 		w.WriteHeader(http.StatusNoContent)
 	case verb == "kill" && m == http.MethodPost:
@@ -398,11 +410,17 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			writeError(w, http.StatusConflict, fmt.Sprintf("Cannot kill container: %s: container %s is not running", ref, sb.ID()))
 			return
 		}
+		watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
 		if err := sb.Signal(sig); err != nil {
 			fail(w, err)
 			return
 		}
-		s.events.emit("container", "kill", sb.ID(), map[string]string{"name": sb.Name(), "signal": strconv.Itoa(int(sig))})
+		s.emitContainer("kill", sb.Info(), map[string]string{"signal": strconv.Itoa(int(sig))})
+		if sig == syscall.SIGKILL {
+			// As Docker's kill with SIGKILL: it returns once the exit is
+			// recorded, so that a wait or inspect right after has its 137.
+			watch.await()
+		}
 		w.WriteHeader(http.StatusNoContent)
 	case verb == "logs" && m == http.MethodGet:
 		s.containerLogs(w, r, sb)
@@ -473,9 +491,9 @@ func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error 
 	// A main command this server started has its die from its watch;
 	// one started elsewhere (the slopbox CLI, an earlier server) here.
 	if !watch.await() {
-		s.events.emit("container", "die", sb.ID(), map[string]string{"name": sb.Name()})
+		s.emitContainer("die", sb.Info(), nil)
 	}
-	s.events.emit("container", "stop", sb.ID(), map[string]string{"name": sb.Name()})
+	s.emitContainer("stop", sb.Info(), nil)
 	return nil
 }
 
@@ -491,16 +509,20 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 	if sb.Running() && len(sb.Info().Command) > 0 {
 		sb.KeepRemovedExit(128 + int(syscall.SIGKILL)) // for a waiter, as Docker's 137
 	}
+	last := sb.Info() // for its destroy event
 	watch := s.watchOf(sb.ID())
 	if watch != nil {
 		watch.removedByAPI.Store(true) // its destroy is reported here
+	}
+	if !sb.Running() {
+		watch.finish() // its die with its exit code, which the removal takes
 	}
 	if err := sb.Remove(); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		fail(w, err)
 		return
 	}
-	watch.await() // die before destroy, as Docker reports them
-	s.events.emit("container", "destroy", sb.ID(), map[string]string{"name": sb.Name()})
+	watch.finish() // die before destroy, as Docker reports them
+	s.emitContainer("destroy", last, nil)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -509,8 +531,10 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 // code 0, or exited: its last code) and else at its exit; next-exit holds
 // at the next exit from now, even of a container not started yet (docker
 // run without --rm sends it before start); removed holds when the
-// container is gone (docker run --rm). The 200 header goes out at once,
-// then the body when the condition holds.
+// container is gone (docker run --rm). The 200 header goes out as soon
+// as the baseline (the last exit before the request) is taken, so that a
+// client holding it knows what comes after counts; then the body, when
+// the condition holds.
 func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 	cond := r.URL.Query().Get("condition")
 	switch cond {
@@ -526,6 +550,11 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 	id := sb.ID()
 	first := sb.Info()
 	base := first.FinishedAt
+	if first.Running && first.FinishedAt.After(first.LastExec) {
+		// Its command has ended, and the exit (this run's: start clears
+		// the last one) is recorded, but the sandbox is not stopped yet.
+		base = time.Time{}
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	if f, ok := w.(http.Flusher); ok {
@@ -535,7 +564,11 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	var stopped time.Time // when it was first seen stopped with no new exit
-	ran := first.Running  // seen running since the request
+	// Started, with a command, but no exit recorded yet: killed a moment
+	// ago (its monitor records the exit just after), or stopped under its
+	// monitor. Its last code is not the stale one in its state.
+	pending := cond != "next-exit" && !first.Running && first.Pid != 0 && len(first.Command) > 0 && first.FinishedAt.IsZero()
+	ran := first.Running || pending // seen running since the request
 	for {
 		cur, err := s.b.Open(id)
 		if err != nil {
@@ -555,14 +588,14 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 		case info.FinishedAt.After(base):
 			// It ran and its exit is recorded.
 			code = info.ExitCode
-		case cond != "next-exit" && !first.Running && code < 0:
+		case cond != "next-exit" && !first.Running && !pending && code < 0:
 			// not-running (and removed, until it goes) of a container
 			// not running when asked: its last exit, 0 for one created.
 			code = info.ExitCode
 		case !ran:
 		case stopped.IsZero():
 			stopped = time.Now()
-		case code < 0 && time.Since(stopped) > 2*time.Second && len(info.Command) > 0:
+		case code < 0 && time.Since(stopped) > exitGrace && len(info.Command) > 0:
 			// Stopped under its monitor, which recorded no exit: killed.
 			code = backend.ExitSignalBase + int(syscall.SIGKILL)
 			base = time.Now() // counted once

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"maps"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 // by rm -f, or with its AutoRemove removal.
 type exitWatch struct {
 	done chan struct{} // closed once die is emitted
+	wake chan struct{} // a poll now rather than at the next tick
 	// removedByAPI: DELETE /containers/{id} removes it (and emits destroy).
 	removedByAPI atomic.Bool
 }
@@ -29,18 +31,23 @@ const (
 	exitPollMax = time.Second
 )
 
+// exitGrace is how long a sandbox seen stopped with no exit recorded is
+// given for its monitor to record one before it counts as killed (137).
+const exitGrace = 2 * time.Second
+
 // watchExit starts the watch of sb, whose main command was started after
 // base (its FinishedAt before the start).
 func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
-	id, name, autoRemove := sb.ID(), sb.Name(), sb.Info().AutoRemove
-	w := &exitWatch{done: make(chan struct{})}
+	last := sb.Info() // as it was at its last poll: a removed one's name and image
+	id, autoRemove := last.ID, last.AutoRemove
+	w := &exitWatch{done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	s.mu.Lock()
 	s.watches[id] = w
 	s.mu.Unlock()
 	go func() {
 		died := false
 		die := func(code int) {
-			s.events.emit("container", "die", id, map[string]string{"name": name, "exitCode": strconv.Itoa(code)})
+			s.emitContainer("die", last, map[string]string{"exitCode": strconv.Itoa(code)})
 			died = true
 			s.mu.Lock()
 			if s.watches[id] == w {
@@ -53,7 +60,7 @@ func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 		defer tick.Stop()
 		interval, polls := exitPoll, 0
 		var since time.Time // when the sandbox was first seen stopped, or died
-		for ; ; <-tick.C {
+		for ; ; w.next(tick) {
 			if polls++; polls%20 == 0 && interval < exitPollMax {
 				interval = min(2*interval, exitPollMax)
 				tick.Reset(interval)
@@ -68,11 +75,12 @@ func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 					die(code)
 				}
 				if autoRemove && !w.removedByAPI.Load() {
-					s.events.emit("container", "destroy", id, map[string]string{"name": name})
+					s.emitContainer("destroy", last, nil)
 				}
 				return
 			}
 			info := cur.Info()
+			last = info
 			switch {
 			case died:
 				// An AutoRemove container goes once its command has
@@ -89,7 +97,7 @@ func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 			case info.Running:
 			case since.IsZero():
 				since = time.Now()
-			case time.Since(since) > 2*time.Second:
+			case time.Since(since) > exitGrace:
 				// Stopped with no exit recorded: the monitor records it
 				// first, unless the sandbox was stopped under it (its main
 				// command killed).
@@ -98,6 +106,30 @@ func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 			}
 		}
 	}()
+}
+
+// next waits for the watch's next poll: the tick, or a wake.
+func (w *exitWatch) next(tick *time.Ticker) {
+	select {
+	case <-tick.C:
+	case <-w.wake:
+	}
+}
+
+// finish has w poll at once and waits, boundedly, for its die: for a
+// container no longer running, before it is started again or removed, so
+// that each run has exactly one die, with its own exit code (a watch
+// polling slowly would otherwise miss the exit a start clears). A nil w
+// has nothing to finish.
+func (w *exitWatch) finish() {
+	if w == nil {
+		return
+	}
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	w.await()
 }
 
 // watchOf is the watch of container id, or nil.
@@ -118,4 +150,22 @@ func (w *exitWatch) await() bool {
 	case <-time.After(10 * time.Second):
 	}
 	return true
+}
+
+// emitContainer reports a container event with the attributes Docker
+// gives: the container's name (read now: a die after a rename has the new
+// one), its image and its labels, and extra. A container removed already
+// has them as last had.
+func (s *Server) emitContainer(action string, last sandbox.Info, extra map[string]string) {
+	i := last
+	if cur, err := s.b.Open(last.ID); err == nil {
+		i = cur.Info()
+	}
+	attrs := maps.Clone(i.Labels)
+	if attrs == nil {
+		attrs = map[string]string{}
+	}
+	attrs["name"], attrs["image"] = i.Name, i.Image
+	maps.Copy(attrs, extra)
+	s.events.emit("container", action, last.ID, attrs)
 }

@@ -152,6 +152,9 @@ func (h *eventHub) emit(typ, action, id string, attrs map[string]string) {
 	ev := map[string]any{"Type": typ, "Action": action, "status": action, "id": id,
 		"Actor": map[string]any{"ID": id, "Attributes": attrs}, "scope": "local",
 		"time": now.Unix(), "timeNano": now.UnixNano()}
+	if typ == "container" {
+		ev["from"] = attrs["image"] // the legacy field, as status and id
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for c := range h.subs {

@@ -36,12 +36,18 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // a probe container was seen).
 func dockerEvents(t *testing.T, sock, ref string) func() []string {
 	t.Helper()
+	return dockerEventsFormat(t, sock, ref, `{{.Status}} {{.Actor.Attributes.name}} {{index .Actor.Attributes "exitCode"}}`)
+}
+
+// dockerEventsFormat is dockerEvents with the events printed in format
+// (a probe's create line holds its name and "create").
+func dockerEventsFormat(t *testing.T, sock, ref, format string) func() []string {
+	t.Helper()
 	bin, err := exec.LookPath("docker")
 	if err != nil {
 		t.Fatalf("the docker CLI is not installed: %v", err)
 	}
-	cmd := exec.Command(bin, "events", "--filter", "type=container", "--format",
-		`{{.Status}} {{.Actor.Attributes.name}} {{index .Actor.Attributes "exitCode"}}`)
+	cmd := exec.Command(bin, "events", "--filter", "type=container", "--format", format)
 	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix://"+sock, "DOCKER_CONFIG="+t.TempDir())
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -79,7 +85,11 @@ func dockerEvents(t *testing.T, sock, ref string) func() []string {
 		if out, code := dockerCLI(t, sock, "", "create", "--name", probe, ref, "true"); code != 0 {
 			t.Fatalf("docker create: %d %s", code, out)
 		}
-		seen := func() bool { return has(get(), "create "+probe+" ") }
+		seen := func() bool {
+			return slices.ContainsFunc(get(), func(l string) bool {
+				return strings.Contains(l, "create") && strings.Contains(l, probe)
+			})
+		}
 		for deadline := time.Now().Add(5 * time.Second); !seen() && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		}
 		dockerCLI(t, sock, "", "rm", probe)
@@ -152,6 +162,31 @@ func TestServeEvents(t *testing.T) {
 	must("run", "-d", "--name", "ev-rmf", e.ref, "sleep", "1000")
 	must("rm", "-f", "ev-rmf")
 	want("start ev-rmf ", "die ev-rmf 137", "destroy ev-rmf ")
+
+	// A start right after an exit: each run has its one die, with its
+	// own code (the second run of the command exits 8, the first 7).
+	for i := range 3 {
+		name := fmt.Sprintf("ev-again-%d", i)
+		must("run", "-d", "--name", name, e.ref, "sh", "-c", "if [ -e /ran ]; then exit 8; fi; touch /ran; exit 7")
+		if out := must("wait", name); out != "7\n" {
+			t.Errorf("%s: first wait: %q", name, out)
+		}
+		must("start", name)
+		if out, code := dockerCLI(t, sock, "", "wait", name); code != 0 || out != "8\n" {
+			t.Errorf("%s: second wait: %d %q", name, code, out)
+		}
+		want("die " + name + " 8")
+		var seq []string
+		for _, l := range events() {
+			if f := strings.Fields(l); len(f) >= 2 && f[1] == name && (f[0] == "start" || f[0] == "die") {
+				seq = append(seq, strings.TrimSpace(l))
+			}
+		}
+		if w := []string{"start " + name, "die " + name + " 7", "start " + name, "die " + name + " 8"}; !slices.Equal(seq, w) {
+			t.Errorf("%s: events %q, want %q", name, seq, w)
+		}
+		must("rm", name)
+	}
 
 	got := events()
 	for _, name := range []string{"ev-rm", "ev-exit", "ev-bg", "ev-kill", "ev-stop", "ev-rmf"} {
@@ -426,14 +461,18 @@ func TestServeWaitConditions(t *testing.T) {
 	sock := e.serve(t)
 	e.must("pull", "-q", e.ref)
 	client := engineClient(sock)
+	// wait returns once the server has answered the header, which it does
+	// after taking the wait's baseline (what counts as the next exit):
+	// what the test does next comes after it. The body, sent when the
+	// condition holds, is read in the background.
 	wait := func(id, cond string) <-chan string {
+		t.Helper()
 		c := make(chan string, 1)
+		resp, err := client.Post("http://slopbox/v1.44/containers/"+id+"/wait?condition="+cond, "application/json", nil)
+		if err != nil {
+			t.Fatalf("wait %s %s: %v", id, cond, err)
+		}
 		go func() {
-			resp, err := client.Post("http://slopbox/v1.44/containers/"+id+"/wait?condition="+cond, "application/json", nil)
-			if err != nil {
-				c <- err.Error()
-				return
-			}
 			defer resp.Body.Close()
 			b, _ := io.ReadAll(resp.Body)
 			c <- fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
@@ -472,7 +511,7 @@ func TestServeWaitConditions(t *testing.T) {
 	}
 	// next-exit of an exited container: not before it ran again.
 	next := wait("nx", "next-exit")
-	must("inspect", "nx") // a request after the wait's
+	must("inspect", "nx") // meanwhile: a wait holding at once would have answered
 	select {
 	case s := <-next:
 		t.Fatalf("wait next-exit of an exited container returned before its next run: %s", s)
@@ -540,5 +579,119 @@ func TestServeDefaultSocketAndPolicy(t *testing.T) {
 	}
 	if out, _ := e.run("", "ps", "-a", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("a refused create left a container: %q", out)
+	}
+}
+
+// TestServeKillThenWait: docker kill (SIGKILL) returns once the exit is
+// recorded, as Docker's does: a wait sent right after it has 137, and so
+// has inspect, every time.
+func TestServeKillThenWait(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	client := engineClient(sock)
+	call := func(method, path string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, "http://slopbox/v1.44"+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	for i := range 10 {
+		name := fmt.Sprintf("kw-%d", i)
+		if out, code := dockerCLI(t, sock, "", "run", "-d", "--name", name, e.ref, "sleep", "1000"); code != 0 {
+			t.Fatalf("docker run -d: %d %s", code, out)
+		}
+		t.Cleanup(func() { dockerCLI(t, sock, "", "rm", "-f", name) })
+		if code, body := call("POST", "/containers/"+name+"/kill"); code != 204 {
+			t.Fatalf("kill %s: %d %s", name, code, body)
+		}
+		if code, body := call("POST", "/containers/"+name+"/wait"); code != 200 || body != `{"StatusCode":137}` {
+			t.Errorf("wait right after kill (%d): %d %s", i, code, body)
+		}
+		if out, code := dockerCLI(t, sock, "", "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name); code != 0 || out != "exited 137\n" {
+			t.Errorf("inspect right after kill and wait (%d): %d %q", i, code, out)
+		}
+	}
+}
+
+// TestServeEventShape: docker events --format '{{json .}}' (docker 28)
+// parses serve's events, in Docker's shape: the legacy status, id and
+// from fields, the image and the labels in the attributes, the name read
+// when the event happens (a die after a rename has the new name); a
+// restart of a stopped container only starts it (no die, no stop).
+func TestServeEventShape(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	events := dockerEventsFormat(t, sock, e.ref, "{{json .}}")
+	must := func(args ...string) string {
+		t.Helper()
+		out, code := dockerCLI(t, sock, "", args...)
+		if code != 0 {
+			t.Fatalf("docker %v: exit %d\n%s", args, code, out)
+		}
+		return out
+	}
+	id := strings.TrimSpace(must("run", "-d", "--name", "shape", "--label", "suite=shape", e.ref, "sleep", "1000"))
+	t.Cleanup(func() { dockerCLI(t, sock, "", "rm", "-f", id) })
+	must("rename", "shape", "shape2")
+	must("kill", "shape2")
+	must("restart", "-t", "1", "shape2")
+	must("rm", "-f", "shape2")
+
+	type message struct {
+		Status, ID, From, Type, Action, Scope string
+		Actor                                 struct {
+			ID         string
+			Attributes map[string]string
+		}
+		Time, TimeNano int64
+	}
+	var got []message
+	eventually(t, "the destroy event", func() bool {
+		got = got[:0]
+		for _, l := range events() {
+			var m message
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatalf("docker events --format '{{json .}}': %v: %q", err, l)
+			}
+			if m.Actor.ID == id {
+				got = append(got, m)
+			}
+		}
+		return len(got) > 0 && got[len(got)-1].Action == "destroy"
+	})
+	var actions []string
+	for _, m := range got {
+		actions = append(actions, m.Action)
+		a := m.Actor.Attributes
+		if m.Type != "container" || m.Status != m.Action || m.ID != id || m.From != e.ref || a["image"] != e.ref ||
+			a["suite"] != "shape" || m.Scope != "local" || m.Time == 0 || m.TimeNano == 0 {
+			t.Errorf("event %s: %+v", m.Action, m)
+		}
+		if m.Action == "die" && a["name"] != "shape2" {
+			t.Errorf("die after the rename: name %q, want shape2", a["name"])
+		}
+		if m.Action == "create" && a["name"] != "shape" {
+			t.Errorf("create: name %q, want shape", a["name"])
+		}
+	}
+	// kill: its die (137); restart of the stopped container: start and
+	// restart only; rm -f: die and destroy.
+	if w := []string{"create", "start", "kill", "die", "start", "restart", "die", "destroy"}; !slices.Equal(actions, w) {
+		t.Errorf("events %q, want %q", actions, w)
+	}
+	for _, m := range got {
+		if m.Action == "die" && m.Actor.Attributes["exitCode"] != "137" {
+			t.Errorf("die exitCode %q, want 137", m.Actor.Attributes["exitCode"])
+		}
 	}
 }
