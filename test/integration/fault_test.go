@@ -182,7 +182,11 @@ func TestConcurrentProcessesOnOneRoot(t *testing.T) {
 					cmd := exec.Command(e.bin, append([]string{"--root", e.root}, args...)...)
 					out, err := cmd.Output()
 					if err != nil {
-						errs <- fmt.Sprintf("%v: %v (%s)", args, err, out)
+						var stderr []byte
+						if ee, ok := err.(*exec.ExitError); ok {
+							stderr = ee.Stderr
+						}
+						errs <- fmt.Sprintf("%v: %v (%s) stderr: %s", args, err, out, stderr)
 						break
 					}
 					if args[0] == "exec" && string(out) != want {
