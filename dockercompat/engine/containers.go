@@ -609,6 +609,10 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 		case <-tick.C:
 		}
 	}
+	// As Docker: the die event goes out before the wait returns (a
+	// client that follows events sees it by then), not at the watch's
+	// next poll.
+	s.watchOf(id).finish()
 	json.NewEncoder(w).Encode(map[string]any{"StatusCode": code})
 }
 
