@@ -118,6 +118,20 @@ func (t *Terminal) Resize(rows, cols uint16) error {
 	return unix.IoctlSetWinsize(int(t.Master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
 }
 
+// TerminalDrain bounds how long what is left in a terminal is read once its
+// command has exited (DrainOutput).
+const TerminalDrain = 2 * time.Second
+
+// DrainOutput is for once the command has exited: what it wrote last is
+// still in the terminal, and a reader of Master gets it, then EIO once the
+// command's side is closed; but a background process holding the terminal
+// may keep writing, so reads end after max. The bound is generous: on a
+// loaded host a reader may not run for a while, and a read whose deadline
+// has passed reads nothing.
+func (t *Terminal) DrainOutput(max time.Duration) {
+	t.Master.SetReadDeadline(time.Now().Add(max))
+}
+
 // Done is closed when the command has exited.
 func (t *Terminal) Done() <-chan struct{} { return t.done }
 

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"golang.org/x/term"
 
@@ -82,7 +81,7 @@ func runTerminal(sb *sandbox.Sandbox, req backend.ExecRequest, ef execFlags) (in
 	code, timedOut, err := t.Wait(ctx, seconds(ef.timeout))
 	// What the command wrote last is still in the terminal: read it, but
 	// not what a background process keeps writing.
-	t.Master.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	t.DrainOutput(sandbox.TerminalDrain)
 	<-copied
 	if timedOut {
 		fmt.Fprintf(os.Stderr, "\r\nslopbox: the command timed out after %v and was killed\r\n", seconds(ef.timeout))

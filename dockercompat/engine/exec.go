@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/sandbox"
@@ -221,9 +222,15 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 		copied := make(chan struct{})
 		go func() { io.Copy(conn, t.Master); close(copied) }()
 		code, _, _ := t.Wait(ctx, 0)
+		// What the command wrote last is still in the terminal: it goes
+		// to the client before the stream ends (the Done channel, closed
+		// by then, ended this wait at once, and a loaded host lost all of
+		// a quick command's output). A client that stops reading does not
+		// hold the exec beyond the bound.
+		t.DrainOutput(sandbox.TerminalDrain)
 		select {
 		case <-copied:
-		case <-t.Done():
+		case <-time.After(2 * sandbox.TerminalDrain):
 		}
 		finish(code)
 		return
