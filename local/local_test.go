@@ -41,16 +41,34 @@ func run(t *testing.T, sb *Sandbox, req backend.ExecRequest) *backend.Result {
 	return res
 }
 
-// killSleepers kills host processes running "sleep n" (the checks' own).
+// sleeperEnv marks the environment of a check's own "sleep n", so that
+// killSleepers ends only those. A match on the command line alone also
+// killed whatever else ran "sleep n" on the host at the time: the suites
+// run in parallel, and a sandbox's processes are host processes too
+// (test/integration's TestConcurrentProcessesOnOneRoot runs "sleep 1000"
+// in 50 sandboxes at once, and n is drawn from 1000-9999).
+func sleeperEnv(n int) map[string]string {
+	return map[string]string{"SLOPBOX_LOCAL_TEST_SLEEPER": fmt.Sprintf("%d-%d", os.Getpid(), n)}
+}
+
+// killSleepers kills host processes running "sleep n" with sleeperEnv(n)
+// in their environment (the checks' own).
 func killSleepers(n int) (killed int) {
 	needle := []byte("sleep\x00" + strconv.Itoa(n) + "\x00")
+	var mark []byte
+	for k, v := range sleeperEnv(n) {
+		mark = []byte("\x00" + k + "=" + v + "\x00")
+	}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && bytes.Equal(b, needle) {
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err != nil || !bytes.Equal(b, needle) {
+			continue
+		}
+		if env, err := os.ReadFile("/proc/" + e.Name() + "/environ"); err == nil && bytes.Contains(append([]byte{0}, env...), mark) {
 			syscall.Kill(pid, syscall.SIGKILL)
 			killed++
 		}
@@ -137,7 +155,7 @@ func TestCleanupRemovesPrivateDirOnly(t *testing.T) {
 func TestBackgroundChildDoesNotHoldExec(t *testing.T) {
 	n := 1000 + rand.IntN(9000)
 	t.Cleanup(func() { killSleepers(n) })
-	sb := spawn(t, backend.SpawnSpec{DisableSetup: true})
+	sb := spawn(t, backend.SpawnSpec{DisableSetup: true, Env: sleeperEnv(n)})
 	start := time.Now()
 	res := run(t, sb, backend.ExecRequest{Shell: fmt.Sprintf("sleep %d & echo started", n)})
 	if d := time.Since(start); d > backendkit.DrainMax || res.Stdout != "started\n" || res.ExitCode != 0 {
@@ -163,7 +181,7 @@ func TestEscapedProcessWaitIsBounded(t *testing.T) {
 	}
 	n := 1000 + rand.IntN(9000)
 	t.Cleanup(func() { killSleepers(n) })
-	sb := spawn(t, backend.SpawnSpec{DisableSetup: true})
+	sb := spawn(t, backend.SpawnSpec{DisableSetup: true, Env: sleeperEnv(n)})
 	start := time.Now()
 	res := run(t, sb, backend.ExecRequest{Shell: fmt.Sprintf("setsid sleep %d & sleep %d", n, n), Timeout: 500 * time.Millisecond})
 	if d := time.Since(start); !res.TimedOut || d > 500*time.Millisecond+backendkit.DrainMax+time.Second {

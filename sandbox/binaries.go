@@ -3,8 +3,10 @@ package sandbox
 import (
 	"bytes"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,7 +55,7 @@ func (b *Backend) installBinaries() (binaries, error) {
 		}
 		dst := filepath.Join(dir, "spawn-"+id)
 		if _, err := os.Stat(dst); err != nil {
-			if err := writeFileAtomic(dst, bytes.NewReader(spawnHelper), 0o755); err != nil {
+			if err := installFile(dst, bytes.NewReader(spawnHelper), 0o755); err != nil {
 				return binaries{}, fmt.Errorf("install the spawn helper: %w", err)
 			}
 		}
@@ -95,11 +97,53 @@ func installCopy(dir, prefix, src string) (string, error) {
 		return "", err
 	}
 	defer in.Close()
-	return dst, writeFileAtomic(dst, in, 0o755)
+	return dst, installFile(dst, in, 0o755)
+}
+
+// installFile puts what r yields at path, mode mode, unless a file is
+// there already, which it leaves as it is. The programs are named by their
+// content, so one in place is the same program; and it may be the source
+// of a bind mount that a sandbox start is making at this very moment
+// (every PID 1 runs it): replaced under it, runc fails the start ("reopen
+// mountpoint after mount: mountpoint "/dev/.slopbox-init" was moved
+// while re-opening"), as it did when several slopbox processes started
+// the first sandboxes of a root at once, each installing the helper. The
+// content goes to a temporary file in the same directory first, which is
+// then linked in place: a reader sees all of it or none, and of
+// concurrent installers the first one's file stays.
+func installFile(path string, r io.Reader, mode os.FileMode) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // the link, if made, keeps the file
+	_, err = io.Copy(tmp, r)
+	if err == nil {
+		err = tmp.Chmod(mode)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Link(tmp.Name(), path); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
 }
 
 // writeFileAtomic writes r to path through a temporary file in the same
 // directory (created if missing) and a rename: readers see all or nothing.
+// For files that are only read, never mounted or executed, while they may
+// be replaced.
 func writeFileAtomic(path string, r io.Reader, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err

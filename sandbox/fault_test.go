@@ -383,3 +383,30 @@ func TestAttachSaysWhyItWasKilled(t *testing.T) {
 		t.Error("inspect does not count the OOM kill")
 	}
 }
+
+// A command whose supervisor cannot fork it (the pids limit, or a host out
+// of pids or memory) is an exec failure that says why, as docker's "cannot
+// start": it never ran. PID 1 used to report it started and then killed
+// (exit 137, and a run -d sandbox stopped by its monitor a moment later).
+func TestCommandThatCannotBeForkedFailsToStart(t *testing.T) {
+	b, ref := testBackend(t)
+	// PID 1 and the exec's supervisor: no pid left for the command.
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, Limits: backend.Limits{Pids: 2}})
+	if len(sb.Unenforced()) > 0 {
+		t.Skipf("the pids limit cannot be enforced here: %v", sb.Unenforced())
+	}
+	res, err := sb.Exec(context.Background(), backend.ExecRequest{Argv: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 126 || !strings.Contains(res.Stderr, "resource temporarily unavailable") {
+		t.Errorf("exit %d, stderr %q; want 126 and the fork's error", res.ExitCode, res.Stderr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = sb.RunDetached(ctx, backend.ExecRequest{Argv: []string{"sleep", "1000"}}, DetachOptions{})
+	var se *StartError
+	if !errors.As(err, &se) || se.Code != 126 {
+		t.Errorf("run -d: %v; want a StartError with code 126", err)
+	}
+}

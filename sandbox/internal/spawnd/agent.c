@@ -369,14 +369,21 @@ static void supervise(int status_fd, int stat_w, int fds[4], struct agent_req *r
 		close(stat_w);
 		child_exec(status_fd, fds, rq, groups, cwd, argv, envp);
 	}
+	if (cmd < 0) {
+		/* Say why, as a failed exec does: with the pipe merely closed, PID 1
+		 * would report the command started, then killed (137), although
+		 * it never ran (a fork refused for want of pids or memory). */
+		int32_t v = errno;
+		ssize_t w;
+		do
+			w = write(status_fd, &v, sizeof v);
+		while (w < 0 && errno == EINTR);
+		_exit(v == EAGAIN ? 125 : 124);
+	}
 	close(status_fd);
 	for (int i = 0; i < 4; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
-	if (cmd < 0) {
-		int32_t v = errno;
-		_exit(v == EAGAIN ? 125 : 124);
-	}
 	for (;;) {
 		int st;
 		pid_t p = waitpid(-1, &st, 0);
@@ -577,7 +584,7 @@ static void handle_exec(int i, char *buf, uint32_t len, int fds[4]) {
 	close(sp[0]);
 	if (n == (ssize_t)sizeof child_err) {
 		/* exec failed: the child exits 127 and its supervisor with it,
-		 * reaped by reap() */
+		 * reaped by reap(); or the supervisor could not fork the child */
 		close(ep[0]);
 		if (master >= 0)
 			close(master);
