@@ -289,7 +289,9 @@ func (r *Runtime) Kill(id string, sig unix.Signal, all bool) error {
 		return errors.New("container not running")
 	}
 	if all && sig != unix.SIGKILL {
-		pids, err := c.Processes()
+		// Without a cgroup (rootless on cgroup v1), those of its pid
+		// namespace.
+		pids, err := processes(c)
 		if err != nil {
 			return err
 		}
@@ -403,20 +405,41 @@ func (r *Runtime) Ps(id string) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	return processes(c)
+}
+
+// processes lists the container's processes as Ps does.
+func processes(c *libcontainer.Container) ([]int, error) {
 	pids, err := c.Processes()
 	if err == nil && len(pids) > 0 {
 		return pids, nil
 	}
-	st, serr := c.OCIState()
-	if serr != nil || st.Status == specs.StateStopped || st.Pid <= 0 {
-		return pids, err
+	if ns, nerr := pidsInNS(c); nerr == nil && len(ns) > 0 {
+		return ns, nil
 	}
-	ns, nerr := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", st.Pid))
-	if nerr != nil {
-		return pids, err
+	return pids, err
+}
+
+// pidsInNS lists the processes in the pid namespace of the container's
+// init, for a container without a cgroup. A container sharing this
+// process's pid namespace has no such list (it would be the host's).
+func pidsInNS(c *libcontainer.Container) ([]int, error) {
+	st, err := c.OCIState()
+	if err != nil || st.Status == specs.StateStopped || st.Pid <= 0 {
+		return nil, err
 	}
-	ents, _ := os.ReadDir("/proc")
-	pids = nil
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", st.Pid))
+	if err != nil {
+		return nil, err
+	}
+	if self, _ := os.Readlink("/proc/self/ns/pid"); self == ns {
+		return nil, errors.New("the container has no cgroup and shares the host's pid namespace: its processes cannot be listed")
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
 	for _, e := range ents {
 		pid, perr := strconv.Atoi(e.Name())
 		if perr != nil {
