@@ -25,6 +25,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runc/libcontainer/specconv"
+	"github.com/opencontainers/runc/libcontainer/utils"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
@@ -236,13 +237,14 @@ type State struct {
 	Owner       string            `json:"owner"`
 }
 
-// State reports a container, stopped ones included.
+// State reports a container, stopped ones included: one snapshot of the
+// loaded container and its status.
 func (r *Runtime) State(id string) (*State, error) {
 	c, err := r.load(id)
 	if err != nil {
 		return nil, err
 	}
-	oci, err := c.OCIState()
+	status, err := c.Status()
 	if err != nil {
 		return nil, err
 	}
@@ -250,13 +252,14 @@ func (r *Runtime) State(id string) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	pid := oci.Pid
-	if oci.Status == specs.StateStopped {
+	pid := st.InitProcessPid
+	if status == libcontainer.Stopped {
 		pid = 0
 	}
+	bundle, annotations := utils.Annotations(st.Config.Labels)
 	return &State{
-		Version: oci.Version, ID: id, Pid: pid, Status: string(oci.Status), Bundle: oci.Bundle,
-		Rootfs: st.BaseState.Config.Rootfs, Created: st.BaseState.Created, Annotations: oci.Annotations,
+		Version: specs.Version, ID: id, Pid: pid, Status: status.String(), Bundle: bundle,
+		Rootfs: st.Config.Rootfs, Created: st.Created, Annotations: annotations,
 	}, nil
 }
 
