@@ -100,17 +100,43 @@ cpid=$!
 for _ in $(seq 100); do ctr -a "$cdir/c.sock" version >/dev/null 2>&1 && break; sleep 0.1; done
 ctr -a "$cdir/c.sock" images pull --plain-http "$BUSYBOX_REF" >/dev/null
 ln -s "$REPO/bin/slopbox" "$cdir/slopbox-runc"
-ctrargs=()
+names=() cmds=()
 # Plain, as the issue asks (slopbox adds its seccomp profile, the others
 # run none), and with --seccomp, where all three load containerd's
 # default profile: the same work.
 for rt in "slopbox-runc:$cdir/slopbox-runc" "runc:$(command -v runc)" "crun:$(command -v crun)"; do
 	name=${rt%%:*}
-	ctrargs+=(-n "$name" "ctr -a $cdir/c.sock run --rm --runtime io.containerd.runc.v2 --runc-binary ${rt#*:} --runc-root $cdir/$name-root $BUSYBOX_REF bench-$name true")
-	ctrargs+=(-n "$name --seccomp" "ctr -a $cdir/c.sock run --rm --seccomp --runtime io.containerd.runc.v2 --runc-binary ${rt#*:} --runc-root $cdir/$name-root $BUSYBOX_REF bench-$name true")
+	names+=("$name" "$name --seccomp")
+	cmds+=("ctr -a $cdir/c.sock run --rm --runtime io.containerd.runc.v2 --runc-binary ${rt#*:} --runc-root $cdir/$name-root $BUSYBOX_REF bench-$name true")
+	cmds+=("ctr -a $cdir/c.sock run --rm --seccomp --runtime io.containerd.runc.v2 --runc-binary ${rt#*:} --runc-root $cdir/$name-root $BUSYBOX_REF bench-$name true")
 done
-hyperfine -N --warmup 3 --runs "${RUNS_CTR:-30}" --export-json "$OUT/ctr.json" "${ctrargs[@]}" >/dev/null ||
+# hyperfine runs its commands one after the other, each its runs in a
+# row: whichever goes first meets containerd (and the page cache) in
+# another state than the others. So ROUNDS_CTR rounds, each with the list
+# rotated by one runtime (round 0 starts with slopbox-runc, round 1 with
+# runc, round 2 with crun), RUNS_CTR runs per command in all; ctr.json
+# keeps hyperfine's shape, each command's figures over the runs of every
+# round (bench/cmd/report reads its command and median).
+rounds=${ROUNDS_CTR:-3}
+runs=$(((${RUNS_CTR:-30} + rounds - 1) / rounds))
+ctrok=1
+for ((k = 0; k < rounds; k++)); do
+	ctrargs=()
+	for ((j = 0; j < ${#names[@]}; j++)); do
+		i=$(((j + 2 * k) % ${#names[@]}))
+		ctrargs+=(-n "${names[i]}" "${cmds[i]}")
+	done
+	hyperfine -N --warmup 1 --runs "$runs" --export-json "$cdir/ctr-round$k.json" "${ctrargs[@]}" >/dev/null || ctrok=
+done
+if [[ -n $ctrok ]]; then
+	jq -s '{rounds: length, results: ([.[].results[]] | group_by(.command) | map(
+		(.[0].command) as $c | ([.[].times[]] | sort) as $t | ($t | length) as $n |
+		{command: $c, mean: (($t | add) / $n),
+		 median: (if $n % 2 == 1 then $t[($n - 1) / 2] else ($t[$n / 2 - 1] + $t[$n / 2]) / 2 end),
+		 min: $t[0], max: $t[-1], times: $t}))}' "$cdir"/ctr-round*.json >"$OUT/ctr.json"
+else
 	echo "ctr bench failed (log: $cdir/containerd.log)" >&2
+fi
 kill "$cpid" || true
 wait "$cpid" || true
 # Snapshot mounts under its root go with it.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	rdebug "runtime/debug"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -18,6 +19,11 @@ import (
 // binary invoked as slopbox-runc): the contract containerd's runc shim
 // and the runtime-spec's validation tools use. It returns the exit status.
 func ociMain(args []string) int {
+	// Most invocations live a few milliseconds (containerd's shim runs
+	// create, start, state, delete per container): no collection is worth
+	// its cost there. The two that can run long, events without --stats
+	// and an attached exec, turn it back on (as GOGC had it).
+	gcPercent := rdebug.SetGCPercent(-1)
 	var rt ociruntime.Runtime
 	var logPath, logFormat, rootless string
 	var debug, criu bool
@@ -117,6 +123,9 @@ func ociMain(args []string) int {
 			if err != nil {
 				return err
 			}
+			if !eo.Detach {
+				rdebug.SetGCPercent(gcPercent)
+			}
 			code, err = rt.Exec(a[0], p, eo)
 			return err
 		}}
@@ -173,6 +182,9 @@ func ociMain(args []string) int {
 	var interval time.Duration
 	events := &cobra.Command{Use: "events [--stats] [--interval D] ID", Short: "print the container's resource usage as JSON events", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, a []string) error {
+			if !statsOnce {
+				rdebug.SetGCPercent(gcPercent)
+			}
 			return rt.Events(a[0], statsOnce, interval, os.Stdout)
 		}}
 	events.Flags().BoolVar(&statsOnce, "stats", false, "print the stats once and exit")

@@ -25,6 +25,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runc/libcontainer/specconv"
+	"github.com/opencontainers/runc/libcontainer/utils"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
@@ -47,6 +48,12 @@ func DefaultRoot() string {
 type Runtime struct {
 	Root          string
 	SystemdCgroup bool
+
+	// The container this invocation loaded: exec without --process
+	// loads it to read its bundle, then again to run the process, and
+	// each load parses state.json.
+	loaded   *libcontainer.Container
+	loadedID string
 }
 
 // CreateOpts are create's options.
@@ -63,9 +70,15 @@ func (r *Runtime) load(id string) (*libcontainer.Container, error) {
 	if id == "" {
 		return nil, errors.New("container id cannot be empty")
 	}
+	if r.loaded != nil && r.loadedID == id {
+		return r.loaded, nil
+	}
 	c, err := libcontainer.Load(r.Root, id)
 	if errors.Is(err, libcontainer.ErrNotExist) {
 		return nil, ErrNotExist
+	}
+	if err == nil {
+		r.loaded, r.loadedID = c, id
 	}
 	return c, err
 }
@@ -236,13 +249,14 @@ type State struct {
 	Owner       string            `json:"owner"`
 }
 
-// State reports a container, stopped ones included.
+// State reports a container, stopped ones included: one snapshot of the
+// loaded container and its status.
 func (r *Runtime) State(id string) (*State, error) {
 	c, err := r.load(id)
 	if err != nil {
 		return nil, err
 	}
-	oci, err := c.OCIState()
+	status, err := c.Status()
 	if err != nil {
 		return nil, err
 	}
@@ -250,13 +264,14 @@ func (r *Runtime) State(id string) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	pid := oci.Pid
-	if oci.Status == specs.StateStopped {
+	pid := st.InitProcessPid
+	if status == libcontainer.Stopped {
 		pid = 0
 	}
+	bundle, annotations := utils.Annotations(st.Config.Labels)
 	return &State{
-		Version: oci.Version, ID: id, Pid: pid, Status: string(oci.Status), Bundle: oci.Bundle,
-		Rootfs: st.BaseState.Config.Rootfs, Created: st.BaseState.Created, Annotations: oci.Annotations,
+		Version: specs.Version, ID: id, Pid: pid, Status: status.String(), Bundle: bundle,
+		Rootfs: st.Config.Rootfs, Created: st.Created, Annotations: annotations,
 	}, nil
 }
 
@@ -289,7 +304,9 @@ func (r *Runtime) Kill(id string, sig unix.Signal, all bool) error {
 		return errors.New("container not running")
 	}
 	if all && sig != unix.SIGKILL {
-		pids, err := c.Processes()
+		// Without a cgroup (rootless on cgroup v1), those of its pid
+		// namespace.
+		pids, err := processes(c)
 		if err != nil {
 			return err
 		}
@@ -403,20 +420,41 @@ func (r *Runtime) Ps(id string) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	return processes(c)
+}
+
+// processes lists the container's processes as Ps does.
+func processes(c *libcontainer.Container) ([]int, error) {
 	pids, err := c.Processes()
 	if err == nil && len(pids) > 0 {
 		return pids, nil
 	}
-	st, serr := c.OCIState()
-	if serr != nil || st.Status == specs.StateStopped || st.Pid <= 0 {
-		return pids, err
+	if ns, nerr := pidsInNS(c); nerr == nil && len(ns) > 0 {
+		return ns, nil
 	}
-	ns, nerr := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", st.Pid))
-	if nerr != nil {
-		return pids, err
+	return pids, err
+}
+
+// pidsInNS lists the processes in the pid namespace of the container's
+// init, for a container without a cgroup. A container sharing this
+// process's pid namespace has no such list (it would be the host's).
+func pidsInNS(c *libcontainer.Container) ([]int, error) {
+	st, err := c.OCIState()
+	if err != nil || st.Status == specs.StateStopped || st.Pid <= 0 {
+		return nil, err
 	}
-	ents, _ := os.ReadDir("/proc")
-	pids = nil
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", st.Pid))
+	if err != nil {
+		return nil, err
+	}
+	if self, _ := os.Readlink("/proc/self/ns/pid"); self == ns {
+		return nil, errors.New("the container has no cgroup and shares the host's pid namespace: its processes cannot be listed")
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
 	for _, e := range ents {
 		pid, perr := strconv.Atoi(e.Name())
 		if perr != nil {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -92,7 +94,7 @@ func (o *ociCmd) bundle(args ...string) string {
 		os.MkdirAll(filepath.Join(rootfs, d), 0o755)
 	}
 	os.WriteFile(filepath.Join(rootfs, "bin/busybox"), bin, 0o755)
-	for _, a := range []string{"sh", "echo", "sleep", "cat", "id", "ps", "true", "hostname"} {
+	for _, a := range []string{"sh", "echo", "sleep", "cat", "id", "ps", "true", "hostname", "tty"} {
 		os.Symlink("busybox", filepath.Join(rootfs, "bin", a))
 	}
 	spec := []string{"spec", "--bundle", dir}
@@ -264,7 +266,14 @@ func TestOCIRuntime(t *testing.T) {
 	if _, stderr, code := o.run("exec", "--process", proc, "--detach", "--pid-file", filepath.Join(dir, "exec.pid"), c1); code != 0 {
 		t.Errorf("exec --detach: %s", stderr)
 	}
-	if stdout, _, _ := o.run("ps", "--format", "json", c1); strings.Count(stdout, ",") != 1 {
+	// Rootless on cgroup v1 ps reads the container's pid namespace, where
+	// a process still setting up (not yet exec'd, not dumpable) does not
+	// show: the second one shows within a bound.
+	stdout, _, _ := o.run("ps", "--format", "json", c1)
+	for deadline := time.Now().Add(20 * time.Second); strings.Count(stdout, ",") != 1 && time.Now().Before(deadline); stdout, _, _ = o.run("ps", "--format", "json", c1) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if strings.Count(stdout, ",") != 1 {
 		t.Errorf("ps: %q, want the two processes", stdout)
 	}
 	if _, stderr, code := o.run("delete", c1); code == 0 || !strings.Contains(stderr, "not stopped") {
@@ -334,6 +343,251 @@ func TestOCIRuntime(t *testing.T) {
 	}
 	if stdout, _, code := o.run("features"); code != 0 || !strings.Contains(stdout, `"ociVersionMax"`) {
 		t.Errorf("features: %d %q", code, stdout)
+	}
+}
+
+// consoleSocket listens on a unix socket as runc's recvtty does: the
+// runtime connects and sends the terminal's master by SCM_RIGHTS. The
+// returned channel yields that master (or the error), once.
+func consoleSocket(t *testing.T) (string, <-chan *os.File) {
+	t.Helper()
+	// A short path: sun_path holds 108 bytes.
+	dir, err := os.MkdirTemp("", "oci-console")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "s")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ch := make(chan *os.File, 1)
+	go func() {
+		defer close(ch)
+		conn, err := l.AcceptUnix()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		name := make([]byte, 4096)
+		oob := make([]byte, unix.CmsgSpace(4))
+		n, oobn, _, _, err := conn.ReadMsgUnix(name, oob)
+		if err != nil {
+			t.Errorf("console socket: %v", err)
+			return
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil || len(msgs) != 1 {
+			t.Errorf("console socket: %d control messages: %v", len(msgs), err)
+			return
+		}
+		fds, err := unix.ParseUnixRights(&msgs[0])
+		if err != nil || len(fds) != 1 {
+			t.Errorf("console socket: %d fds: %v", len(fds), err)
+			return
+		}
+		// Non-blocking, so that reads take a deadline.
+		unix.SetNonblock(fds[0], true)
+		f := os.NewFile(uintptr(fds[0]), string(name[:n]))
+		t.Cleanup(func() { f.Close() })
+		ch <- f
+	}()
+	return sock, ch
+}
+
+// recvMaster waits for the master a console socket receives.
+func recvMaster(t *testing.T, ch <-chan *os.File) *os.File {
+	t.Helper()
+	select {
+	case f, ok := <-ch:
+		if !ok {
+			t.Fatal("the console socket received no terminal master")
+		}
+		return f
+	case <-time.After(time.Minute):
+		t.Fatal("the console socket received nothing in a minute")
+	}
+	return nil
+}
+
+// readUntil reads a terminal master until what it read matches want or a
+// deadline passes, and returns what it read.
+func readUntil(t *testing.T, f *os.File, want *regexp.Regexp) string {
+	t.Helper()
+	var got []byte
+	buf := make([]byte, 1024)
+	deadline := time.Now().Add(30 * time.Second)
+	f.SetReadDeadline(deadline)
+	for !want.Match(got) && time.Now().Before(deadline) {
+		n, err := f.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	if !want.Match(got) {
+		t.Errorf("the terminal showed %q, want %s", got, want)
+	}
+	return string(got)
+}
+
+// TestOCIRuntimeTerminal: a bundle whose process has a terminal gets it
+// through create --console-socket, and exec --tty --console-socket gives
+// a second process one, as runc's contract with containerd's shim has it:
+// the socket receives the pty master by SCM_RIGHTS, and what is written
+// to it reaches the process, whose output comes back.
+func TestOCIRuntimeTerminal(t *testing.T) {
+	o := newOCI(t)
+	id := fmt.Sprintf("tty-%d", os.Getpid())
+	dir := o.bundle("sh", "-c", "tty; read x; echo got $x; exec sleep 1000")
+	patchProcess(t, dir, func(p map[string]any) { p["terminal"] = true })
+	sock, master := consoleSocket(t)
+	if _, stderr, code := o.run("create", "--bundle", dir, "--console-socket", sock, id); code != 0 {
+		t.Fatalf("create --console-socket: %d %s", code, stderr)
+	}
+	t.Cleanup(func() { o.run("delete", "--force", id) })
+	m := recvMaster(t, master)
+	if _, stderr, code := o.run("start", id); code != 0 {
+		t.Fatalf("start: %s", stderr)
+	}
+	readUntil(t, m, regexp.MustCompile(`/dev/pts/\d+\r?\n`))
+	if _, err := m.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the container's terminal: %q", readUntil(t, m, regexp.MustCompile(`got hello`)))
+
+	// A second process with a terminal of its own.
+	sock2, master2 := consoleSocket(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ex := exec.CommandContext(ctx, o.bin, "--root", o.root, "exec", "--tty", "--console-socket", sock2, id, "sh", "-c", "tty; read x; echo exec got $x; exit 5")
+	exOut := filepath.Join(dir, "exec.out")
+	f, _ := os.Create(exOut)
+	defer f.Close()
+	ex.Stdout, ex.Stderr = f, f
+	if err := ex.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ex.Wait() }()
+	m2 := recvMaster(t, master2)
+	readUntil(t, m2, regexp.MustCompile(`/dev/pts/\d+\r?\n`))
+	if _, err := m2.Write([]byte("there\n")); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("exec's terminal: %q", readUntil(t, m2, regexp.MustCompile(`exec got there`)))
+	err := <-done
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 5 {
+		b, _ := os.ReadFile(exOut)
+		t.Errorf("exec --tty: %v, want exit status 5: %s", err, b)
+	}
+
+	if _, stderr, code := o.run("delete", "--force", id); code != 0 {
+		t.Errorf("delete --force: %s", stderr)
+	}
+}
+
+// TestOCIRuntimeKillAll: kill --all signals every process of the
+// container (containerd's shim uses it for a container sharing a pid
+// namespace), not only its init: here both the init and an exec'd process
+// trap SIGUSR1 and say so.
+func TestOCIRuntimeKillAll(t *testing.T) {
+	o := newOCI(t)
+	id := fmt.Sprintf("killall-%d", os.Getpid())
+	loop := "while :; do sleep 0.2; done"
+	dir := o.bundle("sh", "-c", "trap 'echo init got USR1' USR1; echo init ready; "+loop)
+	out := filepath.Join(dir, "out")
+	f, _ := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	defer f.Close()
+	cmd := exec.Command(o.bin, "--root", o.root, "create", "--bundle", dir, id)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Run(); err != nil {
+		b, _ := os.ReadFile(out)
+		t.Fatalf("create: %v: %s", err, b)
+	}
+	t.Cleanup(func() { o.run("delete", "--force", id) })
+	if _, stderr, code := o.run("start", id); code != 0 {
+		t.Fatalf("start: %s", stderr)
+	}
+	proc := filepath.Join(dir, "process.json")
+	os.WriteFile(proc, []byte(`{"args":["sh","-c","trap 'echo exec got USR1' USR1; echo exec ready; `+loop+`"],"cwd":"/","user":{"uid":0,"gid":0},"env":["PATH=/bin"]}`), 0o644)
+	ex := exec.Command(o.bin, "--root", o.root, "exec", "--process", proc, "--detach", id)
+	ex.Stdout, ex.Stderr = f, f
+	if err := ex.Run(); err != nil {
+		b, _ := os.ReadFile(out)
+		t.Fatalf("exec --detach: %v: %s", err, b)
+	}
+	waitFor := func(what ...string) bool {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			b, _ := os.ReadFile(out)
+			all := true
+			for _, w := range what {
+				all = all && strings.Contains(string(b), w)
+			}
+			if all {
+				return true
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("the container's output: %q, want %q", b, what)
+				return false
+			}
+		}
+	}
+	if !waitFor("init ready", "exec ready") {
+		t.FailNow()
+	}
+	if _, stderr, code := o.run("kill", "--all", id, "USR1"); code != 0 {
+		t.Fatalf("kill --all USR1: %d %s", code, stderr)
+	}
+	waitFor("init got USR1", "exec got USR1")
+
+	if _, stderr, code := o.run("kill", "--all", id, "KILL"); code != 0 {
+		t.Errorf("kill --all KILL: %d %s", code, stderr)
+	}
+	for deadline := time.Now().Add(30 * time.Second); o.status(id) != "stopped" && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := o.status(id); st != "stopped" {
+		t.Errorf("after kill --all KILL: %s", st)
+	}
+	if _, stderr, code := o.run("delete", id); code != 0 {
+		t.Errorf("delete: %s", stderr)
+	}
+}
+
+// TestOCIRuntimeVersionAndSystemd: --version reads as runc's (a
+// "NAME version V" first line, then "spec: 1.x"), and --systemd-cgroup on
+// a host without systemd is refused, clearly, with runc's exit status 1
+// and nothing left behind.
+func TestOCIRuntimeVersionAndSystemd(t *testing.T) {
+	o := newOCI(t)
+	stdout, stderr, code := o.run("--version")
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if code != 0 || !regexp.MustCompile(`^slopbox-runc version \S+$`).MatchString(lines[0]) {
+		t.Errorf("--version: %d %q %q", code, stdout, stderr)
+	}
+	spec := false
+	for _, l := range lines[1:] {
+		spec = spec || regexp.MustCompile(`^spec: 1\.\d+\.\d+`).MatchString(l)
+	}
+	if !spec {
+		t.Errorf("--version has no spec: 1.x line: %q", stdout)
+	}
+
+	if _, err := os.Stat("/run/systemd/system"); err == nil {
+		t.Log("this host runs systemd: the refusal is for hosts without it")
+		return
+	}
+	id := fmt.Sprintf("sd-%d", os.Getpid())
+	dir := o.bundle("true")
+	stdout, stderr, code = o.run("--systemd-cgroup", "create", "--bundle", dir, id)
+	if code != 1 || !strings.Contains(stderr, "systemd") {
+		t.Errorf("--systemd-cgroup create without systemd: exit %d, %q %q; want exit 1 and the reason", code, stdout, stderr)
+	}
+	if _, stderr, code := o.run("state", id); code == 0 || !strings.Contains(stderr, "does not exist") {
+		t.Errorf("after a refused create: state %d %q", code, stderr)
 	}
 }
 
