@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"os"
 	"path"
@@ -121,39 +120,14 @@ func (b *Backend) SpawnCommand(ctx context.Context, spec backend.SpawnSpec, comm
 
 // SpawnForeground is SpawnCommand for a caller that runs the command
 // attached and then stops or removes the sandbox (`slopbox run` without
-// -d): the sandbox is recorded as the calling process's until Disown, so
+// -d, `env run`): the sandbox is recorded as the calling process's, so
 // that if this process is killed first, prune removes the sandbox (its
 // PID 1, network helper and published ports) although it still runs.
+// Nothing needs releasing when the caller is done: a stopped sandbox is
+// prune's whoever owned it, a removed one is gone, a kept one is never
+// owned, and a start clears the owner.
 func (b *Backend) SpawnForeground(ctx context.Context, spec backend.SpawnSpec, command []string) (*Sandbox, error) {
 	return b.spawn(ctx, spec, command, false, true)
-}
-
-// Disown ends SpawnForeground's hold: the sandbox is prune's to remove
-// only once stopped, as any other. It clears the owner in the record as it
-// is on disk now (another process may have restarted or renamed the
-// sandbox meanwhile, and their changes stay), and only if this process
-// still owns it; a sandbox removed meanwhile needs nothing.
-func (s *Sandbox) Disown() error {
-	if s.rec.Owner == nil {
-		return nil
-	}
-	me := *s.rec.Owner
-	s.rec.Owner = nil
-	cur, err := s.b.state.read(s.rec.ID)
-	if errors.Is(err, ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if cur.Owner == nil || *cur.Owner != me {
-		return nil
-	}
-	cur.Owner = nil
-	if err := s.b.state.write(cur); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return nil
 }
 
 // Create records a sandbox without starting it (`docker create`); Start
@@ -805,7 +779,7 @@ func (s *Sandbox) StartAttached(ctx context.Context, a AttachedStart) error {
 		return nil
 	default:
 		s.rec.Reserved = false
-		s.rec.Owner = nil // a foreground run's, killed after it stopped the sandbox
+		s.rec.Owner = nil // this run is nobody's foreground run
 		if err := s.b.start(ctx, s.rec); err != nil {
 			return err
 		}

@@ -84,10 +84,10 @@ type record struct {
 	Mounts   []specs.Mount `json:"mounts,omitempty"`
 	HandOver []string      `json:"hand_over,omitempty"` // mount destinations whose root-owned entries go to the user
 	Detach   DetachOptions `json:"detach,omitempty"`    // how the main command was last attached
-	// Owner is the slopbox process a foreground `run` is attached through
-	// (its pid and start time), from spawn until it is done with the
-	// sandbox (Disown): a running sandbox whose owner is gone was left by
-	// a killed slopbox process, and prune removes it.
+	// Owner is the slopbox process a foreground `run` or `env run` is
+	// attached through (its pid and start time), from spawn until the
+	// sandbox is next started: a running sandbox whose owner is gone was
+	// left by a killed slopbox process, and prune removes it.
 	Owner *procID `json:"owner,omitempty"`
 
 	// Broken says why the state file could not be read (missing: a create

@@ -125,11 +125,11 @@ const TerminalDrain = 2 * time.Second
 // DrainOutput is for once the command has exited: what it wrote last is
 // still in the terminal, and a reader of Master gets it, then EIO once the
 // command's side is closed; but a background process holding the terminal
-// may keep writing, so reads end after max. The bound is generous: on a
-// loaded host a reader may not run for a while, and a read whose deadline
-// has passed reads nothing.
-func (t *Terminal) DrainOutput(max time.Duration) {
-	t.Master.SetReadDeadline(time.Now().Add(max))
+// may keep writing, so reads end after TerminalDrain. The bound is
+// generous: on a loaded host a reader may not run for a while, and a read
+// whose deadline has passed reads nothing.
+func (t *Terminal) DrainOutput() {
+	t.Master.SetReadDeadline(time.Now().Add(TerminalDrain))
 }
 
 // Done is closed when the command has exited.

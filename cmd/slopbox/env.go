@@ -116,8 +116,8 @@ func (f *envFlags) open(cmd *cobra.Command, file string) (*dockercompat.Spec, ba
 			return nil, nil, nil, nil, ierr
 		}
 		b = sb
-		// Owned by this process until cleaned up: prune removes it (its
-		// network helper and ports too) if this process is killed first.
+		// Owned by this process: prune removes it (its network helper
+		// and ports too) if this process is killed before Cleanup.
 		s, err = spawnOwned(ctx, sb, sp)
 	}
 	if err != nil {
@@ -125,11 +125,7 @@ func (f *envFlags) open(cmd *cobra.Command, file string) (*dockercompat.Spec, ba
 		return nil, nil, nil, nil, err
 	}
 	done := func() {
-		err := s.Cleanup()
-		if i, ok := s.(*sandbox.Sandbox); ok && err == nil {
-			err = i.Disown()
-		}
-		if err != nil {
+		if err := s.Cleanup(); err != nil {
 			fmt.Fprintln(os.Stderr, "slopbox: cleanup:", err)
 		}
 		if sp.Keep {

@@ -112,23 +112,17 @@ func runCmd() *cobra.Command {
 			} else {
 				code, err = runIn(cmd, sb, req, ef)
 			}
-			var doneErr error
 			switch {
 			case sf.keep:
 				fmt.Fprintf(os.Stderr, "kept sandbox %s: `slopbox exec -it %s sh` to look inside, `slopbox rm -f %s` to remove it\n", sb.Name(), sb.Name(), sb.Name())
 			case rm:
-				doneErr = sb.Remove()
+				if rerr := sb.Remove(); rerr != nil && err == nil {
+					err = rerr
+				}
 			default:
-				doneErr = sb.Stop()
-			}
-			// Done with it: a kept sandbox stays, and a stopped one is
-			// prune's as any other. One that could not be stopped stays
-			// owned, so that prune removes it once this process is gone.
-			if doneErr == nil {
-				doneErr = sb.Disown()
-			}
-			if doneErr != nil && err == nil {
-				err = doneErr
+				if serr := sb.Stop(); serr != nil && err == nil {
+					err = serr
+				}
 			}
 			if err != nil {
 				return err

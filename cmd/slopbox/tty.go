@@ -81,7 +81,7 @@ func runTerminal(sb *sandbox.Sandbox, req backend.ExecRequest, ef execFlags) (in
 	code, timedOut, err := t.Wait(ctx, seconds(ef.timeout))
 	// What the command wrote last is still in the terminal: read it, but
 	// not what a background process keeps writing.
-	t.DrainOutput(sandbox.TerminalDrain)
+	t.DrainOutput()
 	<-copied
 	if timedOut {
 		fmt.Fprintf(os.Stderr, "\r\nslopbox: the command timed out after %v and was killed\r\n", seconds(ef.timeout))

@@ -227,7 +227,7 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 		// by then, ended this wait at once, and a loaded host lost all of
 		// a quick command's output). A client that stops reading does not
 		// hold the exec beyond the bound.
-		t.DrainOutput(sandbox.TerminalDrain)
+		t.DrainOutput()
 		select {
 		case <-copied:
 		case <-time.After(2 * sandbox.TerminalDrain):

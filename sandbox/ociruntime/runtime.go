@@ -48,12 +48,6 @@ func DefaultRoot() string {
 type Runtime struct {
 	Root          string
 	SystemdCgroup bool
-
-	// The container this invocation loaded: exec without --process
-	// loads it to read its bundle, then again to run the process, and
-	// each load parses state.json.
-	loaded   *libcontainer.Container
-	loadedID string
 }
 
 // CreateOpts are create's options.
@@ -70,15 +64,9 @@ func (r *Runtime) load(id string) (*libcontainer.Container, error) {
 	if id == "" {
 		return nil, errors.New("container id cannot be empty")
 	}
-	if r.loaded != nil && r.loadedID == id {
-		return r.loaded, nil
-	}
 	c, err := libcontainer.Load(r.Root, id)
 	if errors.Is(err, libcontainer.ErrNotExist) {
 		return nil, ErrNotExist
-	}
-	if err == nil {
-		r.loaded, r.loadedID = c, id
 	}
 	return c, err
 }

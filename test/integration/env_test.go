@@ -233,39 +233,10 @@ func TestEnvRunSIGKILLThenPrune(t *testing.T) {
 	hp := freePort(t)
 	cmd := serve(bridge, "served", hp)
 	waitFor(t, "the server behind env run --port", func() bool {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/f", hp))
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b) == "served\n"
+		b, err := httpBody(http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/f", hp))
+		return err == nil && b == "served\n"
 	})
-	ids := e.sandboxDirs()
-	if len(ids) == 0 {
-		t.Fatal("no sandbox directory under the root")
-	}
-	// While env run lives, its sandbox is not prune's.
-	e.must("prune")
-	if len(e.sandboxDirs()) != len(ids) {
-		t.Fatal("prune removed the sandbox of a live env run")
-	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
-	e.must("prune")
-	if out := e.must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
-		t.Errorf("prune left %q", out)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for left := e.leftovers(ids); len(left) > 0; left = e.leftovers(ids) {
-		if time.Now().After(deadline) {
-			t.Fatalf("left after SIGKILL of env run and prune:\n%s", strings.Join(left, "\n"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err := canBind("tcp", fmt.Sprintf("127.0.0.1:%d", hp)); err != nil {
-		t.Errorf("prune after SIGKILL of env run did not release host port %d: %v", hp, err)
-	}
+	e.killOwnerThenPrune(t, cmd, hp, "env run")
 	// keep_container_after_clean: SIGKILLed or not, the sandbox is kept.
 	kc := exec.Command(e.bin, "--root", e.root, "env", "run", kept, "--workspace", ws, "--", "sleep", "120")
 	if err := kc.Start(); err != nil {

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,6 +66,50 @@ func (e *env) leftovers(ids map[string]bool) []string {
 		}
 	}
 	return out
+}
+
+// killOwnerThenPrune checks that prune leaves the running sandbox of a
+// live foreground slopbox process (cmd: run or env run, serving on host
+// port port) alone, SIGKILLs that process, and checks that prune alone
+// then removes the sandbox: none listed, nothing of it left on the host
+// (PID 1, slirp4netns, forwarder, mounts, cgroups) and the port free.
+func (e *env) killOwnerThenPrune(t *testing.T, cmd *exec.Cmd, port int, what string) {
+	t.Helper()
+	ids := e.sandboxDirs()
+	if len(ids) == 0 {
+		t.Fatal("no sandbox directory under the root")
+	}
+	e.must("prune")
+	if len(e.sandboxDirs()) != len(ids) {
+		t.Fatalf("prune removed the sandbox of a live %s", what)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	e.must("prune")
+	if out := e.must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("prune left %q", out)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for left := e.leftovers(ids); len(left) > 0; left = e.leftovers(ids) {
+		if time.Now().After(deadline) {
+			t.Fatalf("left after SIGKILL of %s and prune:\n%s", what, strings.Join(left, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := canBind("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
+		t.Errorf("prune after SIGKILL of %s did not release host port %d: %v", what, port, err)
+	}
+}
+
+// httpBody GETs url and returns the body.
+func httpBody(client *http.Client, url string) (string, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }
 
 // sandboxDirs returns the ids of every sandbox directory under the root,

@@ -28,10 +28,10 @@ func monitors(root string) []string {
 	return out
 }
 
-// waitFor polls cond for up to 10 s.
+// waitFor polls cond for up to a generous deadline (busy CI hosts).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}

@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -780,46 +779,11 @@ func TestPortsReleasedByKillAndPrune(t *testing.T) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	client := &http.Client{Timeout: 5 * time.Second}
-	deadline = time.Now().Add(time.Minute)
-	for {
-		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", ps))
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if string(b) == "served\n" {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server in the foreground sandbox never answered through -p %d: %v", ps, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	ids := e.sandboxDirs()
-	if len(ids) == 0 {
-		t.Fatal("no sandbox directory under the root")
-	}
-	// While its slopbox process lives, the sandbox is not prune's.
-	e.must("prune")
-	if len(e.sandboxDirs()) != len(ids) {
-		t.Fatal("prune removed the sandbox of a foreground run still attached")
-	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
-	e.must("prune")
-	if out := e.must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
-		t.Errorf("prune left %q", out)
-	}
-	deadline = time.Now().Add(time.Minute)
-	for left := e.leftovers(ids); len(left) > 0; left = e.leftovers(ids) {
-		if time.Now().After(deadline) {
-			t.Fatalf("left after SIGKILL and prune:\n%s", strings.Join(left, "\n"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err := canBind("tcp", fmt.Sprintf("127.0.0.1:%d", ps)); err != nil {
-		t.Errorf("prune after SIGKILL did not release host port %d: %v", ps, err)
-	}
+	waitFor(t, fmt.Sprintf("the server in the foreground sandbox through -p %d", ps), func() bool {
+		b, err := httpBody(client, fmt.Sprintf("http://127.0.0.1:%d/", ps))
+		return err == nil && b == "served\n"
+	})
+	e.killOwnerThenPrune(t, cmd, ps, "a foreground run")
 	// A foreground run that ended by itself with --keep leaves a running
 	// sandbox that prune keeps.
 	e.must("run", "--keep", "--name", "kept", "--network", "bridge", e.ref, "true")

@@ -20,13 +20,27 @@ import (
 	"time"
 )
 
-// eventually polls cond for up to a generous deadline (busy CI hosts).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+// dockerMust returns a runner of the docker CLI against sock that fails
+// the test when a command exits non-zero, and returns its output.
+func dockerMust(t *testing.T, sock string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		out, code := dockerCLI(t, sock, "", args...)
+		if code != 0 {
+			t.Fatalf("docker %v: exit %d\n%s", args, code, out)
 		}
+		return out
+	}
+}
+
+// notYet fails the test if ch has delivered already: a wait that must
+// still hold.
+func notYet(t *testing.T, ch <-chan string, what string) {
+	t.Helper()
+	select {
+	case s := <-ch:
+		t.Fatalf("%s: %s", what, s)
+	default:
 	}
 }
 
@@ -125,17 +139,10 @@ func TestServeEvents(t *testing.T) {
 	sock := e.serve(t)
 	e.must("pull", "-q", e.ref)
 	events := dockerEvents(t, sock, e.ref)
-	must := func(args ...string) string {
-		t.Helper()
-		out, code := dockerCLI(t, sock, "", args...)
-		if code != 0 {
-			t.Fatalf("docker %v: exit %d\n%s", args, code, out)
-		}
-		return out
-	}
+	must := dockerMust(t, sock)
 	want := func(prefixes ...string) {
 		t.Helper()
-		eventually(t, fmt.Sprintf("events %q", prefixes), func() bool {
+		waitFor(t, fmt.Sprintf("events %q", prefixes), func() bool {
 			got := events()
 			for _, p := range prefixes {
 				if !has(got, p) {
@@ -227,14 +234,7 @@ func TestServeCreateFields(t *testing.T) {
 	e := newEnv(t)
 	sock := e.serve(t)
 	e.must("pull", "-q", e.ref)
-	must := func(args ...string) string {
-		t.Helper()
-		out, code := dockerCLI(t, sock, "", args...)
-		if code != 0 {
-			t.Fatalf("docker %v: exit %d\n%s", args, code, out)
-		}
-		return out
-	}
+	must := dockerMust(t, sock)
 	data := searchable(t, t.TempDir())
 	vol := searchable(t, t.TempDir())
 	os.WriteFile(filepath.Join(data, "f"), []byte("mounted\n"), 0o644)
@@ -345,14 +345,7 @@ func TestServeCreateFields(t *testing.T) {
 func TestServeContainerEndpoints(t *testing.T) {
 	e := newEnv(t)
 	sock := e.serve(t)
-	must := func(args ...string) string {
-		t.Helper()
-		out, code := dockerCLI(t, sock, "", args...)
-		if code != 0 {
-			t.Fatalf("docker %v: exit %d\n%s", args, code, out)
-		}
-		return out
-	}
+	must := dockerMust(t, sock)
 	must("pull", e.ref)
 	must("run", "-d", "--name", "busy", "--label", "role=spin", e.ref, "sh", "-c", "while :; do :; done")
 	must("run", "-d", "--name", "idle", "--label", "role=sleep", e.ref, "sleep", "1000")
@@ -489,14 +482,7 @@ func TestServeWaitConditions(t *testing.T) {
 		}
 		return ""
 	}
-	must := func(args ...string) string {
-		t.Helper()
-		out, code := dockerCLI(t, sock, "", args...)
-		if code != 0 {
-			t.Fatalf("docker %v: exit %d\n%s", args, code, out)
-		}
-		return out
-	}
+	must := dockerMust(t, sock)
 	// docker run without --rm: the CLI waits with next-exit before start.
 	if out, code := dockerCLI(t, sock, "", "run", "--name", "nx", e.ref, "sh", "-c", "echo once; exit 5"); code != 5 || out != "once\n" {
 		t.Errorf("docker run (next-exit): %d %q", code, out)
@@ -512,11 +498,7 @@ func TestServeWaitConditions(t *testing.T) {
 	// next-exit of an exited container: not before it ran again.
 	next := wait("nx", "next-exit")
 	must("inspect", "nx") // meanwhile: a wait holding at once would have answered
-	select {
-	case s := <-next:
-		t.Fatalf("wait next-exit of an exited container returned before its next run: %s", s)
-	default:
-	}
+	notYet(t, next, "wait next-exit of an exited container returned before its next run")
 	must("start", "nx")
 	if s := got(next, "next-exit"); s != `200 {"StatusCode":5}` {
 		t.Errorf("wait next-exit: %s", s)
@@ -525,11 +507,7 @@ func TestServeWaitConditions(t *testing.T) {
 	must("start", "created")
 	running := wait("created", "not-running")
 	must("exec", "created", "true")
-	select {
-	case s := <-running:
-		t.Fatalf("wait not-running returned while the container runs: %s", s)
-	default:
-	}
+	notYet(t, running, "wait not-running returned while the container runs")
 	must("kill", "created")
 	if s := got(running, "not-running of a running container"); s != `200 {"StatusCode":137}` {
 		t.Errorf("wait not-running of a killed container: %s", s)
@@ -632,14 +610,7 @@ func TestServeEventShape(t *testing.T) {
 	sock := e.serve(t)
 	e.must("pull", "-q", e.ref)
 	events := dockerEventsFormat(t, sock, e.ref, "{{json .}}")
-	must := func(args ...string) string {
-		t.Helper()
-		out, code := dockerCLI(t, sock, "", args...)
-		if code != 0 {
-			t.Fatalf("docker %v: exit %d\n%s", args, code, out)
-		}
-		return out
-	}
+	must := dockerMust(t, sock)
 	id := strings.TrimSpace(must("run", "-d", "--name", "shape", "--label", "suite=shape", e.ref, "sleep", "1000"))
 	t.Cleanup(func() { dockerCLI(t, sock, "", "rm", "-f", id) })
 	must("rename", "shape", "shape2")
@@ -656,7 +627,7 @@ func TestServeEventShape(t *testing.T) {
 		Time, TimeNano int64
 	}
 	var got []message
-	eventually(t, "the destroy event", func() bool {
+	waitFor(t, "the destroy event", func() bool {
 		got = got[:0]
 		for _, l := range events() {
 			var m message
