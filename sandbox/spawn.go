@@ -61,6 +61,9 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 			return nil, fmt.Errorf("spawn: %w", err)
 		}
 	}
+	// The spawn server's start (rootless: two execs and newuidmap) runs
+	// while the spec is checked and the image looked up.
+	defer b.warmSpawner()()
 	ws := spec.Workspace
 	if ws != "" {
 		abs, err := filepath.Abs(ws)
@@ -366,6 +369,21 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 		return b.prestartEntry(context.Background(), srv, bins, t)
 	})
 	return nil
+}
+
+// warmSpawner starts the spawn server in the background, unless it runs
+// already, and returns a function that waits until that is done: the
+// caller waits before it returns, so no start outlives it (and a Close).
+// A failed start is only retried, and reported, by the call that needs it.
+func (b *Backend) warmSpawner() (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if bins, err := b.binaries(); err == nil {
+			b.spawnerFor(bins.server).server(b.store.Mapping())
+		}
+	}()
+	return func() { <-done }
 }
 
 // adopt records rec, under its unique name, over the prestarted sandbox in

@@ -68,7 +68,8 @@ func Init() {
 	switch os.Getenv(stageEnv) {
 	case "1":
 		// Wait until the parent has written our maps, then exec again so the
-		// kernel grants us the full capability set of the namespace.
+		// kernel grants us the full capability set of the namespace. With
+		// cgo, stage1.c has done this before the Go runtime started.
 		sync := os.NewFile(3, "userns-sync")
 		var b [1]byte
 		if n, _ := sync.Read(b[:]); n != 1 {

@@ -1,6 +1,13 @@
 package userns
 
-import "testing"
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
 
 func TestNestedMapsAndShiftAgree(t *testing.T) {
 	n, err := ParseNested("u1000-g100")
@@ -34,5 +41,58 @@ func TestNestedMapsAndShiftAgree(t *testing.T) {
 	}
 	if _, err := ParseNested("bogus"); err == nil {
 		t.Error("a bad key parsed")
+	}
+}
+
+func TestMain(m *testing.M) {
+	Init()
+	if os.Getenv("_USERNS_TEST_REPORT") != "" {
+		// A re-executed copy of this binary (TestStageOneHandOver).
+		// fd 3 may be open again, for the Go runtime's own use.
+		l, _ := os.Readlink("/proc/self/fd/3")
+		fmt.Printf("inside=%v stage=%q sync pipe open=%v\n", Inside(), os.Getenv(stageEnv), strings.HasPrefix(l, "pipe:"))
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// Stage 1 (stage1.c with cgo, else Init) waits for the byte that says the
+// maps are written, then execs this binary again as stage 2 with the sync
+// pipe closed; a pipe closed without that byte aborts with exit 125.
+func TestStageOneHandOver(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		send bool
+	}{{"maps written", true}, {"aborted", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command("/proc/self/exe", "-test.run=^$")
+			cmd.Env = append(os.Environ(), stageEnv+"=1", "_USERNS_TEST_REPORT=1")
+			cmd.ExtraFiles = []*os.File{r}
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			r.Close()
+			if tc.send {
+				w.Write([]byte{1})
+			}
+			w.Close()
+			err = cmd.Wait()
+			if tc.send {
+				if err != nil || stdout.String() != "inside=true stage=\"\" sync pipe open=false\n" {
+					t.Fatalf("stage 2: %v, stdout %q, stderr %q; want inside, stage unset, fd 3 closed", err, stdout.String(), stderr.String())
+				}
+				return
+			}
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 125 || !strings.Contains(stderr.String(), "user namespace set-up was aborted") {
+				t.Fatalf("aborted stage 1: %v, stdout %q, stderr %q; want exit 125 and the reason", err, stdout.String(), stderr.String())
+			}
+		})
 	}
 }
