@@ -61,9 +61,37 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 			return nil, fmt.Errorf("spawn: %w", err)
 		}
 	}
-	// The spawn server's start (rootless: two execs and newuidmap) runs
-	// while the spec is checked and the image looked up.
-	defer b.warmSpawner()()
+	network := spec.Network
+	if network == "" {
+		network = backend.NetworkNone
+	}
+	if network == backend.NetworkBridge {
+		if _, err := netHelper(); err != nil {
+			return nil, fmt.Errorf("spawn: %w", err)
+		}
+	} else if spec.AllowHostLoopback {
+		return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("--allow-host-loopback is for --network bridge (with %s the host's loopback is %s)", network, map[bool]string{true: "shared", false: "out of reach"}[network == backend.NetworkHost]))
+	}
+	if spec.Hostname != "" && !validHostname(spec.Hostname) {
+		return nil, fmt.Errorf("spawn: invalid hostname %q: letters, digits, '-' and '.', at most 63, starting with a letter or digit", spec.Hostname)
+	}
+	ports, err := checkPorts(spec.Ports, network)
+	if err != nil {
+		return nil, fmt.Errorf("spawn: %w", err)
+	}
+	for _, h := range spec.ExtraHosts {
+		if _, err := oci.ParseHostEntry(h); err != nil {
+			return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("%v", err))
+		}
+	}
+	var dns *oci.DNS
+	if len(spec.DNS)+len(spec.DNSSearch)+len(spec.DNSOptions) > 0 {
+		d, err := oci.ParseDNS(spec.DNS, spec.DNSSearch, spec.DNSOptions)
+		if err != nil {
+			return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("%v", err))
+		}
+		dns = &d
+	}
 	ws := spec.Workspace
 	if ws != "" {
 		abs, err := filepath.Abs(ws)
@@ -85,6 +113,10 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	} else if !spec.NoWorkspaceMount {
 		return nil, errors.New("spawn: no workspace directory given (or set NoWorkspaceMount)")
 	}
+	// What is left to check needs the image: the spawn server (rootless:
+	// an exec, newuidmap and newgidmap) starts meanwhile.
+	warmed := b.warmSpawner()
+	defer warmed()
 	img, err := b.store.Get(spec.Image)
 	if err != nil {
 		return nil, fmt.Errorf("spawn: %w", err)
@@ -125,37 +157,6 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	if spec.Cwd != "" {
 		cwd = spec.Cwd
 	}
-	network := spec.Network
-	if network == "" {
-		network = backend.NetworkNone
-	}
-	if network == backend.NetworkBridge {
-		if _, err := netHelper(); err != nil {
-			return nil, fmt.Errorf("spawn: %w", err)
-		}
-	} else if spec.AllowHostLoopback {
-		return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("--allow-host-loopback is for --network bridge (with %s the host's loopback is %s)", network, map[bool]string{true: "shared", false: "out of reach"}[network == backend.NetworkHost]))
-	}
-	if spec.Hostname != "" && !validHostname(spec.Hostname) {
-		return nil, fmt.Errorf("spawn: invalid hostname %q: letters, digits, '-' and '.', at most 63, starting with a letter or digit", spec.Hostname)
-	}
-	ports, err := checkPorts(spec.Ports, network)
-	if err != nil {
-		return nil, fmt.Errorf("spawn: %w", err)
-	}
-	for _, h := range spec.ExtraHosts {
-		if _, err := oci.ParseHostEntry(h); err != nil {
-			return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("%v", err))
-		}
-	}
-	var dns *oci.DNS
-	if len(spec.DNS)+len(spec.DNSSearch)+len(spec.DNSOptions) > 0 {
-		d, err := oci.ParseDNS(spec.DNS, spec.DNSSearch, spec.DNSOptions)
-		if err != nil {
-			return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("%v", err))
-		}
-		dns = &d
-	}
 
 	rec := &record{
 		ID:        newID(),
@@ -191,6 +192,9 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	}
 	if !spec.DisableSetup {
 		rec.Setup = backend.SetupCommands(spec.Setup, spec.Context)
+	}
+	if err := warmed(); err != nil {
+		return nil, fmt.Errorf("spawn: %w", err)
 	}
 	if create {
 		if rec.Name == "" {
@@ -372,18 +376,24 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 }
 
 // warmSpawner starts the spawn server in the background, unless it runs
-// already, and returns a function that waits until that is done: the
-// caller waits before it returns, so no start outlives it (and a Close).
-// A failed start is only retried, and reported, by the call that needs it.
-func (b *Backend) warmSpawner() (wait func()) {
+// already, and returns a function that waits until that is done and
+// returns the start's error. The caller calls it before it returns, so no
+// start it began outlives it; a failed start is reported from there rather
+// than tried again.
+func (b *Backend) warmSpawner() (wait func() error) {
 	done := make(chan struct{})
+	var err error
 	go func() {
 		defer close(done)
-		if bins, err := b.binaries(); err == nil {
-			b.spawnerFor(bins.server).server(b.store.Mapping())
+		var bins binaries
+		if bins, err = b.binaries(); err == nil {
+			_, err = b.spawnerFor(bins.server).server(b.store.Mapping())
 		}
 	}()
-	return func() { <-done }
+	return func() error {
+		<-done
+		return err
+	}
 }
 
 // adopt records rec, under its unique name, over the prestarted sandbox in

@@ -81,6 +81,29 @@ engine slopbox-rootless "$rt/slopbox-bench.sock" "$(pgrep -u "$(bench_uid)" -f -
 pkill -u "$(bench_uid)" -f "slopbox-bench serve --socket $rt/slopbox-bench.sock" || true
 wait 2>/dev/null || true
 
+# CPU time per container, the whole machine's (/proc/stat: every process,
+# the kernel's work included), measured the same way for crun and slopbox:
+# CPU_RUNS runs of `true` in a row as the bench user, each in a new
+# container (crun on the harness's rootless bundle). hyperfine's user and
+# system times count only the processes the command waited for.
+# shellcheck source=/dev/null # the harness's, outside this repository
+source "$HARNESS/lib/bundle.sh"
+bundles=$(prepare_rootless_bundles)
+busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat; } # user nice system irq softirq
+cpu_per_run() { # name command (run CPU_RUNS times in a row as the bench user)
+	local n=${CPU_RUNS:-50} b0 b1 t0 t1
+	b0=$(busy_ticks) t0=$(date +%s%N)
+	if ! as_user bash -c "for ((i = 0; i < $n; i++)); do $2 >/dev/null || exit 1; done"; then
+		echo "cpu bench of $1 failed" >&2
+		return 0
+	fi
+	t1=$(date +%s%N) b1=$(busy_ticks)
+	jq -nc --arg name "$1" --arg command "$2" --argjson n "$n" --argjson ticks $((b1 - b0)) --argjson ns $((t1 - t0)) --argjson hz "$(getconf CLK_TCK)" \
+		'{name: $name, command: $command, runs: $n, cpu_ms_per_run: ($ticks * 1000 / $hz / $n), wall_ms_per_run: ($ns / 1e6 / $n)}' >>"$OUT/cpu.jsonl"
+}
+cpu_per_run crun-rootless "crun run --bundle $bundles/true bench-cpu"
+cpu_per_run slopbox "slopbox-bench run --rm $BUSYBOX_REF true"
+
 # containerd with slopbox-runc, runc and crun as the runc shim's binary
 # (issue 13): `ctr run --rm` of true, from an image containerd pulled
 # from the bench registry, on a containerd of its own.

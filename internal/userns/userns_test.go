@@ -1,12 +1,14 @@
 package userns
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestNestedMapsAndShiftAgree(t *testing.T) {
@@ -69,8 +71,12 @@ func TestStageOneHandOver(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command("/proc/self/exe", "-test.run=^$")
-			cmd.Env = append(os.Environ(), stageEnv+"=1", "_USERNS_TEST_REPORT=1")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "/proc/self/exe", "-test.run=^$")
+			// Each Go runtime start traces its package inits: with cgo,
+			// stage 1 (stage1.c) starts none.
+			cmd.Env = append(os.Environ(), stageEnv+"=1", "_USERNS_TEST_REPORT=1", "GODEBUG=inittrace=1")
 			cmd.ExtraFiles = []*os.File{r}
 			var stdout, stderr strings.Builder
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -79,13 +85,22 @@ func TestStageOneHandOver(t *testing.T) {
 			}
 			r.Close()
 			if tc.send {
-				w.Write([]byte{1})
+				if _, err := w.Write([]byte{1}); err != nil {
+					t.Fatal(err)
+				}
 			}
 			w.Close()
 			err = cmd.Wait()
 			if tc.send {
 				if err != nil || stdout.String() != "inside=true stage=\"\" sync pipe open=false\n" {
 					t.Fatalf("stage 2: %v, stdout %q, stderr %q; want inside, stage unset, fd 3 closed", err, stdout.String(), stderr.String())
+				}
+				want := 2 // stage 1 in Go, then stage 2
+				if cgoStageOne {
+					want = 1
+				}
+				if got := strings.Count(stderr.String(), "init runtime @"); got != want {
+					t.Fatalf("%d Go runtime starts, want %d (cgo %v); stderr:\n%s", got, want, cgoStageOne, stderr.String())
 				}
 				return
 			}

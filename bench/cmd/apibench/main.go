@@ -135,10 +135,9 @@ func main() {
 			}
 			sb.Cleanup()
 		}
-		// Every process's CPU time (the machine's, from /proc/stat) per
-		// sandbox spawned, run and removed: on a machine with c CPUs no
-		// back-to-back loop that makes a sandbox per run, pool or not, runs
-		// faster than this divided by c.
+		// The machine's CPU time (/proc/stat: every process, background
+		// load included) per sandbox spawned, run and removed; with the
+		// pool on, the refill still running after the last one is missed.
 		emit(stats(name, d, map[string]any{"cpu_ms_per_sandbox": (busyMs() - busy0) / float64(*runs)}))
 	}
 	if has("spawn") {

@@ -1,0 +1,5 @@
+//go:build !cgo
+
+package userns
+
+const cgoStageOne = false
