@@ -192,6 +192,16 @@ func cgroup2Only() bool {
 	return err == nil
 }
 
+// waitStatus polls id's state until it reads want or within passes, and
+// returns the last status read.
+func (o *ociCmd) waitStatus(id, want string, within time.Duration) string {
+	st := o.status(id)
+	for deadline := time.Now().Add(within); st != want && time.Now().Before(deadline); st = o.status(id) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return st
+}
+
 func (o *ociCmd) status(id string) string {
 	out, stderr, code := o.run("state", id)
 	if code != 0 {
@@ -291,10 +301,7 @@ func TestOCIRuntime(t *testing.T) {
 	if _, stderr, code := o.run("kill", c1, "KILL"); code != 0 {
 		t.Errorf("kill KILL: %s", stderr)
 	}
-	for deadline := time.Now().Add(10 * time.Second); o.status(c1) != "stopped" && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if st := o.status(c1); st != "stopped" {
+	if st := o.waitStatus(c1, "stopped", 10*time.Second); st != "stopped" {
 		t.Errorf("after kill: %s", st)
 	}
 	if _, stderr, code := o.run("delete", c1); code != 0 {
@@ -546,10 +553,7 @@ func TestOCIRuntimeKillAll(t *testing.T) {
 	if _, stderr, code := o.run("kill", "--all", id, "KILL"); code != 0 {
 		t.Errorf("kill --all KILL: %d %s", code, stderr)
 	}
-	for deadline := time.Now().Add(30 * time.Second); o.status(id) != "stopped" && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if st := o.status(id); st != "stopped" {
+	if st := o.waitStatus(id, "stopped", 30*time.Second); st != "stopped" {
 		t.Errorf("after kill --all KILL: %s", st)
 	}
 	if _, stderr, code := o.run("delete", id); code != 0 {
