@@ -342,7 +342,13 @@ func TestKillReachesProcessesThatLeftTheSession(t *testing.T) {
 		if res := run(t, sb, "busybox setsid sleep 7005 >/dev/null 2>&1 & sleep 7006 >/dev/null 2>&1 &"); res.ExitCode != 0 {
 			t.Fatalf("%+v", res)
 		}
-		if res := run(t, sb, "ps -o args"); !strings.Contains(res.Stdout, "sleep 7005") || !strings.Contains(res.Stdout, "sleep 7006") {
+		// Both may still be between fork and exec (ps shows "[exe]"):
+		// polled, boundedly, until they show.
+		res := run(t, sb, "ps -o args")
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && !(strings.Contains(res.Stdout, "sleep 7005") && strings.Contains(res.Stdout, "sleep 7006")); res = run(t, sb, "ps -o args") {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !strings.Contains(res.Stdout, "sleep 7005") || !strings.Contains(res.Stdout, "sleep 7006") {
 			t.Errorf("background processes of a finished exec were killed:\n%s", res.Stdout)
 		}
 	})
