@@ -17,6 +17,10 @@ export CGO_ENABLED := 1
 
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := .work/bin/staticcheck-$(STATICCHECK_VERSION)
+# make test runs go test through gotestsum (a summary of failures and
+# skips at the end of each phase).
+GOTESTSUM_VERSION := v1.13.0
+GOTESTSUM := .work/bin/gotestsum-$(GOTESTSUM_VERSION)
 
 .PHONY: all deps helper build test test-one demo bench vet lint fmt clean vm-box vm-test
 
@@ -51,8 +55,13 @@ $(STATICCHECK):
 	GOBIN=$(CURDIR)/.work/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	mv .work/bin/staticcheck $@
 
-test: build lint
-	@scripts/test.sh
+$(GOTESTSUM):
+	mkdir -p .work/bin
+	GOBIN=$(CURDIR)/.work/bin $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
+	mv .work/bin/gotestsum $@
+
+test: build lint $(GOTESTSUM)
+	@GOTESTSUM=$(GOTESTSUM) scripts/test.sh
 
 # One package or test, with the tags and static linking the tests need:
 #   make test-one PKG=./sandbox RUN=TestNoSetidFilesOnTheHost

@@ -2,6 +2,8 @@ module github.com/slopbox/slopbox
 
 go 1.26.0
 
+toolchain go1.26.8
+
 require (
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/docker/go-units v0.5.0

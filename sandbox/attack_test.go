@@ -461,7 +461,9 @@ func TestResourceHogsContained(t *testing.T) {
 		before, start := usage(), time.Now()
 		run(t, sb, "timeout 3 sh -c 'while :; do :; done' & timeout 3 sh -c 'while :; do :; done'; wait")
 		share := float64(usage()-before) / float64(time.Since(start).Nanoseconds())
-		if share > 0.65 || share < 0.1 { // the ceiling is the point; other tests may share the host
+		// Only the ceiling: a loaded host may starve the loops, never
+		// let them past the quota.
+		if share > 0.65 {
 			t.Errorf("two busy loops under --cpus 0.5 used %.2f CPUs", share)
 		}
 	})

@@ -454,9 +454,14 @@ func (s *Sandbox) Wait(ctx context.Context) (int, error) {
 	defer t.Stop()
 	for {
 		if e, ok := readExit(s.dir); ok {
-			return e.ExitCode, nil
-		}
-		if !s.rec.running() {
+			// As docker wait: back once the sandbox has stopped, which its
+			// monitor does right after it records the exit (a remove
+			// that follows must not find it running), or once no monitor
+			// is left to stop it.
+			if _, mon := monitorPid(s.dir); !s.rec.running() || !mon {
+				return e.ExitCode, nil
+			}
+		} else if !s.rec.running() {
 			if e, ok := readExit(s.dir); ok {
 				return e.ExitCode, nil
 			}

@@ -48,7 +48,15 @@ fail() {
 	echo "install $want yourself (https://go.dev/dl) and put it first on PATH, or set GOPROXY to a reachable module proxy" >&2
 	exit 1
 }
-curl -fsSL --retry 3 -o "$tmp/tc.zip" "${SLOPBOX_TOOLCHAIN_ZIP_URL:-$proxy/$mod/@v/$ver.zip}" || fail "cannot download $mod@$ver from $proxy"
+# A zip verified by an earlier run is kept (outside the work tree) and
+# checked again below against the checksum database, not downloaded again.
+cache=${SLOPBOX_TOOLCHAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/slopbox/toolchain}
+if [[ -s $cache/$ver.zip ]]; then
+	cp "$cache/$ver.zip" "$tmp/tc.zip"
+	echo "using the toolchain zip kept in $cache (its hash is checked again)" >&2
+else
+	curl -fsSL --retry 3 -o "$tmp/tc.zip" "${SLOPBOX_TOOLCHAIN_ZIP_URL:-$proxy/$mod/@v/$ver.zip}" || fail "cannot download $mod@$ver from $proxy"
+fi
 expected=""
 for sumdb in "${sumdbs[@]}"; do
 	expected=$(curl -fsSL --retry 2 "$sumdb/lookup/$mod@$ver" 2>/dev/null | awk -v m="$mod" -v v="$ver" '$1 == m && $2 == v {print $3; exit}') || true
@@ -63,7 +71,13 @@ unzip -q "$tmp/tc.zip" -d "$tmp/x"
 got=h1:$(cd "$tmp/x" && find . -type f -printf '%P\n' | LC_ALL=C sort | tr '\n' '\0' | xargs -0 sha256sum |
 	sha256sum | cut -c1-64 | sed 's/../\\x&/g' | { read -r hex; printf '%b' "$hex"; } | base64)
 if [[ $got != "$expected" ]]; then
+	rm -f "$cache/$ver.zip"
 	fail "$mod@$ver: hash mismatch (got $got, the checksum database says $expected): not installed"
+fi
+if [[ ! -s $cache/$ver.zip ]] && mkdir -p "$cache" 2>/dev/null; then
+	if ! { cp "$tmp/tc.zip" "$cache/.$ver.zip.$$" && mv "$cache/.$ver.zip.$$" "$cache/$ver.zip"; }; then
+		rm -f "$cache/.$ver.zip.$$"
+	fi
 fi
 rm -rf "$dest"
 mkdir -p "$(dirname "$dest")"

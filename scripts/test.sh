@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Runs every test: first as root, then the rootless suites as an
-# unprivileged user with /etc/subuid ranges (created by deps.sh). Test
-# binaries are linked statically so that a sandbox can run its own binary as
-# the container's PID 1.
+# Runs every test: as root, then the rootless suites as an unprivileged user
+# with /etc/subuid ranges (created by deps.sh), docker-py's own suite
+# against `slopbox serve` (root and rootless), and the cgroup v2 VM suite.
+# Test binaries are linked statically so that a sandbox can run its own
+# binary as the container's PID 1.
+#
+# Each phase has its own time limit (they add up to well under CI's 90
+# minutes) and prints its result as it ends; the failures and the tests
+# skipped are listed again at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TAGS="seccomp netgo osusergo slopbox_helper"
-LDFLAGS="-extldflags -static"
+export TAGS="seccomp netgo osusergo slopbox_helper"
+export LDFLAGS="-extldflags -static"
 # Test binaries embed the spawn server as bin/slopbox does (make helper).
 make -s helper
+GOTESTSUM=${GOTESTSUM:-.work/bin/gotestsum}
 TEST_USER=${SLOPBOX_TEST_USER:-slopbox-test}
 # Packages whose behaviour depends on the caller's privileges run twice.
 ROOTLESS_PKGS=(./image/ ./image/archive/ ./local/ ./backend/ ./test/conformance/ ./sandbox/ ./test/integration/)
@@ -17,15 +23,86 @@ ROOTLESS_PKGS=(./image/ ./image/archive/ ./local/ ./backend/ ./test/conformance/
 # (containerd runs as root; a pids limit needs a cgroup, which rootless
 # has none of on a cgroup v1 host).
 ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestRootOwnedWorkspaceMapsToUnprivilegedID|TestContainerdRunc|TestCRI|TestRuntimeTools|TestDoctorTunMode|TestCommandThatCannotBeForkedFailsToStart)$'
+# Stress tests (many processes on one state root) run in a step of their
+# own, not beside other packages.
+STRESS='^(TestConcurrentProcessesOnOneRoot)$'
+STRESS_PKG=./test/integration/
+# The CLI and serve under the race detector (a -race slopbox through
+# SLOPBOX_BIN): the integration tests that drive them hardest.
+RACE_CLI='^(TestServe.*|TestDetachedMainCommand|TestSandboxAcrossProcesses|TestCreateStart|TestCopy|TestTerminal|TestLogBound|TestRunExitCodes|TestPauseUnpause)$'
+
+logs=$(mktemp -d /tmp/slopbox-test-logs.XXXXXX)
+chmod 755 "$logs"
+summary=$logs/summary
+: >"$summary"
+work=""
+trap 'rm -rf "$logs" ${work:+"$work"}' EXIT
+
+# checked NAME LIMIT CMD...: runs a phase under a time limit; its result
+# is printed as it ends and, when it failed, kept for the summary printed
+# last, where a CI log's tail shows it.
+checked() {
+	local name=$1 limit=$2 start=$SECONDS rc=0
+	shift 2
+	echo "== $name (limit ${limit})" >&2
+	timeout -k 30 "$limit" "$@" >"$logs/$name.log" 2>&1 || rc=$?
+	cat "$logs/$name.log"
+	if ((rc == 0)); then
+		echo "== $name: passed in $((SECONDS - start)) s" >&2
+		return 0
+	fi
+	local why="failed (exit $rc)"
+	((rc == 124)) && why="TIMED OUT after $limit"
+	echo "== $name: $why in $((SECONDS - start)) s" >&2
+	{
+		echo "== FAILED: $name: $why"
+		grep -E -A15 '^panic: test timed out' "$logs/$name.log" | grep -v '^goroutine ' | head -25 || true
+		grep -E '^(--- FAIL|FAIL|panic:|=== FAIL|  UNEXPECTED|  LISTED)' "$logs/$name.log" | head -60 || true
+	} >>"$summary"
+	return 1
+}
+status=0
+
+# gotest NAME LIMIT GOTESTARGS...: go test through gotestsum, which prints
+# each package as it ends and, at its end, the failures and skips with
+# their output; its JSON is kept for the list of skips printed last.
+gotest() {
+	local name=$1 limit=$2
+	shift 2
+	checked "$name" "$limit" "$GOTESTSUM" --format pkgname-and-test-fails --jsonfile "$logs/$name.json" -- "$@"
+}
+
+# asuser NAME LIMIT PKG BIN ARGS...: a prebuilt test binary run as
+# $TEST_USER in its package's copy, its output turned into go test's JSON
+# for gotestsum.
+asuser() {
+	local name=$1 limit=$2 pkg=$3 bin=$4 script
+	shift 4
+	script=$work/$name.sh
+	printf '#!/bin/sh\ncd %q && HOME=%q exec %q -test.v=test2json -test.count=1' "$work/$pkg" "$(getent passwd "$TEST_USER" | cut -d: -f6)" "$bin" >"$script"
+	printf ' %q' "$@" >>"$script"
+	printf ' 2>&1\n' >>"$script"
+	chmod 755 "$script"
+	checked "$name" "$limit" "$GOTESTSUM" --format pkgname-and-test-fails --jsonfile "$logs/$name.json" --raw-command -- \
+		bash -o pipefail -c "su '$TEST_USER' -s /bin/sh '$script' | go tool test2json -t -p '$pkg'"
+}
 
 # A fresh machine has no Go, or Debian's 1.19: the toolchain go.mod names
-# is fetched and its hash checked against the checksum database.
-echo "== Go toolchain fetch on a machine without Go" >&2
-tc=$(mktemp -d)
-cp go.mod "$tc/" && mkdir "$tc/scripts" && cp scripts/go-toolchain.sh "$tc/scripts/"
-env PATH=/usr/sbin:/usr/bin:/sbin:/bin bash "$tc/scripts/go-toolchain.sh"
-"$tc/.work/go/bin/go" version | grep -q "go$(awk '$1 == "go" {print $2; exit}' go.mod) " || { echo "the fetched toolchain is not the one go.mod names" >&2; exit 1; }
-rm -rf "$tc"
+# is fetched (or taken from the cache of an earlier fetch) and its hash
+# checked against the checksum database.
+# shellcheck disable=SC2317 # run through checked (bash -c)
+toolchain_check() {
+	local tc
+	tc=$(mktemp -d)
+	cp go.mod "$tc/" && mkdir "$tc/scripts" && cp scripts/go-toolchain.sh "$tc/scripts/"
+	env PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="$HOME" bash "$tc/scripts/go-toolchain.sh"
+	local want
+	want=$(awk '$1 == "toolchain" {print $2; exit}' go.mod)
+	"$tc/.work/go/bin/go" version | grep -q "$want " || { echo "the fetched toolchain is not the one go.mod names ($want)" >&2; rm -rf "$tc"; return 1; }
+	rm -rf "$tc"
+}
+export -f toolchain_check
+checked toolchain 5m bash -c toolchain_check || status=1
 
 # Bridge networking runs slirp4netns as the user, which opens
 # /dev/net/tun: most distributions ship it 0666, these machines 0600
@@ -34,40 +111,17 @@ if [[ $(id -u) -eq 0 && -c /dev/net/tun ]]; then
 	chmod 0666 /dev/net/tun
 fi
 
-# checked runs a test command; when it fails, what failed (and, for a
-# timeout, which tests were running) is kept for the summary printed last,
-# where a CI log's tail shows it.
-summary=$(mktemp)
-trap 'rm -f "$summary"' EXIT
-checked() {
-	local log start=$SECONDS
-	log=$(mktemp)
-	if "$@" 2>&1 | tee "$log"; then
-		rm -f "$log"
-		echo "== took $((SECONDS - start)) s: $*" >&2
-		return 0
-	fi
-	echo "== took $((SECONDS - start)) s (failed): $*" >&2
-	{
-		echo "== FAILED: $*"
-		grep -E -A15 '^panic: test timed out' "$log" | grep -v '^goroutine ' | head -25 || true
-		grep -E '^(--- FAIL|FAIL|panic:|ok )' "$log" | head -60 || true
-	} >>"$summary"
-	rm -f "$log"
-	return 1
-}
-status=0
+gotest root 22m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 20m -skip "$STRESS" ./... || status=1
+gotest root-stress 6m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 5m -run "$STRESS" "$STRESS_PKG" || status=1
 
-echo "== tests as root" >&2
-checked go test -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 25m ./... || status=1
-
-# The race detector over the packages with concurrency.
-echo "== race detector" >&2
-checked go test -race -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 15m ./backend/ ./image/ ./sandbox/ ./test/conformance/ || status=1
+# The race detector over the packages with concurrency, and over the CLI
+# and serve: a -race slopbox drives the integration tests named above.
+go build -race -tags "$TAGS" -o "$logs/slopbox-race" ./cmd/slopbox
+gotest race 14m -race -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 12m ./backend/ ./image/ ./sandbox/ ./test/conformance/ ./dockercompat/... || status=1
+SLOPBOX_BIN=$logs/slopbox-race gotest race-cli 10m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 9m -run "$RACE_CLI" ./test/integration/ || status=1
 
 # Each fuzz target for a bounded time (its seeds and testdata/fuzz corpus
 # also ran above, as tests).
-echo "== fuzzing, ${FUZZTIME:=10s} a target" >&2
 # FuzzAgentRequest's inputs go to a live PID 1 and some take long, and
 # FuzzApplyLayer's new inputs are minimized slowly here (each run makes
 # and removes a directory tree on a disk mounted with discard): a time
@@ -75,15 +129,20 @@ echo "== fuzzing, ${FUZZTIME:=10s} a target" >&2
 # "context deadline exceeded" with no failing input. They run a count of
 # inputs instead (about 10 s each here). FuzzApplyLayer's body crashes on
 # an input ApplyLayer spends over 5 s on, so a real hang is kept.
-for target in "FuzzApplyLayer ./image/archive/ 20000x" "FuzzParseReference ./image/" "FuzzAgentRequest ./sandbox/ 8000x" "FuzzParseSpec ./dockercompat/" "FuzzGlob ./dockercompat/" "FuzzReadArchive ./dockercompat/"; do
-	read -r name pkg bound <<<"$target"
-	checked go test -tags "$TAGS" -ldflags "$LDFLAGS" -run '^$' -fuzz "^$name\$" -fuzztime "${bound:-$FUZZTIME}" "$pkg" || status=1
-done
+# shellcheck disable=SC2317 # run through checked (bash -c)
+fuzz() {
+	local target name pkg bound rc=0
+	for target in "FuzzApplyLayer ./image/archive/ 20000x" "FuzzParseReference ./image/" "FuzzAgentRequest ./sandbox/ 8000x" "FuzzParseSpec ./dockercompat/" "FuzzGlob ./dockercompat/" "FuzzReadArchive ./dockercompat/"; do
+		read -r name pkg bound <<<"$target"
+		go test -tags "$TAGS" -ldflags "$LDFLAGS" -run '^$' -fuzz "^$name\$" -fuzztime "${bound:-${FUZZTIME:-10s}}" "$pkg" || rc=1
+	done
+	return "$rc"
+}
+export -f fuzz
+checked fuzz 5m bash -c fuzz || status=1
 
 [[ $(id -u) -eq 0 ]] || { echo "not root: the rootless run needs root to switch to $TEST_USER" >&2; exit 1; }
-echo "== tests as $TEST_USER (rootless)" >&2
 work=$(mktemp -d /tmp/slopbox-rootless.XXXXXX)
-trap 'rm -rf "$work" "$summary"' EXIT
 # The user must be able to read the sources (testdata) wherever CI cloned them.
 git ls-files -z | xargs -0 -I{} cp --parents {} "$work/"
 mkdir -p "$work/bin" && cp bin/slopbox "$work/bin/slopbox" # for test/integration
@@ -95,20 +154,57 @@ for pkg in "${ROOTLESS_PKGS[@]}"; do
 	bin="$work/$(echo "$pkg" | tr -c 'a-z0-9\n' '_').test"
 	go test -c -tags "$TAGS" -ldflags "$LDFLAGS" -o "$bin" "$pkg"
 	chmod 755 "$bin"
-	echo "-- $pkg as $TEST_USER (left out, root only: $ROOT_ONLY)" >&2
-	checked su "$TEST_USER" -s /bin/sh -c "cd '$work/$pkg' && HOME=\$(getent passwd $TEST_USER | cut -d: -f6) '$bin' -test.count=1 -test.timeout=15m -test.skip '$ROOT_ONLY'" || status=1
+	name=rootless-$(basename "$pkg")
+	skip=$ROOT_ONLY
+	[[ $pkg == "$STRESS_PKG" ]] && skip="$ROOT_ONLY|$STRESS"
+	asuser "$name" 12m "$pkg" "$bin" -test.timeout=11m -test.skip "$skip" || status=1
+	if [[ $pkg == "$STRESS_PKG" ]]; then
+		asuser rootless-stress 6m "$pkg" "$bin" -test.timeout=5m -test.run "$STRESS" || status=1
+	fi
 done
+
+# docker-py's own integration suite against serve, client and server as
+# the same user: root, then $TEST_USER.
+checked docker-py-root 14m scripts/dockerpy.sh root bin/slopbox "$logs/dockerpy-root" || status=1
+shared=$(cd ../shared && pwd)
+mkdir -p "$work/shared" && cp -r "$shared/compat" "$shared/peers" "$work/shared/" && chmod -R a+rX "$work/shared"
+install -d -o "$TEST_USER" "$work/dockerpy-rootless"
+checked docker-py-rootless 14m su "$TEST_USER" -s /bin/sh -c \
+	"cd '$work' && SLOPBOX_SHARED='$work/shared' HOME=\$(getent passwd $TEST_USER | cut -d: -f6) scripts/dockerpy.sh rootless bin/slopbox '$work/dockerpy-rootless'" || status=1
 
 # The cgroup v2 suite in a VM (Vagrantfile, test/vm): what a cgroup v1
 # host cannot show. SLOPBOX_SKIP_VM=1 leaves it out of a local run, and
 # says so; CI runs it.
 if [[ -n ${SLOPBOX_SKIP_VM:-} ]]; then
 	echo "== VM suite LEFT OUT (SLOPBOX_SKIP_VM is set)" >&2
+	echo "== LEFT OUT: the VM suite (SLOPBOX_SKIP_VM is set)" >>"$summary"
 else
-	echo "== VM suite (make vm-test)" >&2
-	checked scripts/vm-test.sh || status=1
+	checked vm 20m scripts/vm-test.sh || status=1
 fi
+
 echo "== all tests took $SECONDS s" >&2
+# Every test skipped, with its reason: CI skips nothing silently.
+python3 - "$logs" <<'EOF' >&2 || true
+import glob, json, os, sys
+skips = {}
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
+    phase = os.path.basename(path)[:-5]
+    out = {}
+    for line in open(path, errors="replace"):
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        key = (ev.get("Package", ""), ev.get("Test", ""))
+        if ev.get("Action") == "output" and key[1]:
+            out.setdefault(key, []).append(ev.get("Output", ""))
+        if ev.get("Action") == "skip" and key[1]:
+            why = [l.strip() for l in out.get(key, []) if l.strip() and not l.lstrip().startswith(("=== ", "--- "))]
+            skips[(phase,) + key] = why[-1] if why else ""
+print(f"== tests skipped: {len(skips)}")
+for (phase, pkg, test), why in sorted(skips.items()):
+    print(f"   {phase}: {pkg.removeprefix('github.com/slopbox/slopbox/')} {test}: {why}")
+EOF
 if [[ -s $summary ]]; then
 	echo "== summary of failures" >&2
 	cat "$summary" >&2

@@ -27,6 +27,7 @@ type attachment struct {
 
 	mu     sync.Mutex
 	master *os.File
+	size   unix.Winsize // a resize that came before the terminal did
 	used   bool
 	closed bool
 }
@@ -54,6 +55,9 @@ func (a *attachment) start() sandbox.AttachedStart {
 			return
 		}
 		a.master = m
+		if a.size.Row > 0 {
+			unix.IoctlSetWinsize(int(m.Fd()), unix.TIOCSWINSZ, &a.size)
+		}
 		if a.stdin != nil {
 			go io.Copy(m, a.stdin)
 		}
@@ -64,6 +68,7 @@ func (a *attachment) resize(h, w uint16) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.master == nil {
+		a.size = unix.Winsize{Row: h, Col: w}
 		return nil
 	}
 	return unix.IoctlSetWinsize(int(a.master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: h, Col: w})

@@ -32,6 +32,9 @@ type execInstance struct {
 	exitCode int
 	pid      int
 	term     *sandbox.Terminal
+	// size is a resize that came before the terminal was made (a client
+	// of API < 1.42 sends one right after the start): applied to it.
+	size [2]uint16
 }
 
 func (s *Server) execCreate(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
@@ -94,9 +97,16 @@ func (s *Server) execRoute(w http.ResponseWriter, r *request, id, verb string) {
 		h, _ := strconv.Atoi(r.URL.Query().Get("h"))
 		wd, _ := strconv.Atoi(r.URL.Query().Get("w"))
 		e.mu.Lock()
+		if h <= 0 || wd <= 0 || h >= 1<<16 || wd >= 1<<16 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("resize: h=%d w=%d: want sizes from 1 to 65535", h, wd))
+			return
+		}
 		t := e.term
+		if t == nil {
+			e.size = [2]uint16{uint16(h), uint16(wd)}
+		}
 		e.mu.Unlock()
-		if t != nil && h > 0 && wd > 0 {
+		if t != nil {
 			t.Resize(uint16(h), uint16(wd))
 		}
 		w.WriteHeader(http.StatusOK)
@@ -213,6 +223,9 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 		defer t.Close()
 		e.mu.Lock()
 		e.term = t
+		if e.size[0] > 0 {
+			t.Resize(e.size[0], e.size[1])
+		}
 		e.mu.Unlock()
 		var dst io.Writer = io.Discard
 		if e.AttachStdin {

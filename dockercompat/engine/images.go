@@ -197,13 +197,20 @@ func (s *Server) imageLoad(w http.ResponseWriter, r *request) {
 		writeError(w, http.StatusBadRequest, "load: reading the request body: "+err.Error())
 		return
 	}
-	names, err := s.b.Store().Load(r.Context(), f.Name())
-	if err != nil {
-		writeError(w, http.StatusBadRequest, strings.ReplaceAll(err.Error(), f.Name(), "the request body"))
-		return
-	}
+	// As dockerd: a JSON stream whose headers go out at once (chunked, so
+	// docker-py reads it line by line), with a failure inside the stream.
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
+	names, err := s.b.Store().Load(r.Context(), f.Name())
+	if err != nil {
+		msg := strings.ReplaceAll(err.Error(), f.Name(), "the request body")
+		b, _ := json.Marshal(map[string]any{"errorDetail": map[string]string{"message": msg}, "error": msg})
+		w.Write(append(b, '\r', '\n'))
+		return
+	}
 	for _, n := range names {
 		b, _ := json.Marshal(map[string]string{"stream": "Loaded image: " + n + "\n"})
 		w.Write(append(b, '\r', '\n'))

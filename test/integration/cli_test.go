@@ -61,6 +61,42 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
+// evidence describes sandbox name for a failure report: its inspect, the
+// files of its state directory (small ones whole, the log's tail) and the
+// host processes that mention it.
+func (e *env) evidence(name string) string {
+	var b strings.Builder
+	out, _ := e.run("", "inspect", name)
+	fmt.Fprintf(&b, "inspect %s:\n%s\n", name, out)
+	dirs, _ := filepath.Glob(filepath.Join(e.root, "c", "*"))
+	for _, dir := range dirs {
+		st, err := os.ReadFile(filepath.Join(dir, "state.json"))
+		if err != nil || !strings.Contains(string(st), `"`+name+`"`) {
+			continue
+		}
+		ents, _ := os.ReadDir(dir)
+		for _, ent := range ents {
+			data, err := os.ReadFile(filepath.Join(dir, ent.Name()))
+			if err != nil {
+				fmt.Fprintf(&b, "%s/%s: %v\n", dir, ent.Name(), err)
+				continue
+			}
+			if len(data) > 2048 {
+				data = data[len(data)-2048:]
+			}
+			fmt.Fprintf(&b, "%s/%s:\n%s\n", dir, ent.Name(), data)
+		}
+		id := filepath.Base(dir)
+		ps, _ := exec.Command("ps", "-eo", "pid,ppid,stat,etime,args").Output()
+		for _, line := range strings.Split(string(ps), "\n") {
+			if strings.Contains(line, id) || strings.Contains(line, name) {
+				fmt.Fprintf(&b, "ps: %s\n", line)
+			}
+		}
+	}
+	return b.String()
+}
+
 // run runs slopbox with args (stdin from in) and returns stdout+stderr and
 // the exit code.
 func (e *env) run(in string, args ...string) (string, int) {

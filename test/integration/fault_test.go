@@ -232,7 +232,7 @@ func TestConcurrentProcessesOnOneRoot(t *testing.T) {
 						if ee, ok := err.(*exec.ExitError); ok {
 							stderr = ee.Stderr
 						}
-						errs <- fmt.Sprintf("%v: %v (%s) stderr: %s", args, err, out, stderr)
+						errs <- fmt.Sprintf("%v: %v (%s) stderr: %s\n%s", args, err, out, stderr, e.evidence(name))
 						break
 					}
 					if args[0] == "exec" && string(out) != want {

@@ -25,7 +25,7 @@ import (
 func dockerMust(t *testing.T, sock string) func(args ...string) string {
 	return func(args ...string) string {
 		t.Helper()
-		out, code := dockerCLI(t, sock, "", args...)
+		out, code := dockerCLI(t, debianDocker, sock, "", args...)
 		if code != 0 {
 			t.Fatalf("docker %v: exit %d\n%s", args, code, out)
 		}
@@ -96,7 +96,7 @@ func dockerEventsFormat(t *testing.T, sock, ref, format string) func() []string 
 	// The stream has no replay: create probes until one is reported.
 	for i := 0; ; i++ {
 		probe := fmt.Sprintf("ev-probe-%d", i)
-		if out, code := dockerCLI(t, sock, "", "create", "--name", probe, ref, "true"); code != 0 {
+		if out, code := dockerCLI(t, debianDocker, sock, "", "create", "--name", probe, ref, "true"); code != 0 {
 			t.Fatalf("docker create: %d %s", code, out)
 		}
 		seen := func() bool {
@@ -106,7 +106,7 @@ func dockerEventsFormat(t *testing.T, sock, ref, format string) func() []string 
 		}
 		for deadline := time.Now().Add(5 * time.Second); !seen() && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		}
-		dockerCLI(t, sock, "", "rm", probe)
+		dockerCLI(t, debianDocker, sock, "", "rm", probe)
 		if seen() {
 			return get
 		}
@@ -154,7 +154,7 @@ func TestServeEvents(t *testing.T) {
 	}
 	must("run", "--rm", "--name", "ev-rm", e.ref, "true")
 	want("start ev-rm ", "die ev-rm 0", "destroy ev-rm ")
-	if out, code := dockerCLI(t, sock, "", "run", "--name", "ev-exit", e.ref, "sh", "-c", "exit 3"); code != 3 {
+	if out, code := dockerCLI(t, debianDocker, sock, "", "run", "--name", "ev-exit", e.ref, "sh", "-c", "exit 3"); code != 3 {
 		t.Fatalf("docker run exit 3: %d %s", code, out)
 	}
 	want("start ev-exit ", "die ev-exit 3")
@@ -179,7 +179,7 @@ func TestServeEvents(t *testing.T) {
 			t.Errorf("%s: first wait: %q", name, out)
 		}
 		must("start", name)
-		if out, code := dockerCLI(t, sock, "", "wait", name); code != 0 || out != "8\n" {
+		if out, code := dockerCLI(t, debianDocker, sock, "", "wait", name); code != 0 || out != "8\n" {
 			t.Errorf("%s: second wait: %d %q", name, code, out)
 		}
 		want("die " + name + " 8")
@@ -247,7 +247,7 @@ func TestServeCreateFields(t *testing.T) {
 	if out := must("exec", "cf", "hostname"); out != "myhost\n" {
 		t.Errorf("hostname: %q", out)
 	}
-	if out, code := dockerCLI(t, sock, "", "exec", "cf", "touch", "/written"); code == 0 || !strings.Contains(out, "Read-only file system") {
+	if out, code := dockerCLI(t, debianDocker, sock, "", "exec", "cf", "touch", "/written"); code == 0 || !strings.Contains(out, "Read-only file system") {
 		t.Errorf("a write to / of a --read-only container: %d %q", code, out)
 	}
 	if out := must("exec", "cf", "sh", "-c", "grep ' /tmp ' /proc/mounts; echo x > /tmp/x && cat /tmp/x"); !strings.HasPrefix(out, "tmpfs /tmp tmpfs ") || !strings.HasSuffix(out, "x\n") {
@@ -256,7 +256,7 @@ func TestServeCreateFields(t *testing.T) {
 	if out := must("exec", "cf", "cat", "/data/f"); out != "mounted\n" {
 		t.Errorf("--mount type=bind: %q", out)
 	}
-	if out, code := dockerCLI(t, sock, "", "exec", "cf", "touch", "/data/g"); code == 0 {
+	if out, code := dockerCLI(t, debianDocker, sock, "", "exec", "cf", "touch", "/data/g"); code == 0 {
 		t.Errorf("a write to a readonly --mount: %q", out)
 	}
 	must("exec", "cf", "sh", "-c", "echo back > /vol/out")
@@ -404,7 +404,7 @@ func TestServeContainerEndpoints(t *testing.T) {
 	if out := ps("--filter", "name=renamed"); out != "renamed\n" {
 		t.Errorf("ps after rename: %q", out)
 	}
-	if out, code := dockerCLI(t, sock, "", "inspect", "idle"); code == 0 {
+	if out, code := dockerCLI(t, debianDocker, sock, "", "inspect", "idle"); code == 0 {
 		t.Errorf("inspect of the old name after rename: %q", out)
 	}
 	if out := must("exec", "renamed", "echo", "ok"); out != "ok\n" {
@@ -429,7 +429,7 @@ func TestServeContainerEndpoints(t *testing.T) {
 	if out := must("images", "--format", "{{.Repository}}:{{.Tag}}"); strings.Contains(out, "example.com/rmi") || !strings.Contains(out, "it/busybox:latest") {
 		t.Errorf("images after rmi: %q", out)
 	}
-	if out, code := dockerCLI(t, sock, "", "rmi", "example.com/rmi:v1"); code == 0 || !strings.Contains(out, "No such image") {
+	if out, code := dockerCLI(t, debianDocker, sock, "", "rmi", "example.com/rmi:v1"); code == 0 || !strings.Contains(out, "No such image") {
 		t.Errorf("rmi of a missing image: %d %q", code, out)
 	}
 	must("rmi", e.ref)
@@ -484,7 +484,7 @@ func TestServeWaitConditions(t *testing.T) {
 	}
 	must := dockerMust(t, sock)
 	// docker run without --rm: the CLI waits with next-exit before start.
-	if out, code := dockerCLI(t, sock, "", "run", "--name", "nx", e.ref, "sh", "-c", "echo once; exit 5"); code != 5 || out != "once\n" {
+	if out, code := dockerCLI(t, debianDocker, sock, "", "run", "--name", "nx", e.ref, "sh", "-c", "echo once; exit 5"); code != 5 || out != "once\n" {
 		t.Errorf("docker run (next-exit): %d %q", code, out)
 	}
 	// not-running: at once for a created container and an exited one.
@@ -539,7 +539,7 @@ func TestServeDefaultSocketAndPolicy(t *testing.T) {
 	if err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("the default socket %s: %v %v", sock, fi, err)
 	}
-	if out, code := dockerCLI(t, sock, "", "run", "--rm", "-v", allowed+":/data:ro", e.ref, "cat", "/data/f"); code != 0 || out != "inside\n" {
+	if out, code := dockerCLI(t, debianDocker, sock, "", "run", "--rm", "-v", allowed+":/data:ro", e.ref, "cat", "/data/f"); code != 0 || out != "inside\n" {
 		t.Errorf("a bind inside the policy's roots: %d %q", code, out)
 	}
 	body := `{"Image":"` + e.ref + `","Cmd":["true"],"HostConfig":{"Binds":["` + other + `:/data"]}}`
@@ -552,7 +552,7 @@ func TestServeDefaultSocketAndPolicy(t *testing.T) {
 	if resp.StatusCode != 400 || !strings.Contains(string(b), "outside the allowed mount roots") || !strings.Contains(string(b), "policy") {
 		t.Errorf("a bind outside the policy's roots: %d %s", resp.StatusCode, b)
 	}
-	if out, code := dockerCLI(t, sock, "", "run", "--rm", "-v", other+":/data", e.ref, "true"); code != 125 || !strings.Contains(out, "outside the allowed mount roots") {
+	if out, code := dockerCLI(t, debianDocker, sock, "", "run", "--rm", "-v", other+":/data", e.ref, "true"); code != 125 || !strings.Contains(out, "outside the allowed mount roots") {
 		t.Errorf("docker run with a bind outside the policy's roots: %d %q", code, out)
 	}
 	if out, _ := e.run("", "ps", "-a", "-q"); strings.TrimSpace(out) != "" {
@@ -584,17 +584,17 @@ func TestServeKillThenWait(t *testing.T) {
 	}
 	for i := range 10 {
 		name := fmt.Sprintf("kw-%d", i)
-		if out, code := dockerCLI(t, sock, "", "run", "-d", "--name", name, e.ref, "sleep", "1000"); code != 0 {
+		if out, code := dockerCLI(t, debianDocker, sock, "", "run", "-d", "--name", name, e.ref, "sleep", "1000"); code != 0 {
 			t.Fatalf("docker run -d: %d %s", code, out)
 		}
-		t.Cleanup(func() { dockerCLI(t, sock, "", "rm", "-f", name) })
+		t.Cleanup(func() { dockerCLI(t, debianDocker, sock, "", "rm", "-f", name) })
 		if code, body := call("POST", "/containers/"+name+"/kill"); code != 204 {
 			t.Fatalf("kill %s: %d %s", name, code, body)
 		}
 		if code, body := call("POST", "/containers/"+name+"/wait"); code != 200 || body != `{"StatusCode":137}` {
 			t.Errorf("wait right after kill (%d): %d %s", i, code, body)
 		}
-		if out, code := dockerCLI(t, sock, "", "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name); code != 0 || out != "exited 137\n" {
+		if out, code := dockerCLI(t, debianDocker, sock, "", "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name); code != 0 || out != "exited 137\n" {
 			t.Errorf("inspect right after kill and wait (%d): %d %q", i, code, out)
 		}
 	}
@@ -612,7 +612,7 @@ func TestServeEventShape(t *testing.T) {
 	events := dockerEventsFormat(t, sock, e.ref, "{{json .}}")
 	must := dockerMust(t, sock)
 	id := strings.TrimSpace(must("run", "-d", "--name", "shape", "--label", "suite=shape", e.ref, "sleep", "1000"))
-	t.Cleanup(func() { dockerCLI(t, sock, "", "rm", "-f", id) })
+	t.Cleanup(func() { dockerCLI(t, debianDocker, sock, "", "rm", "-f", id) })
 	must("rename", "shape", "shape2")
 	must("kill", "shape2")
 	must("restart", "-t", "1", "shape2")

@@ -71,12 +71,8 @@ func (e *env) serveAt(t *testing.T, sock string, env []string, args ...string) s
 }
 
 // dockerCLI runs the installed docker client against sock.
-func dockerCLI(t *testing.T, sock, stdin string, args ...string) (string, int) {
+func dockerCLI(t *testing.T, bin, sock, stdin string, args ...string) (string, int) {
 	t.Helper()
-	bin, err := exec.LookPath("docker")
-	if err != nil {
-		t.Fatalf("the docker CLI is not installed (these machines ship a docker 28 client): %v", err)
-	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix://"+sock, "DOCKER_CONFIG="+t.TempDir())
 	cmd.Stdin = strings.NewReader(stdin)
@@ -87,6 +83,7 @@ func dockerCLI(t *testing.T, sock, stdin string, args ...string) (string, int) {
 		t.Fatal(err)
 	}
 	go func() { done <- cmd.Wait() }()
+	var err error
 	select {
 	case err = <-done:
 	case <-time.After(60 * time.Second):
@@ -102,14 +99,47 @@ func dockerCLI(t *testing.T, sock, stdin string, args ...string) (string, int) {
 	return out.String(), code
 }
 
-// TestServeDockerCLI: the installed docker CLI drives slopbox serve, and
-// what it makes is the CLI's too (one state root).
+// debianDocker is Debian 12's docker CLI (docker.io 20.10), the one the
+// tests need: scripts/deps.sh installs it.
+const debianDocker = "/usr/bin/docker"
+
+// dockerClients are the docker CLIs the tests drive serve with: Debian
+// 12's own (docker.io 20.10, API 1.41), which scripts/deps.sh installs,
+// and, where the machine has it, a current one (these machines ship a
+// docker 28 client in /usr/local/bin; a fresh Debian does not).
+func dockerClients(t *testing.T) map[string]string {
+	debian := debianDocker
+	if _, err := os.Stat(debian); err != nil {
+		t.Fatalf("Debian's docker CLI (package docker.io, which scripts/deps.sh installs) is missing: %v", err)
+	}
+	clients := map[string]string{"debian-docker.io": debian}
+	if _, err := os.Stat("/usr/local/bin/docker"); err == nil {
+		clients["docker-28"] = "/usr/local/bin/docker"
+	}
+	return clients
+}
+
+// TestServeDockerCLI: each docker CLI drives slopbox serve, and what it
+// makes is the CLI's too (one state root).
 func TestServeDockerCLI(t *testing.T) {
+	clients := dockerClients(t)
+	for _, name := range []string{"debian-docker.io", "docker-28"} {
+		t.Run(name, func(t *testing.T) {
+			bin, ok := clients[name]
+			if !ok {
+				t.Skip("optional extra: no docker 28 client in /usr/local/bin on this machine (Debian's client ran)")
+			}
+			serveDockerCLI(t, bin)
+		})
+	}
+}
+
+func serveDockerCLI(t *testing.T, dockerBin string) {
 	e := newEnv(t)
 	sock := e.serve(t)
 	docker := func(stdin string, args ...string) (string, int) {
 		t.Helper()
-		return dockerCLI(t, sock, stdin, args...)
+		return dockerCLI(t, dockerBin, sock, stdin, args...)
 	}
 	must := func(args ...string) string {
 		t.Helper()
@@ -185,7 +215,7 @@ func TestServeDockerCLI(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dir, "d", "sub", "f")); err != nil || fi.Mode().Perm() != 0o640 {
 		t.Errorf("cp out kept no mode: %v %v", fi, err)
 	}
-	if out, code := docker("", "cp", "s1:/no/such", dir); code == 0 || !strings.Contains(out, "Could not find the file /no/such") {
+	if out, code := docker("", "cp", "s1:/no/such", dir); code == 0 || !strings.Contains(out, "Could not find the file /no/such") && !strings.Contains(out, "No such container:path: s1:/no/such") {
 		t.Errorf("cp of a missing path: %d %q", code, out)
 	}
 
@@ -198,9 +228,12 @@ func TestServeDockerCLI(t *testing.T) {
 		t.Errorf("wait: %q", out)
 	}
 	// exec -it through a pseudo-terminal: the terminal's size, job control.
-	dockerBin, _ := exec.LookPath("docker")
+	// A client of API 1.41 (Debian's 20.10) sizes the terminal with a
+	// resize request after the start, as it does with dockerd, so the
+	// command waits (bounded) for the size rather than racing it.
+	const waitSize = `i=0; while [ "$(stty size)" != "33 101" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; `
 	cfg := t.TempDir()
-	out, code := e.script(t, "DOCKER_HOST=unix://"+sock+" DOCKER_CONFIG="+cfg+" "+dockerBin+" exec -it s1 sh -c 'tty; stty size; exit 6'")
+	out, code := e.script(t, "DOCKER_HOST=unix://"+sock+" DOCKER_CONFIG="+cfg+" "+dockerBin+" exec -it s1 sh -c '"+waitSize+"tty; stty size; exit 6'")
 	if code != 6 || !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "33 101") {
 		t.Errorf("exec -it: %d %q", code, out)
 	}
@@ -210,7 +243,7 @@ func TestServeDockerCLI(t *testing.T) {
 	if out, code := docker("piped\nlines\n", "run", "-i", "--rm", e.ref, "cat"); code != 0 || out != "piped\nlines\n" {
 		t.Errorf("run -i: %d %q", code, out)
 	}
-	out, code = e.script(t, "DOCKER_HOST=unix://"+sock+" DOCKER_CONFIG="+cfg+" "+dockerBin+" run -it --rm "+e.ref+" sh -c 'tty; stty size; read l; echo got-$l; exit 4'", "typed\n")
+	out, code = e.script(t, "DOCKER_HOST=unix://"+sock+" DOCKER_CONFIG="+cfg+" "+dockerBin+" run -it --rm "+e.ref+" sh -c '"+waitSize+"tty; stty size; read l; echo got-$l; exit 4'", "typed\n")
 	if code != 4 || !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "33 101") || !strings.Contains(out, "got-typed") {
 		t.Errorf("run -it: %d %q", code, out)
 	}
@@ -466,7 +499,7 @@ func TestServeSIGTERMLeavesSandboxes(t *testing.T) {
 			t.Fatal("serve did not listen")
 		}
 	}
-	out, code := dockerCLI(t, sock, "", "run", "-d", "--name", "kept", e.ref, "sleep", "1000")
+	out, code := dockerCLI(t, debianDocker, sock, "", "run", "-d", "--name", "kept", e.ref, "sleep", "1000")
 	if code != 0 {
 		t.Fatalf("docker run -d through serve: exit %d %q", code, out)
 	}
