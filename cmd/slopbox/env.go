@@ -259,8 +259,10 @@ func envShellCmd() *cobra.Command {
 // runRLM runs command as rlm_code's docker runtime would under the
 // sandbox: block of the rlm_code config in file: the docker command line it
 // builds (its extra_args included) goes through slopbox's one docker
-// parser and policy, with the config's allowed_mount_roots as the policy
-// and its default_timeout_seconds as the timeout.
+// parser and the operator's policy, its mount roots narrowed by the
+// config's allowed_mount_roots, with default_timeout_seconds as the
+// timeout. What only the operator may allow (operatorOnly) is refused in
+// extra_args.
 func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command []string) error {
 	cfg, err := dockercompat.LoadRLMConfig(file)
 	if err != nil {
