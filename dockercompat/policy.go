@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/slopbox/slopbox/backend"
 )
 
 // Policy is an operator's sandbox policy file (slopbox --policy FILE,
@@ -13,15 +17,26 @@ import (
 //
 //	allowed_mount_roots: [/srv/work, /tmp]   # bind sources must lie inside
 //	allow_unsafe: [cap-add=NET_ADMIN]        # as --allow-unsafe, for every run
+//	allow_local: true                        # environment specs may be type: local
+//	allow_host_network: true                 # ... may use network: host
+//	allow_os_env: true                       # ... may set include_os_env
 //
 // An rlm_code config is a policy file too: its sandbox.allowed_mount_roots
 // (rlm_code's defaults when empty) apply.
 type Policy struct {
 	AllowedMountRoots []string `yaml:"allowed_mount_roots"`
 	AllowUnsafe       []string `yaml:"allow_unsafe"`
+	// What an environment spec may ask for that turns isolation off
+	// (CheckSpec): refused under a policy file unless allowed here.
+	AllowLocal       bool `yaml:"allow_local"`
+	AllowHostNetwork bool `yaml:"allow_host_network"`
+	AllowOSEnv       bool `yaml:"allow_os_env"`
+
+	// File is the policy file read.
+	File string `yaml:"-"`
 }
 
-var policyKeys = []string{"allowed_mount_roots", "allow_unsafe"}
+var policyKeys = []string{"allowed_mount_roots", "allow_unsafe", "allow_local", "allow_host_network", "allow_os_env"}
 
 // LoadPolicy reads the policy in file; relative roots resolve against the
 // file's directory.
@@ -39,13 +54,13 @@ func LoadPolicy(file string) (*Policy, error) {
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", file, err)
 		}
-		return &Policy{AllowedMountRoots: roots}, nil
+		return &Policy{AllowedMountRoots: roots, File: file}, nil
 	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(b, &root); err != nil {
 		return nil, fmt.Errorf("policy %s: %w: %v", file, ErrBadSpec, err)
 	}
-	p := &Policy{}
+	p := &Policy{File: file}
 	if len(root.Content) == 0 {
 		return p, nil
 	}
@@ -66,4 +81,75 @@ func LoadPolicy(file string) (*Policy, error) {
 		p.AllowedMountRoots[i] = filepath.Clean(p.AllowedMountRoots[i])
 	}
 	return p, nil
+}
+
+// SpecAllowances are the operator's command-line leave for what an
+// environment spec may ask for (env run --allow-local, --allow-host-network,
+// --allow-os-env).
+type SpecAllowances struct {
+	Local, HostNetwork, OSEnv bool
+}
+
+// CheckSpec refuses what spec s (made into sp) asks for that turns its
+// isolation off, unless the policy p or the operator's allow permits it:
+// type: local (its setup and commands run on the host), network: host (the
+// host's network, its loopback services included) and include_os_env (the
+// host's environment, its secrets included). With no policy file (p nil)
+// a spec gets all three, as upstream; with one, none unless allowed. The
+// error names the policy key and the flag that would allow it.
+func (p *Policy) CheckSpec(s *Spec, sp backend.SpawnSpec, allow SpecAllowances) error {
+	if p == nil {
+		return nil
+	}
+	for _, c := range []struct {
+		asked, allowed       bool
+		what, key, flag, why string
+	}{
+		{s.Type == "local", p.AllowLocal || allow.Local, "type: local", "allow_local", "--allow-local",
+			"runs its setup and commands on this host, outside any sandbox"},
+		{s.Type == "docker" && sp.Network == backend.NetworkHost, p.AllowHostNetwork || allow.HostNetwork, "docker.network: host", "allow_host_network", "--allow-host-network",
+			"shares the host's network with the sandbox, services bound to the host's 127.0.0.1 included"},
+		{s.Environment.IncludeOSEnv, p.AllowOSEnv || allow.OSEnv, "environment.include_os_env: true", "allow_os_env", "--allow-os-env",
+			"hands this process's environment (its secrets included) to the spec's commands"},
+	} {
+		if c.asked && !c.allowed {
+			return fmt.Errorf("%w: the spec's %s %s; the policy file %s does not allow it (set %s: true there, or give env run %s)",
+				backend.ErrUnsafe, c.what, c.why, p.File, c.key, c.flag)
+		}
+	}
+	return nil
+}
+
+// NarrowRoots is the part of the roots a config asks for (an rlm_code
+// config's allowed_mount_roots) that lies inside the operator's: a config
+// can narrow the operator's roots, never widen them. No operator roots
+// means no bound, so the config's own apply. Paths are compared by
+// components, cleaned and absolute; an empty result with operator roots
+// means nothing may be mounted.
+func NarrowRoots(operator, config []string) []string {
+	if len(operator) == 0 {
+		return config
+	}
+	var out []string
+	add := func(r string) {
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	for _, c := range config {
+		for _, o := range operator {
+			switch c, o := filepath.Clean(c), filepath.Clean(o); {
+			case within(c, o):
+				add(c)
+			case within(o, c):
+				add(o)
+			}
+		}
+	}
+	return out
+}
+
+// within reports whether clean absolute path p is root or lies inside it.
+func within(p, root string) bool {
+	return p == root || root == "/" || strings.HasPrefix(p, root+"/")
 }

@@ -1,11 +1,14 @@
 package dockercompat
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/slopbox/slopbox/backend"
 )
 
 // The example from rlm_code's own test (reference §3.5).
@@ -112,5 +115,77 @@ func TestPolicyFile(t *testing.T) {
 	os.WriteFile(p, []byte("sandbox: {runtime: docker}\n"), 0o644)
 	if pol, err = LoadPolicy(p); err != nil || len(pol.AllowedMountRoots) != 5 || pol.AllowedMountRoots[1] != "/tmp" {
 		t.Errorf("rlm defaults as policy: %+v %v", pol, err)
+	}
+}
+
+// A config's allowed_mount_roots narrow the operator's, never widen them:
+// allowed_mount_roots [/] under an operator's [/srv/work] is /srv/work.
+func TestNarrowRoots(t *testing.T) {
+	for _, c := range []struct{ operator, config, want []string }{
+		{nil, []string{"/"}, []string{"/"}},
+		{[]string{"/srv/work"}, []string{"/"}, []string{"/srv/work"}},
+		{[]string{"/srv/work", "/tmp"}, []string{"/srv/work/a", "/home"}, []string{"/srv/work/a"}},
+		{[]string{"/srv/work"}, []string{"/srv/workshop", "/srv"}, []string{"/srv/work"}},
+		{[]string{"/srv/work"}, []string{"/home"}, nil},
+		{[]string{"/"}, []string{"/x/", "/y"}, []string{"/x", "/y"}},
+	} {
+		if got := NarrowRoots(c.operator, c.config); !slices.Equal(got, c.want) {
+			t.Errorf("NarrowRoots(%q, %q) = %q, want %q", c.operator, c.config, got, c.want)
+		}
+	}
+}
+
+// Under a policy file, a spec's type: local, network: host and
+// include_os_env are refused, naming the key and the flag that allow each;
+// with no policy file they are allowed, as upstream.
+func TestPolicyCheckSpec(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(p, []byte("allowed_mount_roots: [/srv]\n"), 0o644)
+	pol, err := LoadPolicy(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		yaml, key, flag string
+		allow           SpecAllowances
+	}{
+		{"type: local\nname: l\n", "allow_local", "--allow-local", SpecAllowances{Local: true}},
+		{"type: docker\nname: d\ndocker: {image: x, network: host}\n", "allow_host_network", "--allow-host-network", SpecAllowances{HostNetwork: true}},
+		{"type: docker\nname: d\ndocker: {image: x}\nenvironment: {include_os_env: true}\n", "allow_os_env", "--allow-os-env", SpecAllowances{OSEnv: true}},
+	} {
+		s, err := ParseSpec([]byte(c.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp, err := s.SpawnSpec(SpawnOptions{Workspace: "/srv/ws"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = pol.CheckSpec(s, sp, SpecAllowances{})
+		if !errors.Is(err, backend.ErrUnsafe) || !strings.Contains(err.Error(), c.key+": true") || !strings.Contains(err.Error(), c.flag) || !strings.Contains(err.Error(), p) {
+			t.Errorf("%q under a policy file: %v, want a refusal naming %s and %s", c.yaml, err, c.key, c.flag)
+		}
+		if err := pol.CheckSpec(s, sp, c.allow); err != nil {
+			t.Errorf("%q with %s: %v", c.yaml, c.flag, err)
+		}
+		if err := (*Policy)(nil).CheckSpec(s, sp, SpecAllowances{}); err != nil {
+			t.Errorf("%q with no policy file: %v", c.yaml, err)
+		}
+		os.WriteFile(p, []byte(c.key+": true\n"), 0o644)
+		allowing, err := LoadPolicy(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := allowing.CheckSpec(s, sp, SpecAllowances{}); err != nil {
+			t.Errorf("%q with %s: true: %v", c.yaml, c.key, err)
+		}
+		os.WriteFile(p, []byte("allowed_mount_roots: [/srv]\n"), 0o644)
+	}
+	// A bridge spec without include_os_env needs nothing.
+	s, _ := ParseSpec([]byte("type: docker\nname: d\ndocker: {image: x}\n"))
+	sp, _ := s.SpawnSpec(SpawnOptions{Workspace: "/srv/ws"})
+	if err := pol.CheckSpec(s, sp, SpecAllowances{}); err != nil {
+		t.Errorf("a plain spec under a policy file: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -32,6 +33,12 @@ type envFlags struct {
 	workspace, image, entry string
 	eval                    bool
 	assets, ports, env      []string
+	// The operator's leave, which neither a spec nor a config can give
+	// itself: allowUnsafe and allowHostLoopback as run's flags,
+	// allowSpec for what a spec asks for under a policy file.
+	allowUnsafe       []string
+	allowHostLoopback bool
+	allowSpec         dockercompat.SpecAllowances
 }
 
 func (f *envFlags) register(c *cobra.Command) {
@@ -41,6 +48,11 @@ func (f *envFlags) register(c *cobra.Command) {
 	c.Flags().StringArrayVar(&f.assets, "asset", nil, "static asset NAME=PATH, mounted read-only at /static/NAME ({{static:NAME}} in the command)")
 	c.Flags().StringArrayVar(&f.ports, "port", nil, "publish HOST:CONTAINER (docker -p syntax, {host: container} as SlopCodeBench's exec runtime; on 127.0.0.1; ignored with network: host and type: local, as upstream)")
 	c.Flags().StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE")
+	c.Flags().StringArrayVar(&f.allowUnsafe, "allow-unsafe", nil, "allow one weakening the policy refuses, as run's flag (a spec or config cannot allow its own)")
+	c.Flags().BoolVar(&f.allowHostLoopback, "allow-host-loopback", false, "with a bridge network: let the sandbox reach the host's loopback (at 10.0.2.2)")
+	c.Flags().BoolVar(&f.allowSpec.Local, "allow-local", false, "under a policy file: let a spec be type: local (policy key allow_local)")
+	c.Flags().BoolVar(&f.allowSpec.HostNetwork, "allow-host-network", false, "under a policy file: let a spec use network: host (policy key allow_host_network)")
+	c.Flags().BoolVar(&f.allowSpec.OSEnv, "allow-os-env", false, "under a policy file: let a spec pass this process's environment in, include_os_env (policy key allow_os_env)")
 }
 
 // open loads the spec and makes the sandbox it describes, or the local
@@ -94,12 +106,18 @@ func (f *envFlags) open(cmd *cobra.Command, file string) (*dockercompat.Spec, ba
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
+	// Before anything is pulled, created or run.
+	if err := pol.CheckSpec(spec, sp, f.allowSpec); err != nil {
+		return nil, nil, nil, nil, err
+	}
 	if sp.Network != backend.NetworkHost {
 		sp.Ports = ports // _resolve_ports: none in host mode
 	}
 	if pol != nil {
-		sp.AllowedMountRoots, sp.Unsafe = pol.AllowedMountRoots, append(pol.AllowUnsafe, sp.Unsafe...)
+		sp.AllowedMountRoots, sp.Unsafe = pol.AllowedMountRoots, append(slices.Clone(pol.AllowUnsafe), sp.Unsafe...)
 	}
+	sp.Unsafe = append(sp.Unsafe, f.allowUnsafe...)
+	sp.AllowHostLoopback = f.allowHostLoopback
 	ctx, cancel := signalContext()
 	defer cancel()
 	var b backend.Backend
@@ -241,8 +259,10 @@ func envShellCmd() *cobra.Command {
 // runRLM runs command as rlm_code's docker runtime would under the
 // sandbox: block of the rlm_code config in file: the docker command line it
 // builds (its extra_args included) goes through slopbox's one docker
-// parser and policy, with the config's allowed_mount_roots as the policy
-// and its default_timeout_seconds as the timeout.
+// parser and the operator's policy, its mount roots narrowed by the
+// config's allowed_mount_roots, with default_timeout_seconds as the
+// timeout. What only the operator may allow (operatorOnly) is refused in
+// extra_args.
 func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command []string) error {
 	cfg, err := dockercompat.LoadRLMConfig(file)
 	if err != nil {
@@ -251,9 +271,32 @@ func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command [
 	switch {
 	case f.workspace == "":
 		return fmt.Errorf("--workspace DIR is required (rlm_code's workdir, mounted at /workspace)")
-	case f.eval || len(f.assets) > 0 || len(f.ports) > 0:
-		return fmt.Errorf("%s is an rlm_code config: --eval, --asset and --port belong to SlopCodeBench specs", file)
+	case f.eval || len(f.assets) > 0 || len(f.ports) > 0 || f.allowSpec != (dockercompat.SpecAllowances{}):
+		return fmt.Errorf("%s is an rlm_code config: --eval, --asset, --port, --allow-local, --allow-host-network and --allow-os-env belong to SlopCodeBench specs", file)
 	}
+	if err := refuseOperatorOnly(file, cfg.Docker.ExtraArgs); err != nil {
+		return err
+	}
+	// The operator's policy, its mount roots narrowed by the config's:
+	// a config bounds what it mounts, it cannot widen what the operator
+	// allows. It replaces no policy file: the operator's stays in force.
+	op, err := loadPolicy()
+	if err != nil {
+		return err
+	}
+	if op == nil {
+		op = &dockercompat.Policy{}
+	}
+	roots, err := cfg.MountRoots()
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	narrowed := dockercompat.NarrowRoots(op.AllowedMountRoots, roots)
+	if len(narrowed) == 0 {
+		return fmt.Errorf("%w: %s: no root of sandbox.allowed_mount_roots %q lies inside the policy file %s's allowed_mount_roots %q, so nothing can be mounted (a config can only narrow the operator's roots)",
+			backend.ErrUnsafe, file, roots, op.File, op.AllowedMountRoots)
+	}
+	globals.rlmPolicy = &dockercompat.Policy{AllowedMountRoots: narrowed, AllowUnsafe: op.AllowUnsafe, File: op.File}
 	ws, err := filepath.Abs(f.workspace)
 	if err != nil {
 		return err
@@ -287,8 +330,12 @@ func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command [
 	if ef.interactive {
 		opts = append(opts, "-i")
 	}
-	if globals.policy == "" {
-		globals.policy = file
+	// The operator's allowances, given outside the config.
+	for _, u := range f.allowUnsafe {
+		opts = append(opts, "--allow-unsafe", u)
+	}
+	if f.allowHostLoopback {
+		opts = append(opts, "--allow-host-loopback")
 	}
 	run := startsSandbox(runCmd())
 	run.SilenceErrors, run.SilenceUsage = true, true
@@ -297,6 +344,32 @@ func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command [
 	})
 	run.SetArgs(append(append(argv[1:2:2], opts...), argv[2:]...))
 	return run.ExecuteContext(cmd.Context())
+}
+
+// operatorOnly are run's options by which the operator, and only the
+// operator, weakens a sandbox or takes it away, with how the operator
+// gives each.
+var operatorOnly = []struct{ name, how string }{
+	{"allow-unsafe", "env run --allow-unsafe VALUE, or allow_unsafe: [VALUE] in the policy file"},
+	{"allow-host-loopback", "env run --allow-host-loopback"},
+	{"backend", "nobody: an rlm_code config runs in a sandbox (slopbox run --backend local is the operator's own command)"},
+}
+
+// refuseOperatorOnly refuses an rlm_code config whose extra_args give one
+// of operatorOnly: a config cannot allow its own weakenings. The args are
+// parsed as run parses them (every spelling: --allow-unsafe X,
+// --allow-unsafe=X), so what run would see is what is checked; a parse
+// error is left to run to report.
+func refuseOperatorOnly(file string, extra []string) error {
+	fs := runCmd().Flags()
+	_ = fs.Parse(extra)
+	for _, o := range operatorOnly {
+		if fs.Changed(o.name) {
+			return fmt.Errorf("%w: %s: sandbox.docker.extra_args gives --%s: a config cannot allow its own weakenings, only the operator can (%s)",
+				backend.ErrUnsafe, file, o.name, o.how)
+		}
+	}
+	return nil
 }
 
 func exitWith(code int) error {

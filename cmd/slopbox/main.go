@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/image"
 )
 
@@ -26,6 +27,10 @@ var globals struct {
 	insecure []string
 	quiet    bool
 	policy   string
+	// rlmPolicy, when set, is the policy in force instead of the file's:
+	// env run sets it for an rlm_code config (the operator's policy, its
+	// roots narrowed by the config's).
+	rlmPolicy *dockercompat.Policy
 }
 
 // exitError carries a process exit status through cobra.
@@ -61,7 +66,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&globals.root, "root", image.DefaultRoot(), "store and state directory")
-	root.PersistentFlags().StringVar(&globals.policy, "policy", os.Getenv("SLOPBOX_POLICY"), "sandbox policy file: allowed_mount_roots, allow_unsafe (or an rlm_code config); default $SLOPBOX_POLICY, else "+defaultPolicy+" when present")
+	root.PersistentFlags().StringVar(&globals.policy, "policy", os.Getenv("SLOPBOX_POLICY"), "sandbox policy file: allowed_mount_roots, allow_unsafe, allow_local, allow_host_network, allow_os_env (or an rlm_code config); default $SLOPBOX_POLICY, else "+defaultPolicy+" when present")
 	root.PersistentFlags().StringSliceVar(&globals.insecure, "insecure-registry", nil, "allow plain HTTP for this registry (host:port); loopback registries always may")
 	root.AddCommand(pullCmd(), imagesCmd(), rmiCmd(), tagCmd(), inspectCmd(), loadCmd(), saveCmd(),
 		startsSandbox(runCmd()), startsSandbox(createCmd()), startCmd(), execCmd(), psCmd(), killCmd(), stopCmd(), rmCmd(), pruneCmd(),

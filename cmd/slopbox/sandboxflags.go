@@ -215,6 +215,9 @@ const defaultPolicy = "/etc/slopbox/policy.yaml"
 
 // loadPolicy reads the policy file in force, if any.
 func loadPolicy() (*dockercompat.Policy, error) {
+	if globals.rlmPolicy != nil {
+		return globals.rlmPolicy, nil
+	}
 	file := globals.policy
 	if file == "" {
 		if _, err := os.Stat(defaultPolicy); err != nil {

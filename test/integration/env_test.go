@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -250,4 +252,199 @@ func TestEnvRunSIGKILLThenPrune(t *testing.T) {
 	if out := e.must("ps", "-q"); strings.TrimSpace(out) == "" {
 		t.Error("prune removed a kept (keep_container_after_clean) sandbox whose env run was killed")
 	}
+}
+
+// noSandboxLeft fails t when e's root holds a sandbox or its state.
+func (e *env) noSandboxLeft(t *testing.T, what string) {
+	t.Helper()
+	if out, _ := e.run("", "ps", "-a", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("%s left sandboxes: %q", what, out)
+	}
+	ents, _ := os.ReadDir(filepath.Join(e.root, "c"))
+	for _, d := range ents {
+		if !strings.HasPrefix(d.Name(), ".") { // the store's own locks and indexes
+			t.Errorf("%s left sandbox state: %s", what, d.Name())
+		}
+	}
+}
+
+// An rlm_code config cannot authorise its own weakenings: --allow-unsafe
+// (and the other operator-only options) in extra_args is refused by name,
+// whatever the spelling, before anything starts; its allowed_mount_roots
+// narrow the operator's policy, never widen it. The operator allows with
+// env run --allow-unsafe or the policy file's allow_unsafe.
+func TestRLMConfigCannotAllowItsOwnWeakenings(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	dir := searchable(t, t.TempDir())
+	ws, open := filepath.Join(dir, "wd"), filepath.Join(dir, "open")
+	os.Mkdir(ws, 0o755)
+	os.Mkdir(open, 0o777)
+	os.Chmod(open, 0o777) // whichever uid the sandbox's root maps to may write here
+	marker := filepath.Join(open, "pwned")
+	config := func(name, docker string, extra ...string) string {
+		p := filepath.Join(dir, name)
+		body := "sandbox:\n  runtime: docker\n" + strings.Join(extra, "") + "  docker: {image: " + e.ref + docker + "}\n"
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// The issue's attacks: CAP_SYS_ADMIN with seccomp off, and the host's /
+	// mounted read-write under allowed_mount_roots [/].
+	capsys := `, extra_args: ["--allow-unsafe", "cap-add=SYS_ADMIN", "--cap-add", "SYS_ADMIN", "--allow-unsafe", "seccomp=unconfined", "--security-opt", "seccomp=unconfined"]`
+	for _, c := range []struct {
+		docker, roots, name string
+	}{
+		{capsys, "", "--allow-unsafe"},
+		{`, extra_args: ["--allow-unsafe", "mount=/", "-v", "/:/host"]`, "  allowed_mount_roots: [/]\n", "--allow-unsafe"},
+		{`, extra_args: ["--allow-unsafe=mount=/", "--volume=/:/host"]`, "  allowed_mount_roots: [/]\n", "--allow-unsafe"},
+		{`, network_enabled: true, extra_args: ["--allow-host-loopback"]`, "", "--allow-host-loopback"},
+		{`, extra_args: ["--backend", "local"]`, "", "--backend"},
+	} {
+		bad := config("bad.yaml", c.docker, c.roots)
+		out, code := e.run("", "env", "run", bad, "--workspace", ws, "--", "sh", "-c", "grep CapEff /proc/self/status; touch /host"+marker)
+		if code != 125 || !strings.Contains(out, "extra_args gives "+c.name) || !strings.Contains(out, "only the operator can") {
+			t.Errorf("extra_args %s: exit %d %q, want 125 refusing %s as the operator's", c.docker, code, out, c.name)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatalf("extra_args %s wrote on the host", c.docker)
+		}
+	}
+	e.noSandboxLeft(t, "refused configs")
+
+	// The operator allows: on env run's command line, or in the policy file.
+	hasSysAdmin := func(out string) bool {
+		_, hex, _ := strings.Cut(out, "CapEff:")
+		v, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+		return err == nil && v&(1<<21) != 0
+	}
+	allowed := config("allowed.yaml", `, extra_args: ["--cap-add", "SYS_ADMIN"]`)
+	cat := []string{"--", "grep", "CapEff", "/proc/self/status"}
+	if out, code := e.run("", append([]string{"env", "run", allowed, "--workspace", ws}, cat...)...); code != 125 || !strings.Contains(out, "--allow-unsafe cap-add=SYS_ADMIN") {
+		t.Errorf("--cap-add SYS_ADMIN allowed by nobody: exit %d %q", code, out)
+	}
+	if out, code := e.run("", append([]string{"env", "run", allowed, "--workspace", ws, "--allow-unsafe", "cap-add=SYS_ADMIN"}, cat...)...); code != 0 || !hasSysAdmin(out) {
+		t.Errorf("env run --allow-unsafe cap-add=SYS_ADMIN: exit %d %q", code, out)
+	}
+	policy := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(policy, []byte("allow_unsafe: [cap-add=SYS_ADMIN]\n"), 0o644)
+	if out, code := e.run("", append([]string{"--policy", policy, "env", "run", allowed, "--workspace", ws}, cat...)...); code != 0 || !hasSysAdmin(out) {
+		t.Errorf("allow_unsafe: [cap-add=SYS_ADMIN] in the policy file: exit %d %q", code, out)
+	}
+
+	// A config's roots narrow the operator's: [/] under the operator's [wd]
+	// is wd; one outside the operator's allows nothing.
+	os.WriteFile(policy, []byte("allowed_mount_roots: [wd]\n"), 0o644)
+	other := filepath.Join(dir, "other")
+	os.Mkdir(other, 0o755)
+	wide := config("wide.yaml", `, extra_args: ["-v", "`+other+`:/o"]`, "  allowed_mount_roots: [/]\n")
+	if out, code := e.run("", "--policy", policy, "env", "run", wide, "--workspace", ws, "--", "true"); code != 125 || !strings.Contains(out, "outside the allowed mount roots") {
+		t.Errorf("allowed_mount_roots [/] widening the policy's: exit %d %q", code, out)
+	}
+	inside := config("inside.yaml", `, extra_args: ["-v", "`+ws+`:/o:ro"]`, "  allowed_mount_roots: [/]\n")
+	if out, code := e.run("", "--policy", policy, "env", "run", inside, "--workspace", ws, "--", "true"); code != 0 {
+		t.Errorf("allowed_mount_roots [/], mounts inside the policy's: exit %d %q", code, out)
+	}
+	narrow := config("narrow.yaml", "", "  allowed_mount_roots: [wd/sub]\n")
+	if out, code := e.run("", "--policy", policy, "env", "run", narrow, "--workspace", ws, "--", "true"); code != 125 || !strings.Contains(out, "outside the allowed mount roots") {
+		t.Errorf("a config narrowing the policy's roots, its workdir outside them: exit %d %q", code, out)
+	}
+	elsewhere := config("elsewhere.yaml", "", "  allowed_mount_roots: [other]\n")
+	if out, code := e.run("", "--policy", policy, "env", "run", elsewhere, "--workspace", other, "--", "true"); code != 125 || !strings.Contains(out, "allowed_mount_roots") || !strings.Contains(out, "only narrow") {
+		t.Errorf("a config's roots all outside the policy's: exit %d %q", code, out)
+	}
+	e.noSandboxLeft(t, "the runs")
+}
+
+// Under a policy file an environment spec cannot turn its isolation off:
+// type: local, network: host and include_os_env are refused, naming the
+// policy key (and env run flag) that allows each, before anything runs;
+// allowed by the key or the flag; with no policy file, as upstream.
+func TestEnvSpecUnderPolicy(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	dir := searchable(t, t.TempDir())
+	ws := filepath.Join(dir, "ws")
+	os.Mkdir(ws, 0o755)
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	policy := write("policy.yaml", "allowed_mount_roots: [ws]\n")
+	run := func(extraEnv []string, args ...string) (string, int) {
+		cmd := exec.Command(e.bin, append([]string{"--root", e.root}, args...)...)
+		cmd.Env = append(os.Environ(), extraEnv...)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	refused := func(what, out string, code int, key, flag string) {
+		t.Helper()
+		if code != 125 || !strings.Contains(out, key+": true") || !strings.Contains(out, flag) || !strings.Contains(out, policy) {
+			t.Errorf("%s under a policy file: exit %d %q, want 125 naming %s and %s", what, code, out, key, flag)
+		}
+	}
+
+	// type: local ran its setup on the host.
+	marker := filepath.Join(dir, "setup-ran")
+	local := write("local.yaml", "type: local\nname: l\nsetup: {commands: [\"touch "+marker+"\"]}\n")
+	out, code := run(nil, "--policy", policy, "env", "run", local, "--workspace", ws, "--", "true")
+	refused("type: local", out, code, "allow_local", "--allow-local")
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("a refused local spec ran its setup on the host")
+	}
+	if out, code := run(nil, "--policy", policy, "env", "run", local, "--workspace", ws, "--allow-local", "--", "true"); code != 0 {
+		t.Errorf("type: local with --allow-local: exit %d %q", code, out)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("type: local with --allow-local: its setup did not run: %v", err)
+	}
+
+	// network: host reached a host service bound to 127.0.0.1 only.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "host-only-service\n") })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	host := write("host.yaml", "type: docker\nname: h\ndocker: {image: "+e.ref+", network: host}\n")
+	get := []string{"--", "wget", "-qO-", "http://" + ln.Addr().String() + "/"}
+	out, code = run(nil, append([]string{"--policy", policy, "env", "run", host, "--workspace", ws}, get...)...)
+	refused("network: host", out, code, "allow_host_network", "--allow-host-network")
+	if strings.Contains(out, "host-only-service") {
+		t.Error("a refused network: host spec reached the host's loopback service")
+	}
+	if out, code := run(nil, append([]string{"--policy", policy, "env", "run", host, "--workspace", ws, "--allow-host-network"}, get...)...); code != 0 || !strings.Contains(out, "host-only-service") {
+		t.Errorf("network: host with --allow-host-network: exit %d %q", code, out)
+	}
+
+	// include_os_env handed the harness's API key to the sandbox; the policy
+	// file comes from $SLOPBOX_POLICY here.
+	secret := []string{"SLOPBOX_TEST_API_KEY=sk-not-for-the-sandbox"}
+	osenv := write("osenv.yaml", "type: docker\nname: o\ndocker: {image: "+e.ref+", network: none}\nenvironment: {include_os_env: true}\n")
+	echo := []string{"--", "sh", "-c", "echo key=$SLOPBOX_TEST_API_KEY"}
+	out, code = run(append(secret, "SLOPBOX_POLICY="+policy), append([]string{"env", "run", osenv, "--workspace", ws}, echo...)...)
+	refused("include_os_env", out, code, "allow_os_env", "--allow-os-env")
+	if strings.Contains(out, "sk-not-for-the-sandbox") {
+		t.Error("a refused include_os_env spec saw the host's secret")
+	}
+	write("allowing.yaml", "allowed_mount_roots: [ws]\nallow_os_env: true\n")
+	if out, code := run(secret, append([]string{"--policy", filepath.Join(dir, "allowing.yaml"), "env", "run", osenv, "--workspace", ws}, echo...)...); code != 0 || !strings.Contains(out, "key=sk-not-for-the-sandbox") {
+		t.Errorf("include_os_env with allow_os_env: true: exit %d %q", code, out)
+	}
+	// With no policy file, as upstream (the documented choice).
+	if out, code := run(secret, append([]string{"env", "run", osenv, "--workspace", ws}, echo...)...); code != 0 || !strings.Contains(out, "key=sk-not-for-the-sandbox") {
+		t.Errorf("include_os_env with no policy file: exit %d %q", code, out)
+	}
+	e.noSandboxLeft(t, "the runs")
 }
