@@ -16,7 +16,7 @@ ROOTLESS_PKGS=(./image/ ./image/archive/ ./local/ ./backend/ ./test/conformance/
 # Tests that need root by nature; they ran in the root pass above
 # (containerd runs as root; a pids limit needs a cgroup, which rootless
 # has none of on a cgroup v1 host).
-ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestRootOwnedWorkspaceMapsToUnprivilegedID|TestContainerdRunc|TestCRI|TestRuntimeTools|TestDoctorTunMode|TestCommandThatCannotBeForkedFailsToStart)$'
+ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestRootOwnedWorkspaceMapsToUnprivilegedID|TestContainerdRunc|TestCRI|TestRuntimeTools|TestDoctorTunMode|TestCommandThatCannotBeForkedFailsToStart|TestRelativeMountSwapRace|TestRootSourcesBelowPrivateDirectory)$'
 
 # A fresh machine has no Go, or Debian's 1.19: the toolchain go.mod names
 # is fetched and its hash checked against the checksum database.
