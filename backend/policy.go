@@ -74,20 +74,38 @@ func CheckMountSource(m Mount, unsafe []string) error {
 			return fmt.Errorf("%w: mounting the host's %s%s (-v %s:%s) exposes the host to the sandbox; allow it explicitly with --allow-unsafe mount=%s", ErrUnsafe, p, via, m.Source, m.Target, p)
 		}
 		// Only root hands over (rootless, the caller's files are its own).
-		if m.HandOver && !m.ReadOnly && os.Geteuid() == 0 && handOverForbidden(src) {
-			return fmt.Errorf("%w: handing %s over to the sandbox's user (:U, or as a workspace) would change the owner of the host's system files; mount a directory of your own", ErrUnsafe, src)
+		if m.HandOver && !m.ReadOnly && os.Geteuid() == 0 {
+			if err := CheckHandOver(src); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
+// CheckHandOver (as root) refuses to hand src, the path of what is about
+// to be handed over, to the sandbox's user when it is a host system
+// directory or a credentials directory.
+func CheckHandOver(src string) error {
+	if handOverForbidden(src) {
+		return fmt.Errorf("%w: handing %s over to the sandbox's user (:U, or as a workspace) would change the owner of the host's system files or credentials; mount a directory of your own", ErrUnsafe, src)
+	}
+	return nil
+}
+
 // handOverForbidden reports whether src (clean, absolute) is a host
-// system directory, or lies in one, whose files must keep their owners.
+// system directory, or lies in one, whose files must keep their owners, or
+// is or lies in a credentials directory (.ssh, .gnupg).
 func handOverForbidden(src string) bool {
 	if !path.IsAbs(src) {
 		return false
 	}
 	p := path.Clean(src)
+	for _, c := range strings.Split(p, "/") {
+		if c == ".ssh" || c == ".gnupg" {
+			return true // keys: root's (/root/.ssh) or another user's
+		}
+	}
 	for _, d := range []string{"/", "/var", "/home", "/opt", "/srv", "/mnt", "/media", "/tmp", "/var/tmp", "/root"} {
 		if p == d {
 			return true

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -578,5 +579,195 @@ func TestWeakeningIsExplicit(t *testing.T) {
 	}
 	if open.Info().SeccompProfile != "unconfined" {
 		t.Error("inspect does not show the unconfined profile")
+	}
+}
+
+// Mount sources, case 1: an earlier sandbox plants a symlink in its
+// workspace to a directory of the caller's (rootless: its ~/.ssh) or, as
+// root, of another user. A later run that names the planted link by an
+// absolute path must not mount what it points to: absolute sources are
+// opened with no symlink followed, whichever way they are given.
+func TestPlantedSymlinkAbsoluteSourceNotFollowed(t *testing.T) {
+	b, ref := testBackend(t)
+	victim := filepath.Join(searchableTempDir(t), "victim")
+	if err := os.Mkdir(victim, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(victim, "authorized_keys"), []byte("ssh-ed25519 AAAA owner\n"), 0o600)
+	if os.Geteuid() == 0 {
+		// Another user's 0700 directory.
+		filepath.WalkDir(victim, func(p string, _ fs.DirEntry, _ error) error { return os.Lchown(p, 4242, 4242) })
+	}
+	ws := workspaceDir(t)
+	first := spawnT(t, b, backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true})
+	if res := run(t, first, "ln -s "+victim+" data && ln -s "+filepath.Dir(victim)+" up && mkdir real"); res.ExitCode != 0 {
+		t.Fatalf("%+v", res)
+	}
+	for _, src := range []string{filepath.Join(ws, "data"), filepath.Join(ws, "up", "victim")} {
+		for _, m := range []backend.Mount{{Source: src, Target: "/data"}, {Source: src, Target: "/data", ReadOnly: true}, {Source: src, Target: "/data", HandOver: true}} {
+			sb, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true, Mounts: []backend.Mount{m}})
+			if err == nil {
+				res, _ := sb.(*Sandbox).Exec(context.Background(), backend.ExecRequest{Shell: "echo ssh-ed25519 AAAA sandbox >> /data/authorized_keys; ls -ln /data"})
+				sb.Cleanup()
+				t.Errorf("mount %+v followed the planted symlink: %+v", m, res)
+				continue
+			}
+			if !strings.Contains(err.Error(), "symlink") || !strings.Contains(err.Error(), victim) {
+				t.Errorf("mount %+v: err = %v, want a refusal naming the symlink and the real path", m, err)
+			}
+		}
+		_, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true,
+			StaticAssets: []backend.StaticAsset{{Source: src, SavePath: "keys"}}})
+		if err == nil || !strings.Contains(err.Error(), "symlink") {
+			t.Errorf("static asset %s: err = %v, want it refused", src, err)
+		}
+	}
+	if got, _ := os.ReadFile(filepath.Join(victim, "authorized_keys")); string(got) != "ssh-ed25519 AAAA owner\n" {
+		t.Errorf("the victim's file changed: %q", got)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(victim, &st); err != nil || (os.Geteuid() == 0 && st.Uid != 4242) {
+		t.Errorf("the victim directory changed owner: %+v %v", st, err)
+	}
+	// A real path, even inside the workspace, mounts as before.
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true,
+		Mounts: []backend.Mount{{Source: filepath.Join(ws, "real"), Target: "/real"}}})
+	if res := run(t, sb, "echo ok > /real/f && cat /real/f"); res.Stdout != "ok\n" {
+		t.Errorf("a real absolute source: %+v", res)
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	// As root, :U of a credentials directory is refused, however named.
+	ssh := filepath.Join(searchableTempDir(t), "home", ".ssh")
+	os.MkdirAll(ssh, 0o700)
+	os.WriteFile(filepath.Join(ssh, "authorized_keys"), []byte("root's\n"), 0o600)
+	for _, src := range []string{ssh, ssh + "/"} {
+		_, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true,
+			Mounts: []backend.Mount{{Source: src, Target: "/ssh", HandOver: true}}})
+		if !errors.Is(err, backend.ErrUnsafe) {
+			t.Errorf(":U of %s: err = %v, want it refused", src, err)
+		}
+	}
+	if err := unix.Stat(filepath.Join(ssh, "authorized_keys"), &st); err != nil || st.Uid != 0 {
+		t.Errorf(".ssh was handed over: %+v %v", st, err)
+	}
+}
+
+// Mount sources, case 2 (root): a process left running by an earlier
+// sandbox exchanges a relative source's name with a symlink to another
+// user's directory (renameat2 RENAME_EXCHANGE) while the next run mounts
+// it read-write, idmapped. The source is opened once, and checked, handed
+// over and cloned through that fd: the swap must never win.
+func TestRelativeMountSwapRace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("root only: scripts/test.sh leaves it out of the rootless pass")
+	}
+	b, ref := testBackend(t)
+	victim := filepath.Join(searchableTempDir(t), "victim")
+	os.Mkdir(victim, 0o700)
+	os.WriteFile(filepath.Join(victim, "secret"), []byte("victim\n"), 0o600)
+	filepath.WalkDir(victim, func(p string, _ fs.DirEntry, _ error) error { return os.Lchown(p, 4343, 4343) })
+	ws := workspaceDir(t)
+	data := filepath.Join(ws, "data")
+	os.Mkdir(data, 0o755)
+	os.WriteFile(filepath.Join(data, "mine"), []byte("mine\n"), 0o644)
+	filepath.WalkDir(data, func(p string, _ fs.DirEntry, _ error) error { return os.Lchown(p, 4242, 4242) }) // idmapped
+	if err := os.Symlink(victim, filepath.Join(ws, "link")); err != nil {
+		t.Fatal(err)
+	}
+	wsfd, err := unix.Open(ws, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(wsfd)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Mostly the directory (so the check passes), now and then the
+		// symlink (so the mount would follow it).
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := unix.Renameat2(wsfd, "data", wsfd, "link", unix.RENAME_EXCHANGE); err != nil {
+				t.Errorf("exchange: %v", err)
+				return
+			}
+			time.Sleep(time.Duration(rand.IntN(1000)) * time.Microsecond)
+			unix.Renameat2(wsfd, "data", wsfd, "link", unix.RENAME_EXCHANGE)
+			time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+		}
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	wins, tries, mounted := 0, 0, 0
+	for ; mounted < 40 && time.Now().Before(deadline); tries++ {
+		sb, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true,
+			Mounts: []backend.Mount{{Source: "data", Target: "/data"}}})
+		if err != nil {
+			continue // refused: the swap was seen
+		}
+		mounted++
+		res, err := sb.(*Sandbox).Exec(context.Background(), backend.ExecRequest{Shell: "cat /data/secret /data/mine 2>/dev/null; true", Timeout: 10 * time.Second})
+		if err == nil && strings.Contains(res.Stdout, "victim") {
+			wins++
+		}
+		if err := sb.Cleanup(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	}
+	close(stop)
+	<-done
+	t.Logf("%d tries, %d mounted, %d wins", tries, mounted, wins)
+	if wins > 0 {
+		t.Errorf("the swap won %d of %d runs: another user's directory was mounted read-write", wins, tries)
+	}
+	if mounted == 0 {
+		t.Errorf("no run mounted the source at all in %d tries", tries)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(victim, "secret"), &st); err != nil || st.Uid != 4343 {
+		t.Errorf("the victim's file changed owner: %+v %v", st, err)
+	}
+}
+
+// Mount sources, drop-in cause (root): harnesses keep workspaces and
+// sources in 0700 temporary directories (mkdtemp, pytest's tmp_path) that
+// container root cannot traverse. Whatever the caller can open mounts:
+// the host opens and clones it.
+func TestRootSourcesBelowPrivateDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("root only: scripts/test.sh leaves it out of the rootless pass")
+	}
+	b, ref := testBackend(t)
+	private, err := os.MkdirTemp(searchableTempDir(t), "mkdtemp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(private, "ws")
+	src := filepath.Join(private, "src")
+	other := filepath.Join(private, "other") // another user's: idmapped
+	for _, d := range []string{ws, src, other} {
+		os.Mkdir(d, 0o755)
+		os.WriteFile(filepath.Join(d, "f"), []byte(filepath.Base(d)+"\n"), 0o644)
+	}
+	os.WriteFile(filepath.Join(private, "file"), []byte("file\n"), 0o644)
+	os.Mkdir(filepath.Join(ws, "sub"), 0o755)
+	os.WriteFile(filepath.Join(ws, "sub", "g"), []byte("sub\n"), 0o644)
+	filepath.WalkDir(other, func(p string, _ fs.DirEntry, _ error) error { return os.Lchown(p, 4242, 4242) })
+	for _, user := range []string{"", "1000:1000"} {
+		sb := spawnT(t, b, backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true, User: user, Mounts: []backend.Mount{
+			{Source: src, Target: "/src", ReadOnly: true}, {Source: "sub", Target: "/sub"}, {Source: other, Target: "/other"},
+			{Source: filepath.Join(private, "file"), Target: "/etc/file", ReadOnly: true}}})
+		res := run(t, sb, "cat /workspace/f /src/f /other/f /etc/file && echo w > /workspace/w && echo o > /other/o && cat /sub/g && echo ok")
+		if res.ExitCode != 0 || res.Stdout != "ws\nsrc\nother\nfile\nsub\nok\n" {
+			t.Errorf("user %q: mounts below a 0700 directory: %+v", user, res)
+		}
 	}
 }

@@ -25,19 +25,16 @@ func init() {
 	})
 }
 
-// idmapWorkspace (root only) returns a detached, idmapped clone of the
-// workspace in which its owner is the sandbox's user: files the sandbox
-// writes there are owned on the host by the workspace's owner, never by host
-// root and never by a stray subordinate id. Other container ids keep their
-// usual host ids. It returns nil when the workspace already belongs to the
-// user's own host ids (a root-owned one handed over): then a plain bind
-// mount maps every id as the sandbox does. The mount is never attached on the host: the spawn helper
-// attaches it in its own mount namespace, from where the sandbox binds it.
-func idmapWorkspace(ws string, m userns.Mapping, uid, gid uint32) (*os.File, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(ws, &st); err != nil {
-		return nil, err
-	}
+// idmapClone (root only) returns a detached, idmapped clone of the
+// directory fd (an O_PATH fd of a mount source, st its stat) in which its
+// owner is the sandbox's user: files the sandbox writes there are owned on
+// the host by that owner, never by host root and never by a stray
+// subordinate id. Other container ids keep their usual host ids. It
+// returns nil when the source already belongs to the user's own host ids
+// (a root-owned one handed over): then a plain clone maps every id as the
+// sandbox does. The mount is never attached on the host: the spawn server
+// attaches it in the sandbox's mount namespace.
+func idmapClone(fd int, st *unix.Stat_t, m userns.Mapping, uid, gid uint32) (*os.File, error) {
 	if hu, ok := userns.ToHost(m.UIDs, uid); ok && hu == st.Uid {
 		if hg, ok := userns.ToHost(m.GIDs, gid); ok && hg == st.Gid {
 			return nil, nil // owned by the user's own host ids: a plain bind does
@@ -45,22 +42,40 @@ func idmapWorkspace(ws string, m userns.Mapping, uid, gid uint32) (*os.File, err
 	}
 	nsfd, err := idmapUserns(mountMap(st.Uid, m.UIDs[0], uid), mountMap(st.Gid, m.GIDs[0], gid))
 	if err != nil {
-		return nil, fmt.Errorf("idmapped workspace: %w", err)
+		return nil, fmt.Errorf("idmapped mount: %w", err)
 	}
 	defer unix.Close(nsfd)
-	fd, err := unix.OpenTree(unix.AT_FDCWD, ws, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	tfd, err := unix.OpenTree(fd, "", unix.AT_EMPTY_PATH|unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("idmapped workspace: open_tree %s: %w", ws, err)
+		return nil, fmt.Errorf("idmapped mount: open_tree: %w", err)
 	}
 	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(nsfd), Propagation: unix.MS_PRIVATE}
-	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("idmapped workspace: the filesystem of %s does not support idmapped mounts (%w)", ws, err)
+	if err := unix.MountSetattr(tfd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		unix.Close(tfd)
+		path, _ := fdPath(fd)
+		return nil, fmt.Errorf("idmapped mount: the filesystem of %s does not support idmapped mounts (%w)", path, err)
 	}
-	return os.NewFile(uintptr(fd), "idmapped-workspace"), nil
+	return os.NewFile(uintptr(tfd), "idmapped-mount"), nil
 }
 
-// handOverRootOwned (root only) gives the entries of workspace ws that
+// cloneSource (root only) returns a detached, private, recursive clone of
+// the mount source fd (an rbind), made by the caller, who can open what the
+// sandbox's ids may not even traverse to (a 0700 temporary directory).
+func cloneSource(fd int) (*os.File, error) {
+	tfd, err := unix.OpenTree(fd, "", unix.AT_EMPTY_PATH|unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return nil, fmt.Errorf("open_tree: %w", err)
+	}
+	attr := &unix.MountAttr{Propagation: unix.MS_PRIVATE}
+	if err := unix.MountSetattr(tfd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+		unix.Close(tfd)
+		return nil, fmt.Errorf("make the mount private: %w", err)
+	}
+	return os.NewFile(uintptr(tfd), "bind-source"), nil
+}
+
+// handOverRootOwned (root only) gives the entries of the mount source pfd
+// (an O_PATH fd, the workspace or a :U source) that
 // belong to host uid 0 or gid 0 to the unprivileged host ids uid and gid
 // (the sandbox user's own, in root's subordinate range). Harnesses that run
 // as root keep their workspaces in root-owned temporary directories; the
@@ -74,32 +89,22 @@ func idmapWorkspace(ws string, m userns.Mapping, uid, gid uint32) (*os.File, err
 // leaves a file with more than one link as it is: a hardlink may share its
 // inode with a file outside the workspace. chown clears setuid and setgid
 // bits on the files it changes.
-func handOverRootOwned(ws string, uid, gid int) error {
-	pfd, err := unix.Open(ws, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("workspace %s: %w", ws, err)
-	}
+func handOverRootOwned(pfd int, uid, gid int) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(pfd, &st); err != nil {
-		unix.Close(pfd)
 		return err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR { // a bind-mounted file
-		defer unix.Close(pfd)
 		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
 			return nil
 		}
 		return chownRootOwned(pfd, uid, gid)
 	}
 	fd, err := unix.Openat(pfd, ".", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	unix.Close(pfd)
 	if err != nil {
-		return fmt.Errorf("workspace %s: %w", ws, err)
+		return err
 	}
-	if err := handOverDir(fd, st.Dev, uid, gid, 0); err != nil {
-		return fmt.Errorf("hand root-owned workspace %s to uid %d: %w", ws, uid, err)
-	}
-	return nil
+	return handOverDir(fd, st.Dev, uid, gid, 0)
 }
 
 // maxHandOverDepth bounds the walk (each level holds a directory fd).

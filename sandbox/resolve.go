@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -42,5 +43,48 @@ func resolveBeneath(root, rel string) (string, error) {
 		return "", fmt.Errorf("%s in the workspace %s: %w", rel, root, err)
 	}
 	defer unix.Close(fd)
+	return fdPath(fd)
+}
+
+// openSource opens the absolute mount source src (O_PATH) with no symlink
+// followed in any component: a symlink in a mount source may have been
+// planted by a sandbox that can write the directory it lies in (SPEC
+// "Security decisions"), and is refused with the real path named, for a
+// caller that means it to give.
+func openSource(src string) (int, error) {
+	how := &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	}
+	fd, err := unix.Openat2(unix.AT_FDCWD, src, how)
+	for i := 0; i < resolveRetries && errors.Is(err, unix.EAGAIN); i++ {
+		fd, err = unix.Openat2(unix.AT_FDCWD, src, how)
+	}
+	if errors.Is(err, unix.ELOOP) {
+		real, rerr := filepath.EvalSymlinks(src)
+		if rerr != nil {
+			real = "?"
+		}
+		return -1, fmt.Errorf("%s goes through a symlink (it leads to %s): mount sources are not followed through symlinks, which a sandbox may have planted; give the real path if that is what you mean", src, real)
+	}
+	if err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
+// resolveSource is MountPlan.EvalSource: src, opened as openSource does,
+// by the path the kernel opened.
+func resolveSource(src string) (string, error) {
+	fd, err := openSource(src)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(fd)
+	return fdPath(fd)
+}
+
+// fdPath is the path fd was opened by, as the kernel has it now.
+func fdPath(fd int) (string, error) {
 	return os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
 }

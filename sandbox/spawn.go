@@ -265,7 +265,7 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 		Workdir:        workdir,
 		MountWorkspace: !spec.NoWorkspaceMount,
 		AllowedRoots:   spec.AllowedMountRoots,
-		EvalSource:     filepath.EvalSymlinks,
+		EvalSource:     resolveSource,
 		EvalBeneath:    resolveBeneath,
 		AnyTarget:      spec.NoWorkspaceMount && spec.Workdir == "",
 	}
@@ -555,19 +555,17 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 	var fds []int
 	for _, m := range rec.Mounts {
 		lm := spawnd.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: slices.Contains(m.Options, "ro")}
-		if os.Geteuid() == 0 && !lm.ReadOnly {
-			f, err := b.ownedBind(rec, m)
-			if err != nil {
-				return fmt.Errorf("start: mount %s: %w", m.Destination, err)
+		f, err := b.bindSource(rec, m, &lm)
+		if err != nil {
+			return fmt.Errorf("start: mount %s on %s: %w", m.Source, m.Destination, err)
+		}
+		if f != nil {
+			if len(fds) == spawnd.MaxFDs {
+				f.Close()
+				return fmt.Errorf("start: more than %d bind mounts", spawnd.MaxFDs)
 			}
-			if f != nil {
-				if len(fds) == spawnd.MaxFDs {
-					f.Close()
-					return fmt.Errorf("start: more than %d read-write mounts of directories owned by other users", spawnd.MaxFDs)
-				}
-				defer f.Close()
-				fds, lm.FD = append(fds, int(f.Fd())), true
-			}
+			defer f.Close()
+			fds, lm.FD = append(fds, int(f.Fd())), true
 		}
 		req.Mounts = append(req.Mounts, lm)
 	}
@@ -617,48 +615,78 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 	return nil
 }
 
-// ownedBind (root only) prepares read-write bind m so the sandbox's user
-// can write it as Docker's container root can, without any sandbox id
+// bindSource opens the source of bind m once, with no symlink followed
+// (m.Source is the real path resolved at spawn, so a symlink there now
+// was swapped in since, by a sandbox that can write that directory), and
+// does everything else through that fd, never by the name again.
+//
+// As root it returns the detached mount the spawn server attaches (the
+// caller opens what the sandbox's ids may not traverse to, such as a 0700
+// temporary directory), prepared so the sandbox's user can write a
+// read-write bind as Docker's container root can, without any sandbox id
 // mapping to host root:
 //   - the workspace, and a mount asked to (HandOver, podman's :U), first
 //     has its entries owned by host uid 0 or gid 0 handed to the user's
-//     unprivileged host ids (SPEC "Security decisions");
+//     unprivileged host ids (SPEC "Security decisions"), unless what was
+//     opened is a host directory that must keep its owners;
 //   - the workspace, and a source owned by a host id outside the sandbox's
 //     range (a user's directory), is then mounted idmapped: its owner
 //     appears as the sandbox's user, and files the sandbox writes there
 //     belong to that owner on the host.
 //
-// The returned file is the detached idmapped mount, nil for a plain bind: a
-// source already owned by an id of the sandbox's range maps as the sandbox
-// does, and one owned by root that is not handed over stays root's (the CLI
-// says so, and how to hand it over).
-func (b *Backend) ownedBind(rec *record, m specs.Mount) (*os.File, error) {
+// A source already owned by an id of the sandbox's range maps as the
+// sandbox does, and one owned by root that is not handed over stays root's
+// (the CLI says so, and how to hand it over).
+//
+// Rootless the spawn server, which is the caller on the host, opens the
+// source itself the same way: lm gets the inode opened here, and the
+// server refuses to mount any other.
+func (b *Backend) bindSource(rec *record, m specs.Mount, lm *spawnd.Mount) (*os.File, error) {
+	fd, err := openSource(m.Source)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		lm.Dev, lm.Ino = st.Dev, st.Ino
+		return nil, nil
+	}
+	if lm.ReadOnly {
+		return cloneSource(fd)
+	}
 	workspace := m.Source == rec.Workspace && m.Destination == rec.Workdir
 	if workspace || slices.Contains(rec.HandOver, m.Destination) {
-		if err := b.handOver(rec, m.Source); err != nil {
+		opened, err := fdPath(fd)
+		if err != nil {
+			return nil, err
+		}
+		if err := backend.CheckHandOver(opened); err != nil {
+			return nil, err
+		}
+		if err := b.handOver(rec, fd, &st); err != nil {
+			return nil, err
+		}
+		if err := unix.Fstat(fd, &st); err != nil { // its owner may be the user's now
 			return nil, err
 		}
 	}
-	if !workspace {
-		var st unix.Stat_t
-		if err := unix.Stat(m.Source, &st); err != nil {
-			return nil, err
-		}
-		if _, mapped := userns.FromHost(b.store.Mapping().UIDs, st.Uid); st.Uid == 0 || mapped {
-			return nil, nil
+	if _, mapped := userns.FromHost(b.store.Mapping().UIDs, st.Uid); workspace || st.Uid != 0 && !mapped {
+		f, err := idmapClone(fd, &st, b.store.Mapping(), rec.User.UID, rec.User.GID)
+		if f != nil || err != nil {
+			return f, err
 		}
 	}
-	return idmapWorkspace(m.Source, b.store.Mapping(), rec.User.UID, rec.User.GID)
+	return cloneSource(fd)
 }
 
-// handOver (root only) hands the entries of src owned by host uid 0 or gid
-// 0 to the sandbox user's unprivileged host ids before src is idmapped, so
-// no sandbox id maps to host root through it.
-func (b *Backend) handOver(rec *record, src string) error {
-	var st unix.Stat_t
-	if err := unix.Stat(src, &st); err != nil {
-		return err
-	}
+// handOver (root only) hands the entries of the source fd (st its stat)
+// owned by host uid 0 or gid 0 to the sandbox user's unprivileged host ids
+// before it is idmapped, so no sandbox id maps to host root through it.
+func (b *Backend) handOver(rec *record, fd int, st *unix.Stat_t) error {
 	if st.Uid != 0 && st.Gid != 0 {
 		return nil
 	}
@@ -666,9 +694,14 @@ func (b *Backend) handOver(rec *record, src string) error {
 	uid, uok := userns.ToHost(m.UIDs, rec.User.UID)
 	gid, gok := userns.ToHost(m.GIDs, rec.User.GID)
 	if !uok || !gok || uid == 0 || gid == 0 {
+		src, _ := fdPath(fd)
 		return fmt.Errorf("user %d:%d has no unprivileged host id to own the root-owned %s", rec.User.UID, rec.User.GID, src)
 	}
-	return handOverRootOwned(src, int(uid), int(gid))
+	if err := handOverRootOwned(fd, int(uid), int(gid)); err != nil {
+		src, _ := fdPath(fd)
+		return fmt.Errorf("hand root-owned %s to uid %d: %w", src, uid, err)
+	}
+	return nil
 }
 
 // unconfined removes the seccomp profile when asked (and allowed).

@@ -393,6 +393,45 @@ func TestWorkspaceAndVolumes(t *testing.T) {
 	}
 }
 
+// A symlink an earlier run planted in its workspace is not followed by a
+// later run's absolute -v or --mount source (the CLI reproduction),
+// and as root a workspace and -v source below a 0700 directory (mkdtemp,
+// pytest's tmp_path) mount.
+func TestBindSourcesThroughTheCLI(t *testing.T) {
+	e := newEnv(t)
+	dir := searchable(t, t.TempDir())
+	victim := filepath.Join(dir, "victim")
+	os.Mkdir(victim, 0o700)
+	os.WriteFile(filepath.Join(victim, "key"), []byte("owner\n"), 0o600)
+	ws := filepath.Join(dir, "ws")
+	os.Mkdir(ws, 0o755)
+	e.must("run", "--rm", "--workspace", ws, e.ref, "sh", "-c", "ln -s "+victim+" /workspace/data")
+	for _, args := range [][]string{{"-v", ws + "/data:/data"}, {"-v", ws + "/data:/data:ro"}, {"--mount", "type=bind,src=" + ws + "/data,dst=/data"}} {
+		out, code := e.run("", append(append([]string{"run", "--rm", "--workspace", ws}, args...), e.ref, "sh", "-c", "echo sandbox >> /data/key")...)
+		if code != 125 || !strings.Contains(out, "symlink") || !strings.Contains(out, victim) {
+			t.Errorf("run %v through a planted symlink: exit %d %q, want it refused naming the real path", args, code, out)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(victim, "key")); string(b) != "owner\n" {
+		t.Errorf("the victim's file changed: %q", b)
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	private, err := os.MkdirTemp(dir, "mkdtemp") // 0700, as Python's
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"ws", "w"} {
+		os.Mkdir(filepath.Join(private, d), 0o755)
+		os.WriteFile(filepath.Join(private, d, "f"), []byte(d+"\n"), 0o644)
+	}
+	out := e.must("run", "--rm", "--workspace", filepath.Join(private, "ws"), "-v", filepath.Join(private, "w")+":/w:ro", e.ref, "sh", "-c", "cat f /w/f && echo x > /workspace/x && echo ok")
+	if out != "ws\nw\nok\n" {
+		t.Errorf("workspace and -v below a 0700 directory: %q", out)
+	}
+}
+
 func TestLocalBackend(t *testing.T) {
 	e := newEnv(t)
 	ws := t.TempDir()

@@ -47,9 +47,8 @@ const Handler = "sandbox-spawn-server"
 const ConnFD = 4
 
 // MaxFDs: a request carries PID 1's listener, or (claim, as root) the
-// idmapped mounts: the workspace and read-write binds of other users'
-// directories.
-const MaxFDs = 16
+// detached bind mounts the host opened and cloned (SCM_MAX_FD is 253).
+const MaxFDs = 64
 
 func init() {
 	reexec.Register(Handler, serve)
@@ -110,9 +109,13 @@ type Mount struct {
 	Source      string `json:"source,omitempty"`
 	Destination string `json:"destination"`
 	ReadOnly    bool   `json:"ro,omitempty"`
-	// FD: the source is the detached mount the request carries (the
-	// idmapped workspace), not Source.
+	// FD: the source is the detached mount the request carries (as root
+	// the host opens and clones every source), not Source.
 	FD bool `json:"fd,omitempty"`
+	// Dev and Ino, when set, are the source the host opened and checked
+	// (rootless): the server mounts Source only if it opens that inode.
+	Dev uint64 `json:"dev,omitempty"`
+	Ino uint64 `json:"ino,omitempty"`
 }
 
 // Response answers a Request.
@@ -609,7 +612,7 @@ func configure(pid int, req *Request, files []*os.File) error {
 			fd, err = unix.FcntlInt(files[next].Fd(), unix.F_DUPFD_CLOEXEC, 0)
 			next++
 		} else {
-			fd, err = cloneSource(m.Source)
+			fd, err = cloneSource(m.Source, m.Dev, m.Ino)
 		}
 		if err != nil {
 			return fmt.Errorf("mount %s on %s: %w", m.Source, m.Destination, err)
@@ -682,11 +685,12 @@ func configure(pid int, req *Request, files []*os.File) error {
 }
 
 // cloneSource returns a detached clone of the mount source src. The host
-// checked src and resolved it to its real path, so no component of it may
-// be a symlink now: one swapped in since (by a sandbox that shares the
-// directory) is refused rather than followed. The source is opened once
-// and cloned through that fd.
-func cloneSource(src string) (int, error) {
+// opened src, with no symlink followed, and checked what it opened, so no
+// component of it may be a symlink now: one swapped in since (by a sandbox
+// that shares the directory) is refused rather than followed, and so is
+// another inode than dev and ino (when set). The source is opened once and
+// cloned through that fd.
+func cloneSource(src string, dev, ino uint64) (int, error) {
 	fd, err := unix.Openat2(unix.AT_FDCWD, src, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
@@ -698,6 +702,15 @@ func cloneSource(src string) (int, error) {
 		return -1, err
 	}
 	defer unix.Close(fd)
+	if ino != 0 {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return -1, err
+		}
+		if st.Dev != dev || st.Ino != ino {
+			return -1, fmt.Errorf("the source was replaced since it was checked: refused")
+		}
+	}
 	return unix.OpenTree(fd, "", unix.AT_EMPTY_PATH|unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 }
 

@@ -19,7 +19,7 @@ func TestCloneSourceRefusesSymlinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, src := range []string{filepath.Join(d, "swapped"), filepath.Join(d, "swapped", "etc")} {
-		if fd, err := cloneSource(src); err == nil || !strings.Contains(err.Error(), "symlink appeared") {
+		if fd, err := cloneSource(src, 0, 0); err == nil || !strings.Contains(err.Error(), "symlink appeared") {
 			t.Errorf("cloneSource(%s) = %d, %v; want it refused", src, fd, err)
 		}
 	}
