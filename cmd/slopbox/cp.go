@@ -58,7 +58,7 @@ bits are dropped.`,
 					return nil
 				}
 				_, name := copytar.Source(src)
-				into, rename, err := copytar.Into(dst, name == "")
+				into, rename, err := copytar.Into(dst, name == ".")
 				if err != nil {
 					return fail(err)
 				}
@@ -92,7 +92,7 @@ bits are dropped.`,
 			}
 			pr, pw := io.Pipe()
 			go func() { pw.CloseWithError(copytar.Write(pw, dir, name)) }()
-			if err := sb.CopyIn(ctx, pr, dst, name == ""); err != nil {
+			if err := sb.CopyIn(ctx, pr, dst, name == "."); err != nil {
 				pr.CloseWithError(err)
 				return fail(err)
 			}

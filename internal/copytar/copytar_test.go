@@ -99,7 +99,7 @@ func TestRoundTrip(t *testing.T) {
 	// dir/. copies the contents.
 	b.Reset()
 	dir, name = Source(src + "/.")
-	if name != "" {
+	if name != "." {
 		t.Fatalf("Source(dir/.) name %q", name)
 	}
 	if err := Write(&b, dir, name); err != nil {
