@@ -1,7 +1,10 @@
 package integration
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,4 +86,67 @@ func TestCopyInRacingSymlink(t *testing.T) {
 		t.Fatalf("no copy arrived in %d tries", tries)
 	}
 	t.Logf("%d copies, none carried the secret", tries)
+}
+
+// TestServeCopyDirContents: `docker cp box:DIR/. NEW` through serve
+// creates NEW with DIR's contents and puts nothing beside it, as with
+// dockerd: the archive of DIR/. starts with DIR itself (./) and the stat
+// header is DIR's. The archive used to start with DIR's first entry, and
+// the client extracted the entries into NEW's parent. Each docker client
+// installed (docker 28, Debian's 20.10) is run.
+func TestServeCopyDirContents(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("run", "-d", "--name", "box", e.ref, "sleep", "infinity")
+	e.must("exec", "box", "sh", "-c", "mkdir -p /tmp/d/sub && echo a > /tmp/d/a && echo b > /tmp/d/sub/b && echo h > /tmp/d/.hidden && chmod 750 /tmp/d")
+
+	resp, err := engineClient(sock).Head("http://docker/containers/box/archive?path=/tmp/d/.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	raw, _ := base64.StdEncoding.DecodeString(resp.Header.Get("X-Docker-Container-Path-Stat"))
+	var stat struct {
+		Name string
+		Mode fs.FileMode
+	}
+	if err := json.Unmarshal(raw, &stat); err != nil || stat.Mode != fs.ModeDir|0o750 {
+		t.Errorf("HEAD archive of /tmp/d/.: %d, stat %s (%+v, %v): want the directory's own", resp.StatusCode, raw, stat, err)
+	}
+
+	var clients []string
+	for _, bin := range []string{"/usr/local/bin/docker", "/usr/bin/docker"} {
+		if _, err := os.Stat(bin); err == nil {
+			clients = append(clients, bin)
+		}
+	}
+	if len(clients) == 0 {
+		t.Fatal("no docker client installed")
+	}
+	for _, bin := range clients {
+		parent := searchable(t, t.TempDir())
+		dest := filepath.Join(parent, "new")
+		if out, code := dockerCLIBin(t, bin, sock, "", "cp", "box:/tmp/d/.", dest); code != 0 {
+			t.Fatalf("%s cp box:/tmp/d/. %s: exit %d: %s", bin, dest, code, out)
+		}
+		if ents, _ := os.ReadDir(parent); len(ents) != 1 || ents[0].Name() != "new" {
+			t.Errorf("%s: beside the destination: %v, want only new", bin, ents)
+		}
+		for f, want := range map[string]string{"a": "a\n", "sub/b": "b\n", ".hidden": "h\n"} {
+			if b, err := os.ReadFile(filepath.Join(dest, f)); err != nil || string(b) != want {
+				t.Errorf("%s: new/%s: %q %v", bin, f, b, err)
+			}
+		}
+		// Into an existing directory: the contents land in it.
+		os.Remove(filepath.Join(dest, "a"))
+		if out, code := dockerCLIBin(t, bin, sock, "", "cp", "box:/tmp/d/.", dest); code != 0 {
+			t.Fatalf("%s cp into an existing directory: exit %d: %s", bin, code, out)
+		}
+		if _, err := os.Stat(filepath.Join(dest, "a")); err != nil {
+			t.Errorf("%s: into an existing directory: %v", bin, err)
+		}
+		if ents, _ := os.ReadDir(parent); len(ents) != 1 {
+			t.Errorf("%s: beside the existing destination: %v", bin, ents)
+		}
+	}
 }

@@ -77,6 +77,12 @@ func dockerCLI(t *testing.T, sock, stdin string, args ...string) (string, int) {
 	if err != nil {
 		t.Fatalf("the docker CLI is not installed (these machines ship a docker 28 client): %v", err)
 	}
+	return dockerCLIBin(t, bin, sock, stdin, args...)
+}
+
+// dockerCLIBin runs the docker client bin against sock.
+func dockerCLIBin(t *testing.T, bin, sock, stdin string, args ...string) (string, int) {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix://"+sock, "DOCKER_CONFIG="+t.TempDir())
 	cmd.Stdin = strings.NewReader(stdin)
@@ -87,6 +93,7 @@ func dockerCLI(t *testing.T, sock, stdin string, args ...string) (string, int) {
 		t.Fatal(err)
 	}
 	go func() { done <- cmd.Wait() }()
+	var err error
 	select {
 	case err = <-done:
 	case <-time.After(60 * time.Second):
