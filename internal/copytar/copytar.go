@@ -255,14 +255,18 @@ type Options struct {
 // (its first path component) takes that name. Every path is resolved
 // inside dir: "..", absolute names and symlinks met on the way (planted in
 // dir, or earlier in the stream) are refused, not followed; an existing
-// symlink in the way of a file is replaced, never written through. Setuid
-// and setgid bits are dropped and devices refused.
+// symlink in the way of a file is replaced, never written through. As
+// docker cp, an existing directory is never replaced by a non-directory
+// nor a file by a directory, and nothing but a symlink becomes a symlink:
+// such an entry is an error, with nothing removed. Setuid and setgid bits
+// are dropped and devices refused.
 func Extract(r io.Reader, dir, rename string, o Options) error {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
 		_, err := archive.ApplyLayer(dir, pr, archive.ApplyOptions{
-			IDs: func(int, int) (int, int) { return o.UID, o.GID },
+			IDs:                  func(int, int) (int, int) { return o.UID, o.GID },
+			NoOverwriteDirNonDir: true,
 		})
 		pr.CloseWithError(err)
 		done <- err

@@ -150,3 +150,39 @@ func TestServeCopyDirContents(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyIntoExistingKeepsTypes: `cp box:DIR/. EXISTING` (and into a
+// sandbox) refuses, as docker cp, to replace a directory with a file, and
+// never turns a file into a symlink: exit 1, nothing removed. It used to
+// delete the directory, and to replace the file with the sandbox's symlink.
+func TestCopyIntoExistingKeepsTypes(t *testing.T) {
+	e := newEnv(t)
+	e.must("run", "-d", "--name", "box", e.ref, "sleep", "infinity")
+	e.must("exec", "box", "sh", "-c", "mkdir -p /tmp/a /tmp/b && echo x > /tmp/a/x && ln -s /etc/shadow /tmp/b/y")
+	host := searchable(t, t.TempDir())
+	os.MkdirAll(filepath.Join(host, "x"), 0o755)
+	os.WriteFile(filepath.Join(host, "x", "keep"), []byte("kept"), 0o644)
+	os.WriteFile(filepath.Join(host, "y"), []byte("file"), 0o644)
+	for _, src := range []string{"box:/tmp/a/.", "box:/tmp/b/."} {
+		if out, code := e.run("", "cp", src, host); code != 1 || !strings.Contains(out, "cannot overwrite") {
+			t.Errorf("cp %s %s: exit %d: %s", src, host, code, out)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(host, "x", "keep")); err != nil || string(b) != "kept" {
+		t.Errorf("the directory in the destination: %q %v", b, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(host, "y")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("the file in the destination: %v %v", fi, err)
+	}
+	// Into the sandbox: its directory /tmp/a/x/ is not replaced by the host's file x.
+	e.must("exec", "box", "sh", "-c", "rm /tmp/a/x && mkdir /tmp/a/x && echo kept > /tmp/a/x/keep")
+	src := filepath.Join(searchable(t, t.TempDir()), "src")
+	os.Mkdir(src, 0o755)
+	os.WriteFile(filepath.Join(src, "x"), []byte("file"), 0o644)
+	if out, code := e.run("", "cp", src+"/.", "box:/tmp/a"); code != 1 || !strings.Contains(out, "cannot overwrite") {
+		t.Errorf("cp into the sandbox: exit %d: %s", code, out)
+	}
+	if out := e.must("exec", "box", "cat", "/tmp/a/x/keep"); out != "kept\n" {
+		t.Errorf("the sandbox's directory: %q", out)
+	}
+}
