@@ -30,15 +30,11 @@ func (s *Store) Load(ctx context.Context, path string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load: %w", err)
 	}
-	if userns.Inside() {
-		return s.loadInside(ctx, abs)
-	}
-	if fi.IsDir() && os.Geteuid() != 0 {
-		return s.runHelperNames(ctx, helperRequest{Op: "load", Path: abs}, nil)
-	}
 	if fi.IsDir() {
-		// The namespace's root may not read root's files by name: pass the
-		// layout as an archive on an open file.
+		// The layout is read once, through descriptors (tarTree), into an
+		// archive on an open file: a directory a sandbox can write cannot
+		// swap a symlink in between a check and a read, and the namespace's
+		// root, which may not read root's files by name, reads the file.
 		f, err := os.CreateTemp(s.path("tmp"), fmt.Sprintf("%d-load-", os.Getpid()))
 		if err != nil {
 			return nil, err
@@ -48,7 +44,13 @@ func (s *Store) Load(ctx context.Context, path string) ([]string, error) {
 		if err := tarTree(abs, f); err != nil {
 			return nil, fmt.Errorf("load %s: %w", abs, err)
 		}
+		if userns.Inside() {
+			return s.loadInside(ctx, abs, f)
+		}
 		return s.runHelperNames(ctx, helperRequest{Op: "load", Path: abs, FD: 5}, f)
+	}
+	if userns.Inside() {
+		return s.loadInside(ctx, abs)
 	}
 	// Hand the helper an open file: as root, the namespace's root may not be
 	// allowed to open it by name.
@@ -71,17 +73,6 @@ func (s *Store) loadInside(ctx context.Context, path string, file ...*os.File) (
 	var imgs []namedImage
 	var err error
 	if len(file) == 0 {
-		fi, err := os.Stat(path)
-		if err != nil {
-			return nil, fmt.Errorf("load: %w", err)
-		}
-		if fi.IsDir() {
-			imgs, err = s.fromLayout(path)
-			if err != nil {
-				return nil, fmt.Errorf("load %s: %w", path, err)
-			}
-			return s.storeLoaded(ctx, path, imgs)
-		}
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, fmt.Errorf("load: %w", err)
@@ -364,37 +355,45 @@ func (s *Store) Save(refs []string, w io.Writer) error {
 	return tarball.MultiRefWrite(m, w)
 }
 
-// tarTree writes the regular files and directories under dir as a tar to w.
+// tarTree writes the regular files and directories under dir as a tar to
+// w. dir is opened as an os.Root: no symlink (one swapped in while the
+// tree is read, too) takes a read outside it, each file's header comes
+// from fstat of the descriptor it is read from, and no more bytes are read
+// than that header says.
 func tarTree(dir string, w io.Writer) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
+	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil || rel == "." {
 			return err
 		}
-		rel, err := filepath.Rel(dir, p)
+		if !d.IsDir() && !d.Type().IsRegular() {
+			return fmt.Errorf("%w: unexpected %s in an OCI layout", ErrBadArchive, rel)
+		}
+		f, err := root.Open(rel)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
 		if err != nil {
 			return err
 		}
 		switch {
-		case d.IsDir():
+		case fi.IsDir() && d.IsDir():
 			return tw.WriteHeader(&tar.Header{Name: rel + "/", Typeflag: tar.TypeDir, Mode: 0o755})
-		case d.Type().IsRegular():
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
+		case fi.Mode().IsRegular() && !d.IsDir():
 			if err := tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeReg, Mode: 0o644, Size: fi.Size()}); err != nil {
 				return err
 			}
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			_, err = io.Copy(tw, f)
+			_, err = io.CopyN(tw, f, fi.Size())
 			return err
 		}
-		return fmt.Errorf("%w: unexpected %s in an OCI layout", ErrBadArchive, rel)
+		return fmt.Errorf("%w: %s changed while being read", ErrBadArchive, rel)
 	})
 	if err != nil {
 		return err

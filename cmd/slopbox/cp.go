@@ -29,7 +29,9 @@ func cpCmd() *cobra.Command {
 an existing directory receives the copy under its own name; otherwise the copy
 takes the destination's name; SRC ending in /. copies a directory's contents;
 - reads or writes a tar stream. Symlinks are copied as symlinks and never
-followed, and nothing is written outside the destination. Files copied out
+followed, and nothing is written outside the destination; as with docker cp,
+an existing directory is never replaced by a file, nor a file by a directory
+or a symlink (the copy fails and nothing is removed). Files copied out
 are owned by you, files copied in by the sandbox's root; setuid and setgid
 bits are dropped.`,
 		Args: cobra.ExactArgs(2),
@@ -58,7 +60,7 @@ bits are dropped.`,
 					return nil
 				}
 				_, name := copytar.Source(src)
-				into, rename, err := copytar.Into(dst, name == "")
+				into, rename, err := copytar.Into(dst, name == ".")
 				if err != nil {
 					return fail(err)
 				}
@@ -92,7 +94,7 @@ bits are dropped.`,
 			}
 			pr, pw := io.Pipe()
 			go func() { pw.CloseWithError(copytar.Write(pw, dir, name)) }()
-			if err := sb.CopyIn(ctx, pr, dst, name == ""); err != nil {
+			if err := sb.CopyIn(ctx, pr, dst, name == "."); err != nil {
 				pr.CloseWithError(err)
 				return fail(err)
 			}

@@ -18,7 +18,8 @@ import (
 // containerArchive is docker cp's endpoint: HEAD and GET
 // /containers/{id}/archive?path=P answer X-Docker-Container-Path-Stat (the
 // base64 JSON of name, size, mode as a Go FileMode, mtime, linkTarget),
-// GET with a tar of P; PUT extracts a tar into the directory P. The
+// GET with a tar of P (of P/.: P itself as ./ and its contents under ./,
+// so that the client's copy to a new name creates it); PUT extracts a tar into the directory P. The
 // sandbox's side runs inside the sandbox, as slopbox cp's does.
 func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
 	p := r.URL.Query().Get("path")
@@ -43,7 +44,8 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 		pr, pw := io.Pipe()
 		go func() { pw.CloseWithError(sb.CopyOut(r.Context(), p, pw)) }()
 		defer pr.Close()
-		// The first entry of the tar is P itself: its header is the stat.
+		// The first entry of the tar is P itself (for P/., as dockerd: P
+		// as ./, then ./ENTRY): its header is the stat.
 		var head bytes.Buffer
 		h, err := tar.NewReader(io.TeeReader(pr, &head)).Next()
 		if err != nil {

@@ -27,6 +27,13 @@ type ApplyOptions struct {
 	// IDs, when set, turns a tar entry's uid/gid into the on-disk owner
 	// (layers extracted for a nested id mapping); nil keeps them.
 	IDs func(uid, gid int) (int, int)
+	// NoOverwriteDirNonDir applies docker cp's rules to what is already
+	// in dir: an existing directory is never replaced by a non-directory,
+	// nor an existing file by a directory, and nothing but a symlink is
+	// replaced by a symlink. Such an entry is an error, and nothing is
+	// removed. (An existing symlink may still give way to a directory: it
+	// is replaced, never followed.)
+	NoOverwriteDirNonDir bool
 }
 
 // ApplyStats summarises one applied layer.
@@ -96,6 +103,7 @@ func ApplyLayer(dir string, r io.Reader, opts ApplyOptions) (ApplyStats, error) 
 		root:      root,
 		logf:      opts.Logf,
 		ids:       opts.IDs,
+		noReplace: opts.NoOverwriteDirNonDir,
 		buf:       *bp,
 		known:     map[string]struct{}{".": {}},
 		dirMeta:   map[string]*tar.Header{},
@@ -129,11 +137,12 @@ func ApplyLayer(dir string, r io.Reader, opts ApplyOptions) (ApplyStats, error) 
 }
 
 type applier struct {
-	ids   func(uid, gid int) (int, int)
-	root  string
-	logf  func(string, ...any)
-	buf   []byte
-	stats ApplyStats
+	ids       func(uid, gid int) (int, int)
+	noReplace bool
+	root      string
+	logf      func(string, ...any)
+	buf       []byte
+	stats     ApplyStats
 	// known holds resolved layer-relative paths that are real directories
 	// (never symlinks) whose every ancestor is a real directory too; paths
 	// under them are used directly without re-resolution.
@@ -369,6 +378,9 @@ func (a *applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 		return err
 	}
 	target := unpackJoin(parent, base)
+	if err := a.mayReplace(target, hdr.Typeflag); err != nil {
+		return err
+	}
 
 	switch hdr.Typeflag {
 	case tar.TypeDir:
@@ -417,6 +429,31 @@ func (a *applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 		a.warnOnce("type", "unpack: skipping %s: unsupported tar entry type %q", rel, hdr.Typeflag)
 		return nil
 	}
+}
+
+// mayReplace refuses, under NoOverwriteDirNonDir, an entry of type typ
+// that would replace what is at rel against docker cp's rules.
+func (a *applier) mayReplace(rel string, typ byte) error {
+	if !a.noReplace {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(a.full(rel), &st); errors.Is(err, unix.ENOENT) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	switch kind := st.Mode & unix.S_IFMT; {
+	case kind == unix.S_IFDIR && typ != tar.TypeDir:
+		return fmt.Errorf("cannot overwrite directory %q with a non-directory: remove it first if that is meant", rel)
+	case kind == unix.S_IFLNK:
+		return nil
+	case typ == tar.TypeDir && kind != unix.S_IFDIR:
+		return fmt.Errorf("cannot overwrite non-directory %q with a directory: remove it first if that is meant", rel)
+	case typ == tar.TypeSymlink:
+		return fmt.Errorf("cannot overwrite %q with a symbolic link: remove it first if that is meant", rel)
+	}
+	return nil
 }
 
 // isSparse reports a GNU sparse entry: the old format's type 'S', or the

@@ -99,7 +99,7 @@ func TestRoundTrip(t *testing.T) {
 	// dir/. copies the contents.
 	b.Reset()
 	dir, name = Source(src + "/.")
-	if name != "" {
+	if name != "." {
 		t.Fatalf("Source(dir/.) name %q", name)
 	}
 	if err := Write(&b, dir, name); err != nil {
@@ -115,5 +115,58 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dest, "x")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestExtractKeepsExistingTypes: as docker cp, a copy into an existing
+// destination refuses to replace a directory with a non-directory or a file
+// with a directory, and never turns a file into a symlink: an error, with
+// nothing removed. A symlink in the way is still replaced, not followed.
+func TestExtractKeepsExistingTypes(t *testing.T) {
+	o := Options{UID: os.Getuid(), GID: os.Getgid()}
+	cases := map[string]tar.Header{
+		"dir-by-file":     {Name: "d", Typeflag: tar.TypeReg},
+		"dir-by-symlink":  {Name: "d", Typeflag: tar.TypeSymlink, Linkname: "/etc"},
+		"file-by-symlink": {Name: "f", Typeflag: tar.TypeSymlink, Linkname: "/etc/shadow"},
+		"file-by-dir":     {Name: "f", Typeflag: tar.TypeDir},
+		"dir-by-hardlink": {Name: "d", Typeflag: tar.TypeLink, Linkname: "f"},
+	}
+	for name, h := range cases {
+		t.Run(name, func(t *testing.T) {
+			dest := t.TempDir()
+			os.Mkdir(filepath.Join(dest, "d"), 0o755)
+			os.WriteFile(filepath.Join(dest, "d", "keep"), []byte("kept"), 0o644)
+			os.WriteFile(filepath.Join(dest, "f"), []byte("file"), 0o644)
+			err := Extract(hostile(t, h), dest, "", o)
+			if err == nil || !strings.Contains(err.Error(), "cannot overwrite") {
+				t.Errorf("extract: %v, want a refusal", err)
+			}
+			if b, err := os.ReadFile(filepath.Join(dest, "d", "keep")); err != nil || string(b) != "kept" {
+				t.Errorf("the directory's contents: %q %v", b, err)
+			}
+			if fi, err := os.Lstat(filepath.Join(dest, "f")); err != nil || !fi.Mode().IsRegular() {
+				t.Errorf("the file: %v %v", fi, err)
+			}
+		})
+	}
+	// Allowed: a file over a file, a file or a directory over a symlink
+	// (replaced, not followed).
+	dest, outside := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(dest, "f"), []byte("old"), 0o644)
+	os.Symlink(filepath.Join(outside, "x"), filepath.Join(dest, "l"))
+	os.Symlink(outside, filepath.Join(dest, "ld"))
+	err := Extract(hostile(t, tar.Header{Name: "f", Typeflag: tar.TypeReg}, tar.Header{Name: "l", Typeflag: tar.TypeReg},
+		tar.Header{Name: "ld", Typeflag: tar.TypeDir}), dest, "", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dest, "f")); string(b) != "pwned" {
+		t.Errorf("file over file: %q", b)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Errorf("wrote through a symlink: %v", ents)
+	}
+	if fi, err := os.Lstat(filepath.Join(dest, "ld")); err != nil || !fi.IsDir() {
+		t.Errorf("directory over a symlink: %v %v", fi, err)
 	}
 }

@@ -70,7 +70,7 @@ func (e *env) serveAt(t *testing.T, sock string, env []string, args ...string) s
 	}
 }
 
-// dockerCLI runs the installed docker client against sock.
+// dockerCLI runs the docker client bin against sock.
 func dockerCLI(t *testing.T, bin, sock, stdin string, args ...string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
