@@ -411,11 +411,14 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			return
 		}
 		watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
+		// The kill event goes out before the signal, so that it always
+		// comes before the die the signal causes (dockerd holds the
+		// container's lock over both; its exit handler waits for it).
+		s.emitContainer("kill", sb.Info(), map[string]string{"signal": strconv.Itoa(int(sig))})
 		if err := sb.Signal(sig); err != nil {
 			fail(w, err)
 			return
 		}
-		s.emitContainer("kill", sb.Info(), map[string]string{"signal": strconv.Itoa(int(sig))})
 		if sig == syscall.SIGKILL {
 			// As Docker's kill with SIGKILL: it returns once the exit is
 			// recorded, so that a wait or inspect right after has its 137.
