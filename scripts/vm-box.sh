@@ -33,9 +33,12 @@ PKGS=systemd,systemd-sysv,dbus,dbus-user-session,libpam-systemd,linux-image-amd6
 scripts/vm-deps.sh
 
 stamp=$( (cat "$0"; echo "$MIRROR $PKGS") | sha256sum | cut -c1-16)
-if [[ -z ${VM_BOX_FORCE:-} && -f $WORK/box.stamp && $(cat "$WORK/box.stamp") == "$stamp" ]] &&
+# The stamp lives with the box Vagrant keeps (outside the work tree), so a
+# fresh clone on a machine that has the box does not build it again.
+STAMP=${VM_BOX_STAMP:-${VAGRANT_HOME:-$HOME/.vagrant.d}/slopbox-box.stamp}
+if [[ -z ${VM_BOX_FORCE:-} && -f $STAMP && $(cat "$STAMP") == "$stamp" ]] &&
 	vagrant box list 2>/dev/null | grep -q "^$BOX "; then
-	echo "vm-box: $BOX is up to date ($WORK/box.stamp)"
+	echo "vm-box: $BOX is up to date ($STAMP)"
 	exit 0
 fi
 
@@ -131,5 +134,5 @@ vagrant box add --force --name "$BOX" "$WORK/bookworm.box" >/dev/null
 rm -f /var/lib/libvirt/images/"${BOX//\//-VAGRANTSLASH-}"_vagrant_box_image_*
 ! pgrep -x libvirtd >/dev/null || virsh -q pool-refresh default >/dev/null 2>&1 || true
 rm -f "$WORK/bookworm.box"
-echo "$stamp" >"$WORK/box.stamp"
+mkdir -p "$(dirname "$STAMP")" && echo "$stamp" >"$STAMP"
 echo "vm-box: $BOX built in $((SECONDS - t0)) s" >&2
