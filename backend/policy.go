@@ -7,11 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // ErrUnsafe is wrapped when a SpawnSpec weakens the sandbox in a way the
@@ -151,31 +147,6 @@ func hostSystemPath(src string) (string, bool) {
 	return "", false
 }
 
-// ParseVolume reads docker's -v HOST:CONTAINER[:OPTIONS] (read-write by
-// default; options ro, rw, U, and z/Z, which mean nothing without SELinux).
-// The CLI's -v and the Engine API's HostConfig.Binds both use it.
-func ParseVolume(v string) (Mount, error) {
-	parts := strings.Split(v, ":")
-	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
-		return Mount{}, fmt.Errorf("-v %q: want HOST:CONTAINER[:ro|rw] (named volumes are not supported)", v)
-	}
-	m := Mount{Source: parts[0], Target: parts[1]}
-	if len(parts) == 3 {
-		for _, o := range strings.Split(parts[2], ",") {
-			switch o {
-			case "ro":
-				m.ReadOnly = true
-			case "rw", "z", "Z": // no SELinux labels to set here, as on a host without SELinux
-			case "U":
-				m.HandOver = true
-			default:
-				return Mount{}, InvalidValue("-v %q: option %q is not supported (ro, rw, U)", v, o)
-			}
-		}
-	}
-	return m, nil
-}
-
 // HostSharing is what a docker command line (or an Engine API HostConfig)
 // may ask for that would share the host with a sandbox. Check refuses it,
 // naming the policy: nothing can allow it.
@@ -206,22 +177,4 @@ func (h HostSharing) Check() error {
 		}
 	}
 	return nil
-}
-
-// ParseSignal reads a signal as docker kill -s does: KILL, SIGKILL or 9.
-func ParseSignal(s string) (syscall.Signal, error) {
-	if n, err := strconv.Atoi(s); err == nil {
-		if n <= 0 || n > 64 {
-			return 0, fmt.Errorf("invalid signal: %s", s)
-		}
-		return syscall.Signal(n), nil
-	}
-	name := strings.ToUpper(s)
-	if !strings.HasPrefix(name, "SIG") {
-		name = "SIG" + name
-	}
-	if sig := unix.SignalNum(name); sig != 0 {
-		return sig, nil
-	}
-	return 0, fmt.Errorf("invalid signal: %s (e.g. KILL, TERM, HUP, 15)", s)
 }

@@ -744,6 +744,39 @@ func (s *Sandbox) Stop() error {
 	return nil
 }
 
+// DefaultStopGrace is how long docker stop waits after the stop signal
+// before it kills (docker stop -t, StopTimeout).
+const DefaultStopGrace = 10 * time.Second
+
+// StopGrace is docker stop: sig (SIGTERM when 0) goes to the main command,
+// and once it has ended, or grace has passed with the sandbox still
+// running, Stop kills every process that is left. A sandbox with no main
+// command running, or a grace of 0, is stopped at once.
+func (s *Sandbox) StopGrace(ctx context.Context, sig syscall.Signal, grace time.Duration) error {
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	if grace > 0 && sig != syscall.SIGKILL && s.Running() && s.Signal(sig) == nil {
+		ctx, cancel := context.WithTimeout(ctx, grace)
+		defer cancel()
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		// Its monitor stops the sandbox once the main command is done.
+		for s.Running() && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+		}
+		if !s.Running() {
+			if _, err := os.Stat(s.dir); err != nil {
+				return nil // removed with its command (AutoRemove)
+			}
+		}
+	}
+	return s.Stop()
+}
+
 // Start starts a created or stopped sandbox (its files are kept) and runs
 // its recorded command, if any, detached.
 func (s *Sandbox) Start(ctx context.Context) error {

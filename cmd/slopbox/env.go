@@ -67,7 +67,7 @@ func (f *envFlags) open(cmd *cobra.Command, file string) (*dockercompat.Spec, ba
 	}
 	var ports []backend.PortMapping
 	for _, p := range f.ports {
-		pm, err := backend.ParsePort(p)
+		pm, err := dockercompat.ParsePort(p)
 		if err != nil {
 			return nil, nil, nil, nil, fmt.Errorf("--port: %w", err)
 		}

@@ -11,6 +11,8 @@ import (
 	"text/template"
 
 	"github.com/spf13/cobra"
+
+	"github.com/slopbox/slopbox/dockercompat"
 )
 
 func inspectCmd() *cobra.Command {
@@ -28,7 +30,7 @@ func inspectCmd() *cobra.Command {
 			var errs []error
 			for _, ref := range args {
 				if sb, err := b.Open(ref); err == nil {
-					out = append(out, sb.Info())
+					out = append(out, dockercompat.Inspect(sb.Info()))
 					continue
 				}
 				m, err := b.Store().Inspect(ref)

@@ -5,16 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"text/template"
 	"time"
 
+	"github.com/docker/go-units"
 	"github.com/spf13/cobra"
 
-	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -39,12 +39,16 @@ func createCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			spec, err := sf.spec(args[0])
+			spec, opts, err := sf.spec(cmd.Flags(), args[0], args[1:])
 			if err != nil {
 				return err
 			}
-			sb, err := b.Create(ctx, spec, imageCommandWith(img, args[1:], sf.entrypointOverride(cmd.Flags())))
+			sb, err := b.Create(ctx, spec, opts.Command(img.Config.Config.Entrypoint, img.Config.Config.Cmd))
 			if err != nil {
+				return err
+			}
+			if err := opts.SaveCreated(sb.Info().StateDir, img.Config.Config.Entrypoint); err != nil {
+				sb.Remove()
 				return err
 			}
 			if o != (sandbox.DetachOptions{}) {
@@ -102,15 +106,26 @@ func startCmd() *cobra.Command {
 }
 
 func stopCmd() *cobra.Command {
+	var grace int
+	var sigName string
 	c := &cobra.Command{
-		Use:   "stop SANDBOX...",
-		Short: "Stop sandboxes (every process in them); their files are kept",
+		Use:   "stop [-t SECONDS] [-s SIGNAL] SANDBOX...",
+		Short: "Stop sandboxes: the stop signal to the main command, then every process is killed after the grace period; their files are kept",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachSandbox(args, func(sb *sandbox.Sandbox) error { return sb.Stop() })
+			sig, err := dockercompat.ParseSignal(sigName)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			return eachSandbox(args, func(sb *sandbox.Sandbox) error {
+				return sb.StopGrace(ctx, sig, time.Duration(max(grace, 0))*time.Second)
+			})
 		},
 	}
-	c.Flags().IntP("time", "t", 0, "accepted for compatibility; processes are killed at once")
+	c.Flags().IntVarP(&grace, "time", "t", int(sandbox.DefaultStopGrace/time.Second), "seconds to wait for the main command to exit before killing every process")
+	c.Flags().StringVarP(&sigName, "signal", "s", "TERM", "signal sent to the main command first")
 	return c
 }
 
@@ -121,7 +136,7 @@ func killCmd() *cobra.Command {
 		Short: "Kill sandboxes (SIGKILL: every process, like stop), or send their main command a signal",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sig, err := backend.ParseSignal(sigName)
+			sig, err := dockercompat.ParseSignal(sigName)
 			if err != nil {
 				return err
 			}
@@ -274,22 +289,8 @@ var psHeader = psRow{ID: "SANDBOX ID", Image: "IMAGE", Command: "COMMAND", Creat
 
 func row(i sandbox.Info) psRow {
 	r := psRow{ID: i.ID[:min(12, len(i.ID))], Image: i.Image, Command: strings.Join(i.Command, " "), Names: i.Name,
-		CreatedAt: i.Created.Format("2006-01-02 15:04:05 -0700 MST"), RunningFor: human(time.Since(i.Created)) + " ago", State: state(i)}
-	switch r.State {
-	case "broken":
-		r.Status = "Broken: " + i.Broken
-	case "running":
-		r.Status = "Up " + human(time.Since(i.Created))
-	case "paused":
-		r.Status = "Up " + human(time.Since(i.Created)) + " (Paused)"
-	case "created":
-		r.Status = "Created"
-	default:
-		r.Status = "Exited"
-		if !i.FinishedAt.IsZero() {
-			r.Status = fmt.Sprintf("Exited (%d) %s ago", i.ExitCode, human(time.Since(i.FinishedAt)))
-		}
-	}
+		CreatedAt: i.Created.Format("2006-01-02 15:04:05 -0700 MST"), RunningFor: units.HumanDuration(time.Since(i.Created)) + " ago",
+		State: dockercompat.State(i), Status: dockercompat.Status(i)}
 	var labels []string
 	for k, v := range i.Labels {
 		labels = append(labels, k+"="+v)
@@ -306,20 +307,6 @@ func row(i sandbox.Info) psRow {
 	return r
 }
 
-func state(i sandbox.Info) string {
-	switch {
-	case i.Broken != "":
-		return "broken"
-	case i.Paused:
-		return "paused"
-	case i.Running:
-		return "running"
-	case i.Pid == 0:
-		return "created"
-	}
-	return "exited"
-}
-
 func jsonString(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
@@ -334,46 +321,18 @@ func hasStatusFilter(filters []string) bool {
 	return false
 }
 
-// psFilter reads docker's ps filters: the same key ORs, different keys AND.
+// psFilter reads --filter KEY=VALUE flags into docker's filters
+// (dockercompat.Filter, which the Engine API uses too).
 func psFilter(filters []string) (func(sandbox.Info) bool, error) {
 	by := map[string][]string{}
 	for _, f := range filters {
 		k, v, ok := strings.Cut(f, "=")
-		switch {
-		case !ok:
+		if !ok {
 			return nil, fmt.Errorf("--filter %q: want KEY=VALUE", f)
-		case k == "status" && !slices.Contains([]string{"created", "running", "paused", "exited", "broken"}, v):
-			return nil, fmt.Errorf("--filter %q: status is created, running, paused, exited or broken", f)
-		case !slices.Contains([]string{"name", "id", "label", "status", "ancestor"}, k):
-			return nil, fmt.Errorf("--filter %q: unknown key %q (name, id, label, status, ancestor)", f, k)
 		}
 		by[k] = append(by[k], v)
 	}
-	return func(i sandbox.Info) bool {
-		for k, vs := range by {
-			ok := false
-			for _, v := range vs {
-				switch k {
-				case "name":
-					ok = ok || strings.Contains(i.Name, v)
-				case "id":
-					ok = ok || strings.HasPrefix(i.ID, v)
-				case "status":
-					ok = ok || state(i) == v
-				case "ancestor":
-					ok = ok || i.Image == v || strings.HasPrefix(i.ImageID, v) || strings.Contains(i.Image, "/"+v) || strings.HasSuffix(i.Image, "/"+v+":latest")
-				case "label":
-					lk, lv, hasV := strings.Cut(v, "=")
-					got, present := i.Labels[lk]
-					ok = ok || present && (!hasV || got == lv)
-				}
-			}
-			if !ok {
-				return false
-			}
-		}
-		return true
-	}, nil
+	return dockercompat.Filter(by)
 }
 
 func human(d time.Duration) string {

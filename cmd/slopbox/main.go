@@ -81,6 +81,7 @@ func main() {
 	if filepath.Base(os.Args[0]) == "docker" {
 		root.Use = "docker"
 	}
+	refuseUnknownVerbs(root)
 	// Docker's exit codes: a flag it cannot parse is 125 for every verb.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitRuntime, err: fmt.Errorf("%w\nSee '%s --help'", err, c.CommandPath())}
@@ -95,6 +96,26 @@ func main() {
 		}
 		fmt.Fprintln(os.Stderr, "slopbox:", err)
 		os.Exit(failureCode(c))
+	}
+}
+
+// refuseUnknownVerbs makes every command group (container, image, system,
+// env) refuse a verb it does not have as docker does: its unknown command
+// message, exit 1. Alone, a group prints its help.
+func refuseUnknownVerbs(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		refuseUnknownVerbs(c)
+		if !c.HasSubCommands() || c.Runnable() {
+			continue
+		}
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return &exitError{code: 1, err: fmt.Errorf("unknown command: %s %s\n\nUsage:  %s\n\nRun '%s --help' for more information",
+				cmd.CommandPath(), args[0], cmd.CommandPath(), cmd.CommandPath())}
+		}
 	}
 }
 

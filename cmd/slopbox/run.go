@@ -69,13 +69,13 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			command := imageCommandWith(img, args[1:], sf.entrypointOverride(cmd.Flags()))
-			if len(command) == 0 {
-				return fmt.Errorf("run: image %s has no default command; give one", args[0])
-			}
-			spec, err := sf.spec(args[0])
+			spec, opts, err := sf.spec(cmd.Flags(), args[0], args[1:])
 			if err != nil {
 				return err
+			}
+			command := opts.Command(img.Config.Config.Entrypoint, img.Config.Config.Cmd)
+			if len(command) == 0 {
+				return fmt.Errorf("run: image %s has no default command; give one", args[0])
 			}
 			// -d --rm: removed when stopped or killed, as docker does.
 			spec.AutoRemove = detach && rm
@@ -87,6 +87,10 @@ func runCmd() *cobra.Command {
 			}
 			sb, err := spawn(ctx, spec, command)
 			if err != nil {
+				return err
+			}
+			if err := opts.SaveCreated(sb.Info().StateDir, img.Config.Config.Entrypoint); err != nil {
+				sb.Remove()
 				return err
 			}
 			for _, l := range sb.Unenforced() {

@@ -4,18 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/docker/go-units"
 	"github.com/spf13/pflag"
 
 	"github.com/slopbox/slopbox/backend"
@@ -52,9 +48,9 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE (KEY alone takes the value from the host)")
 	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory of commands (and the workspace's mount point with --workspace)")
 	fs.StringVarP(&f.user, "user", "u", "", "user: name|uid[:group|gid] from the image's /etc/passwd")
-	fs.StringVar(&f.network, "network", "none", "network: none (loopback only), bridge (its own, with outbound access through slirp4netns) or host")
+	fs.StringVar(&f.network, "network", "", "network: none (loopback only; the default), bridge (its own, with outbound access through slirp4netns; the default with -p) or host")
 	fs.BoolVar(&f.allowHostLoopback, "allow-host-loopback", false, "with --network bridge: let the sandbox reach the host's loopback (at 10.0.2.2)")
-	fs.StringVar(&f.network, "net", "none", "alias of --network")
+	fs.StringVar(&f.network, "net", "", "alias of --network")
 	fs.StringVar(&f.workspace, "workspace", "", "host directory mounted read-write at --workdir (default /workspace)")
 	fs.StringVarP(&f.memory, "memory", "m", "", "memory limit (e.g. 512m, 2g)")
 	fs.Float64Var(&f.cpus, "cpus", 0, "number of CPUs")
@@ -96,117 +92,83 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.Lookup("net").Hidden = true
 }
 
-// spec turns the flags into a SpawnSpec for image.
-func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
-	s := backend.SpawnSpec{Image: img, Name: f.name, User: f.user, Network: f.network, Keep: f.keep,
-		DisableSetup: len(f.setup) == 0, Setup: backend.Setup{Commands: f.setup}, ReadOnlyRootfs: f.readOnly,
-		CapAdd: f.capAdd, CapDrop: f.capDrop, Unsafe: f.allowUnsafe}
-	for _, o := range f.securityOpts {
-		switch strings.ReplaceAll(o, ":", "=") {
-		case "seccomp=unconfined":
-			s.SeccompUnconfined = true
-		case "no-new-privileges", "no-new-privileges=true":
-		default:
-			return s, fmt.Errorf("--security-opt %q is not supported (seccomp=unconfined, no-new-privileges)", o)
+// options turns the flags, the image and the command's arguments into
+// Docker's create options: dockercompat.CreateOptions.ToSpawnSpec is the
+// one translator the CLI and the Engine API share.
+func (f *spawnFlags) options(fs *pflag.FlagSet, img string, args []string) (dockercompat.CreateOptions, error) {
+	o := f.limitOptions()
+	o.Mounts = nil
+	for _, m := range f.mounts {
+		mo, err := dockercompat.ParseMount(m)
+		if err != nil {
+			return o, err
 		}
+		o.Mounts = append(o.Mounts, mo)
 	}
-	if err := f.refuseHostSharing(); err != nil {
-		return s, err
+	o.Name, o.Image, o.Cmd, o.User, o.Hostname, o.Workdir = f.name, img, args, f.user, f.hostname, f.workdir
+	o.Network, o.AllowHostLoopback, o.Publish, o.Volumes, o.Labels = f.network, f.allowHostLoopback, f.publish, f.volumes, f.labels
+	o.ReadOnly, o.Keep, o.Setup = f.readOnly, f.keep, f.setup
+	o.CapAdd, o.CapDrop, o.SecurityOpt, o.AllowUnsafe = f.capAdd, f.capDrop, f.securityOpts, f.allowUnsafe
+	o.ExtraHosts, o.DNS, o.DNSSearch, o.DNSOptions = f.addHosts, f.dns, f.dnsSearch, f.dnsOptions
+	o.HostSharing = backend.HostSharing{Privileged: f.privileged, Devices: f.devices, PidMode: f.pidNS, IpcMode: f.ipcNS, UTSMode: f.utsNS, UsernsMode: f.userNS}
+	if fs != nil && fs.Changed("entrypoint") {
+		o.Entrypoint = []string{f.entrypoint} // one word, as docker's: "" clears it
 	}
 	if f.workspace != "" {
 		ws, err := filepath.Abs(f.workspace)
 		if err != nil {
-			return s, err
+			return o, err
 		}
-		s.Workspace, s.Workdir = ws, f.workdir
-	} else {
-		s.NoWorkspaceMount = true
-		s.Cwd = f.workdir
+		o.Workspace = ws
 	}
 	if f.platform != "" && f.platform != image.HostPlatform().String() && f.platform != image.HostPlatform().OS+"/"+image.HostPlatform().Architecture {
-		return s, fmt.Errorf("--platform %s: this host runs %s images only", f.platform, image.HostPlatform())
+		return o, fmt.Errorf("--platform %s: this host runs %s images only", f.platform, image.HostPlatform())
 	}
-	s.Hostname = f.hostname
-	s.ExtraHosts, s.DNS, s.DNSSearch, s.DNSOptions = f.addHosts, f.dns, f.dnsSearch, f.dnsOptions
-	for _, p := range f.publish {
-		pm, err := backend.ParsePort(p)
-		if err != nil {
-			return s, err
-		}
-		s.Ports = append(s.Ports, pm)
-	}
-	if len(s.Ports) > 0 && f.network == backend.NetworkHost {
-		fmt.Fprintln(os.Stderr, "WARNING: Published ports are discarded when using host network mode")
-		s.Ports = nil
-	}
-	s.AllowHostLoopback = f.allowHostLoopback
-	env := map[string]string{}
+	env := []map[string]string{}
 	for _, file := range f.envFiles {
 		kvs, err := readEnvFile(file)
 		if err != nil {
-			return s, err
+			return o, err
 		}
 		fileEnv, err := parseEnv(kvs)
 		if err != nil {
-			return s, fmt.Errorf("--env-file %s: %w", file, err)
+			return o, fmt.Errorf("--env-file %s: %w", file, err)
 		}
-		maps.Copy(env, fileEnv)
+		env = append(env, fileEnv)
 	}
 	flagEnv, err := parseEnv(f.env)
 	if err != nil {
-		return s, err
+		return o, err
 	}
-	maps.Copy(env, flagEnv)
-	if len(env) > 0 {
-		s.Env = env
-	}
-	for _, l := range f.labels {
-		k, v, _ := strings.Cut(l, "=")
-		if k == "" {
-			return s, fmt.Errorf("--label %q: want KEY=VALUE", l)
-		}
-		if s.Labels == nil {
-			s.Labels = map[string]string{}
-		}
-		s.Labels[k] = v
-	}
-	for _, m := range f.mounts {
-		mnt, tmp, err := parseMount(m)
-		if err != nil {
-			return s, err
-		}
-		if tmp != "" {
-			f.tmpfs = append(f.tmpfs, tmp)
-			continue
-		}
-		s.Mounts = append(s.Mounts, mnt)
-	}
-	for _, v := range f.volumes {
-		m, err := backend.ParseVolume(v)
-		if err != nil {
-			return s, err
-		}
-		s.Mounts = append(s.Mounts, m)
-	}
-	if s.Limits, err = f.limits(); err != nil {
-		return s, err
-	}
+	o.Env = dockercompat.MergeEnv(append(env, flagEnv)...)
 	pol, err := loadPolicy()
 	if err != nil {
-		return s, err
+		return o, err
 	}
 	if pol != nil {
-		s.AllowedMountRoots = pol.AllowedMountRoots
-		s.Unsafe = append(slices.Clone(pol.AllowUnsafe), s.Unsafe...)
+		o.AllowedMountRoots, o.PolicyUnsafe = pol.AllowedMountRoots, pol.AllowUnsafe
 	}
-	// Before anything is pulled or created.
-	if err := s.CheckPolicy(); err != nil {
-		return s, err
+	return o, nil
+}
+
+// spec is the SpawnSpec of the flags (see options), its warnings and
+// notes printed as docker prints its warnings.
+func (f *spawnFlags) spec(fs *pflag.FlagSet, img string, args []string) (backend.SpawnSpec, dockercompat.CreateOptions, error) {
+	o, err := f.options(fs, img, args)
+	if err != nil {
+		return backend.SpawnSpec{}, o, err
 	}
-	for _, note := range s.HandOverWorkdir(f.workdir) {
+	s, warnings, notes, err := o.ToSpawnSpec()
+	if err != nil {
+		return s, o, err
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(os.Stderr, "WARNING:", w)
+	}
+	for _, note := range notes {
 		fmt.Fprintln(os.Stderr, "slopbox: note:", note)
 	}
-	return s, nil
+	return s, o, nil
 }
 
 // defaultPolicy is the operator's policy file when --policy and
@@ -228,66 +190,29 @@ func loadPolicy() (*dockercompat.Policy, error) {
 	return dockercompat.LoadPolicy(file)
 }
 
-// limits parses and checks --memory, --cpus and --pids-limit, so a bad
-// value is refused before anything is pulled or created.
-func (f *spawnFlags) limits() (backend.Limits, error) {
-	l := backend.Limits{CPUs: f.cpus, Pids: f.pids, Strict: f.strict}
-	if f.memory != "" {
-		n, err := parseMemory(f.memory)
-		if err != nil {
-			return l, err
-		}
-		l.MemoryBytes = n
-	}
-	for _, t := range f.tmpfs {
-		dst, opts, _ := strings.Cut(t, ":")
-		if filepath.Clean(dst) != "/tmp" {
-			return l, fmt.Errorf("--tmpfs %q: only /tmp can be a tmpfs for now", t)
-		}
-		l.TmpBytes = 64 << 20 // as a tmpfs without size= would get half the RAM
-		for _, o := range strings.Split(opts, ",") {
-			if v, ok := strings.CutPrefix(o, "size="); ok {
-				n, err := units.RAMInBytes(v)
-				if err != nil || n <= 0 {
-					return l, fmt.Errorf("--tmpfs %q: invalid size %q (want e.g. size=64m)", t, v)
-				}
-				l.TmpBytes = n
-			} else if o != "" && o != "rw" && o != "nosuid" && o != "nodev" {
-				return l, fmt.Errorf("--tmpfs %q: option %q is not supported (size= only)", t, o)
-			}
+// limitOptions are the flags that set limits, as create options.
+func (f *spawnFlags) limitOptions() dockercompat.CreateOptions {
+	o := dockercompat.CreateOptions{Memory: f.memory, CPUs: f.cpus, PidsLimit: f.pids, StrictLimits: f.strict,
+		Tmpfs: f.tmpfs, StorageOpt: f.storageOpts}
+	for _, m := range f.mounts {
+		if mo, err := dockercompat.ParseMount(m); err == nil {
+			o.Mounts = append(o.Mounts, mo)
 		}
 	}
-	for _, o := range f.storageOpts {
-		v, ok := strings.CutPrefix(o, "size=")
-		n, err := units.RAMInBytes(v)
-		if !ok || err != nil || n <= 0 {
-			return l, fmt.Errorf("--storage-opt %q: only size=N is supported (e.g. size=1g)", o)
-		}
-		l.RootfsBytes = n
-	}
-	return l, l.Validate()
+	return o
 }
 
-// parseMemory reads a docker-style size (512m, 2g, 1.5GiB, 1048576).
-// go-units converts the number it parses to int64 unchecked, so a value
-// too large for that would wrap to a negative limit: it is refused here.
-func parseMemory(v string) (int64, error) {
-	n, err := units.RAMInBytes(v)
-	if err != nil {
-		return 0, fmt.Errorf("invalid --memory %q: %v (want a size such as 512m or 2g)", v, err)
+// limits parses and checks --memory, --cpus, --pids-limit, --tmpfs and
+// --storage-opt, so a bad value is refused before anything is pulled or
+// created.
+func (f *spawnFlags) limits() (backend.Limits, error) {
+	for _, m := range f.mounts {
+		if _, err := dockercompat.ParseMount(m); err != nil {
+			return backend.Limits{}, err
+		}
 	}
-	// Split number and suffix as go-units does.
-	sep := strings.LastIndexAny(v, "0123456789. ")
-	num, sfx := v[:sep+1], strings.ToLower(v[sep+1:])
-	mul := 1.0
-	if sfx != "" {
-		mul = math.Ldexp(1, 10*(strings.IndexByte("bkmgtp", sfx[0])))
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-	if err != nil || math.IsNaN(f) || f*mul >= math.MaxInt64 {
-		return 0, fmt.Errorf("invalid --memory %q: too large (a limit must be below 8 EiB)", v)
-	}
-	return n, nil
+	o := f.limitOptions()
+	return o.Limits()
 }
 
 // checkFlags refuses bad --memory, --cpus and --timeout values before
@@ -358,28 +283,6 @@ func ensureImage(ctx context.Context, b *sandbox.Backend, ref string) (*image.Im
 	return b.Store().Pull(ctx, ref)
 }
 
-// imageCommandWith is ENTRYPOINT + (args, or the image's CMD); a replaced
-// entrypoint (--entrypoint) drops the image's CMD too, as docker does.
-func imageCommandWith(img *image.Image, args []string, entrypoint *string) []string {
-	cfg := img.Config.Config
-	if entrypoint != nil {
-		ep := strings.Fields(*entrypoint)
-		return append(ep, args...)
-	}
-	if len(args) == 0 {
-		args = cfg.Cmd
-	}
-	return append(append([]string{}, cfg.Entrypoint...), args...)
-}
-
-// entrypointOverride is --entrypoint when it was given.
-func (f *spawnFlags) entrypointOverride(fs *pflag.FlagSet) *string {
-	if fs.Changed("entrypoint") {
-		return &f.entrypoint
-	}
-	return nil
-}
-
 // readEnvFile reads docker's --env-file: KEY=VALUE or KEY lines, blank
 // lines and # comments skipped.
 func readEnvFile(path string) ([]string, error) {
@@ -398,47 +301,6 @@ func readEnvFile(path string) ([]string, error) {
 	return out, nil
 }
 
-// parseMount reads --mount: a bind mount, or a tmpfs at /tmp (returned as
-// the --tmpfs spelling).
-func parseMount(v string) (m backend.Mount, tmpfs string, err error) {
-	kind := "volume"
-	var size string
-	for _, kv := range strings.Split(v, ",") {
-		k, val, _ := strings.Cut(kv, "=")
-		switch k {
-		case "type":
-			kind = val
-		case "source", "src":
-			m.Source = val
-		case "target", "destination", "dst":
-			m.Target = val
-		case "readonly", "ro":
-			m.ReadOnly = val == "" || val == "true" || val == "1"
-		case "tmpfs-size":
-			size = val
-		case "bind-propagation", "consistency":
-		default:
-			return m, "", fmt.Errorf("--mount %q: option %q is not supported (type, source, target, readonly, tmpfs-size)", v, k)
-		}
-	}
-	if m.Target == "" {
-		return m, "", fmt.Errorf("--mount %q: target is required", v)
-	}
-	switch kind {
-	case "bind":
-		if m.Source == "" {
-			return m, "", fmt.Errorf("--mount %q: source is required for a bind mount", v)
-		}
-		return m, "", nil
-	case "tmpfs":
-		if size != "" {
-			return m, m.Target + ":size=" + size, nil
-		}
-		return m, m.Target, nil
-	}
-	return m, "", fmt.Errorf("--mount %q: type %q is not supported (bind or tmpfs; slopbox has no named volumes)", v, kind)
-}
-
 // signalContext is cancelled on SIGINT and SIGTERM, so the running command
 // is killed and the sandbox cleaned up.
 func signalContext() (context.Context, context.CancelFunc) {
@@ -446,9 +308,3 @@ func signalContext() (context.Context, context.CancelFunc) {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-
-// refuseHostSharing refuses the flags that would share a host namespace
-// or device (backend.HostSharing).
-func (f *spawnFlags) refuseHostSharing() error {
-	return backend.HostSharing{Privileged: f.privileged, Devices: f.devices, PidMode: f.pidNS, IpcMode: f.ipcNS, UTSMode: f.utsNS, UsernsMode: f.userNS}.Check()
-}

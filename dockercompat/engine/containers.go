@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/slopbox/slopbox/backend"
-	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/oci"
 	"github.com/slopbox/slopbox/sandbox"
 )
@@ -61,6 +61,7 @@ type createBody struct {
 		Mounts []struct {
 			Type, Source, Target string
 			ReadOnly             bool
+			TmpfsOptions         *struct{ SizeBytes int64 }
 		}
 		Tmpfs                                  map[string]string
 		NetworkMode                            string
@@ -85,15 +86,32 @@ func badRequest(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, a...))
 }
 
-// spawnSpec turns a create body into the same SpawnSpec the CLI builds,
-// with the same policy.
-func (s *Server) spawnSpec(c *createBody, name string) (backend.SpawnSpec, error) {
+// CreateOptions decodes the body of POST /containers/create into
+// Docker's create options, as containerCreate does.
+func (s *Server) CreateOptions(body io.Reader, name string) (dockercompat.CreateOptions, error) {
+	var c createBody
+	if err := json.NewDecoder(body).Decode(&c); err != nil {
+		return dockercompat.CreateOptions{}, badRequest("invalid JSON in the request body: %v", err)
+	}
+	return s.options(&c, name)
+}
+
+// options turns a create body into the options of Docker's command line,
+// as podman's compat handlers do, for the one translator the CLI uses too
+// (dockercompat.CreateOptions.ToSpawnSpec).
+func (s *Server) options(c *createBody, name string) (dockercompat.CreateOptions, error) {
 	h := c.HostConfig
-	spec := backend.SpawnSpec{Image: c.Image, Name: name, User: c.User, Hostname: c.Hostname, Labels: c.Labels,
-		NoWorkspaceMount: true, Cwd: c.WorkingDir, DisableSetup: true, AutoRemove: h.AutoRemove,
-		ReadOnlyRootfs: h.ReadonlyRootfs, CapAdd: h.CapAdd, CapDrop: h.CapDrop,
-		AllowedMountRoots: s.AllowedMountRoots, Unsafe: slices.Clone(s.AllowUnsafe),
-		ExtraHosts: h.ExtraHosts, DNS: h.Dns, DNSSearch: h.DnsSearch, DNSOptions: h.DnsOptions}
+	o := dockercompat.CreateOptions{Name: name, Image: c.Image, User: c.User, Hostname: c.Hostname, Workdir: c.WorkingDir,
+		Cmd: c.Cmd, Env: c.Env, Network: h.NetworkMode, Volumes: h.Binds, CPUs: float64(h.NanoCpus) / 1e9,
+		AutoRemove: h.AutoRemove, ReadOnly: h.ReadonlyRootfs, CapAdd: h.CapAdd, CapDrop: h.CapDrop, SecurityOpt: h.SecurityOpt,
+		ExtraHosts: h.ExtraHosts, DNS: h.Dns, DNSSearch: h.DnsSearch, DNSOptions: h.DnsOptions,
+		AllowedMountRoots: s.AllowedMountRoots, PolicyUnsafe: s.AllowUnsafe}
+	if c.Entrypoint != nil {
+		o.Entrypoint = append([]string{}, *c.Entrypoint...)
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Labels)) {
+		o.Labels = append(o.Labels, k+"="+c.Labels[k])
+	}
 	var devices []string
 	for _, d := range h.Devices {
 		devices = append(devices, d.PathOnHost)
@@ -102,114 +120,46 @@ func (s *Server) spawnSpec(c *createBody, name string) (backend.SpawnSpec, error
 	if ipc == "shareable" {
 		ipc = "" // the daemon's default: the sandbox's own
 	}
-	if err := (backend.HostSharing{Privileged: h.Privileged, Devices: devices, PidMode: h.PidMode, IpcMode: ipc, UTSMode: h.UTSMode, UsernsMode: h.UsernsMode}).Check(); err != nil {
-		return spec, err
-	}
-	for _, o := range h.SecurityOpt {
-		switch strings.ReplaceAll(o, ":", "=") {
-		case "seccomp=unconfined":
-			spec.SeccompUnconfined = true
-		case "no-new-privileges", "no-new-privileges=true":
-		default:
-			return spec, badRequest("SecurityOpt %q is not supported (seccomp=unconfined, no-new-privileges)", o)
-		}
-	}
-	switch h.NetworkMode {
-	case "", "default", "none":
-		// The safe default, the CLI's: a sandbox gets its own loopback
-		// only, unless bridge is asked for by name.
-		spec.Network = backend.NetworkNone
-	case "bridge":
-		spec.Network = backend.NetworkBridge
-	case "host":
-		spec.Network = backend.NetworkHost
-	default:
-		return spec, badRequest("NetworkMode %q is not supported (none, bridge, host; slopbox has no named networks)", h.NetworkMode)
-	}
+	o.HostSharing = backend.HostSharing{Privileged: h.Privileged, Devices: devices, PidMode: h.PidMode, IpcMode: ipc, UTSMode: h.UTSMode, UsernsMode: h.UsernsMode}
 	// "80/tcp": [{HostIp, HostPort}] (docker-py's ports={"80/tcp": 8080}
 	// and -p): the container port is the key, as everywhere in this API.
-	// An empty HostIp is 127.0.0.1, not Docker's every interface. In host
-	// mode they are discarded, as Docker does.
-	ports := slices.Sorted(maps.Keys(h.PortBindings))
-	for _, port := range ports {
+	// An empty HostIp is 127.0.0.1, not Docker's every interface.
+	for _, port := range slices.Sorted(maps.Keys(h.PortBindings)) {
+		pm, err := dockercompat.ParsePort(port)
+		if err != nil || pm.HostPort != 0 || pm.HostIP != "" {
+			return o, badRequest("PortBindings key %q: want CONTAINERPORT/tcp or /udp", port)
+		}
 		for _, bind := range h.PortBindings[port] {
-			pm, err := backend.ParsePort(port)
-			if err != nil || pm.HostPort != 0 || pm.HostIP != "" {
-				return spec, badRequest("PortBindings key %q: want CONTAINERPORT/tcp or /udp", port)
+			p := fmt.Sprintf("%s:%d/%s", bind.HostPort, pm.ContainerPort, pm.Protocol)
+			switch {
+			case strings.Contains(bind.HostIp, ":"):
+				p = "[" + bind.HostIp + "]:" + p
+			case bind.HostIp != "":
+				p = bind.HostIp + ":" + p
 			}
-			if bind.HostPort != "" {
-				if pm.HostPort, err = strconv.Atoi(bind.HostPort); err != nil || pm.HostPort < 0 || pm.HostPort > 65535 {
-					return spec, badRequest("PortBindings %s: HostPort %q is not a port number (port ranges are not supported)", port, bind.HostPort)
-				}
-			}
-			pm.HostIP = bind.HostIp
-			if spec.Network != backend.NetworkHost {
-				spec.Ports = append(spec.Ports, pm)
-			}
+			o.Publish = append(o.Publish, p)
 		}
-	}
-	env := map[string]string{}
-	for _, kv := range c.Env {
-		k, v, _ := strings.Cut(kv, "=")
-		if k == "" {
-			return spec, badRequest("Env %q: want KEY=VALUE", kv)
-		}
-		env[k] = v
-	}
-	if len(env) > 0 {
-		spec.Env = env
-	}
-	for _, b := range h.Binds {
-		m, err := backend.ParseVolume(b)
-		if err != nil {
-			return spec, badRequest("%v", err)
-		}
-		spec.Mounts = append(spec.Mounts, m)
 	}
 	for _, m := range h.Mounts {
-		switch m.Type {
-		case "bind", "":
-			spec.Mounts = append(spec.Mounts, backend.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
-		case "tmpfs":
-			if h.Tmpfs == nil {
-				h.Tmpfs = map[string]string{}
-			}
-			h.Tmpfs[m.Target] = ""
-		default:
-			return spec, badRequest("mount type %q is not supported (bind, tmpfs)", m.Type)
+		mo := dockercompat.MountOption{Type: m.Type, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly}
+		if m.TmpfsOptions != nil && m.TmpfsOptions.SizeBytes > 0 {
+			mo.TmpfsSize = strconv.FormatInt(m.TmpfsOptions.SizeBytes, 10)
 		}
+		o.Mounts = append(o.Mounts, mo)
 	}
-	spec.Limits = backend.Limits{MemoryBytes: h.Memory, CPUs: float64(h.NanoCpus) / 1e9}
-	if h.CpuQuota > 0 && h.CpuPeriod > 0 && spec.Limits.CPUs == 0 {
-		spec.Limits.CPUs = float64(h.CpuQuota) / float64(h.CpuPeriod)
+	for _, dst := range slices.Sorted(maps.Keys(h.Tmpfs)) {
+		o.Tmpfs = append(o.Tmpfs, strings.TrimSuffix(dst+":"+h.Tmpfs[dst], ":"))
 	}
-	if h.PidsLimit != nil && *h.PidsLimit > 0 {
-		spec.Limits.Pids = *h.PidsLimit
+	if h.Memory != 0 {
+		o.Memory = strconv.FormatInt(h.Memory, 10)
 	}
-	for dst, opts := range h.Tmpfs {
-		if dst != "/tmp" {
-			return spec, badRequest("Tmpfs %s: only /tmp can be a tmpfs for now", dst)
-		}
-		spec.Limits.TmpBytes = 64 << 20
-		for _, o := range strings.Split(opts, ",") {
-			if v, ok := strings.CutPrefix(o, "size="); ok {
-				n, err := strconv.ParseInt(strings.TrimSuffix(strings.ToLower(v), "m"), 10, 64)
-				if err != nil || n <= 0 {
-					return spec, badRequest("Tmpfs /tmp: size %q (want e.g. size=64m)", v)
-				}
-				spec.Limits.TmpBytes = n << 20
-			}
-		}
+	if h.CpuQuota > 0 && h.CpuPeriod > 0 && o.CPUs == 0 {
+		o.CPUs = float64(h.CpuQuota) / float64(h.CpuPeriod)
 	}
-	if err := spec.CheckPolicy(); err != nil {
-		return spec, err
+	if h.PidsLimit != nil {
+		o.PidsLimit = *h.PidsLimit
 	}
-	for _, note := range spec.HandOverWorkdir(c.WorkingDir) {
-		if s.Log != nil {
-			s.Log("note: %s", note)
-		}
-	}
-	return spec, nil
+	return o, nil
 }
 
 // policyError names the server's policy file in an error it caused.
@@ -218,20 +168,6 @@ func (s *Server) policyError(err error) error {
 		return fmt.Errorf("%w (allowed_mount_roots of the policy %s)", err, s.PolicyFile)
 	}
 	return err
-}
-
-// command merges the create body's Entrypoint and Cmd with the image's, as
-// the daemon does.
-func command(img *image.Image, c *createBody) []string {
-	cfg := img.Config.Config
-	if c.Entrypoint != nil {
-		return append(slices.Clone([]string(*c.Entrypoint)), c.Cmd...)
-	}
-	cmd := []string(c.Cmd)
-	if len(cmd) == 0 {
-		cmd = cfg.Cmd
-	}
-	return append(slices.Clone(cfg.Entrypoint), cmd...)
 }
 
 func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
@@ -250,12 +186,22 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 		return
 	}
 	// Docker takes a name with its leading slash, as inspect shows it.
-	spec, err := s.spawnSpec(&c, strings.TrimPrefix(r.URL.Query().Get("name"), "/"))
+	opts, err := s.options(&c, strings.TrimPrefix(r.URL.Query().Get("name"), "/"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	spec, warnings, notes, err := opts.ToSpawnSpec()
 	if err != nil {
 		fail(w, s.policyError(err))
 		return
 	}
-	cmd := command(img, &c)
+	for _, note := range notes {
+		if s.Log != nil {
+			s.Log("note: %s", note)
+		}
+	}
+	cmd := opts.Command(img.Config.Config.Entrypoint, img.Config.Config.Cmd)
 	if len(cmd) == 0 {
 		writeError(w, http.StatusBadRequest, "no command specified")
 		return
@@ -280,20 +226,19 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 			return
 		}
 	}
-	cc := createdConfig{Binds: c.HostConfig.Binds, Tmpfs: c.HostConfig.Tmpfs, Entrypoint: img.Config.Config.Entrypoint}
-	if c.Entrypoint != nil {
-		cc.Entrypoint = *c.Entrypoint
-	}
-	for _, m := range c.HostConfig.Mounts {
-		cc.Mounts = append(cc.Mounts, map[string]any{"Type": m.Type, "Source": m.Source, "Target": m.Target, "ReadOnly": m.ReadOnly})
-	}
-	if err := saveCreatedConfig(sb.Info().StateDir, cc); err != nil {
+	if err := opts.SaveCreated(sb.Info().StateDir, img.Config.Config.Entrypoint); err != nil {
 		sb.Remove()
 		fail(w, err)
 		return
 	}
 	s.emitContainer("create", sb.Info(), nil)
-	writeJSON(w, http.StatusCreated, map[string]any{"Id": sb.ID(), "Warnings": []string{}})
+	for _, l := range sb.Unenforced() {
+		warnings = append(warnings, fmt.Sprintf("the %s limit cannot be enforced on this host: limitation discarded (see `slopbox doctor`)", l))
+	}
+	if warnings == nil {
+		warnings = []string{}
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"Id": sb.ID(), "Warnings": warnings})
 }
 
 // open finds container ref or answers 404 as Docker does.
@@ -326,7 +271,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 	}
 	switch {
 	case verb == "json" && m == http.MethodGet:
-		writeJSON(w, http.StatusOK, inspect(sb.Info()))
+		writeJSON(w, http.StatusOK, dockercompat.Inspect(sb.Info()))
 	case verb == "start" && m == http.MethodPost:
 		if sb.Paused() {
 			writeError(w, http.StatusConflict, fmt.Sprintf("cannot start a paused container %s, try unpause instead", ref))
@@ -401,7 +346,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		sig := syscall.SIGKILL
 		if v := r.URL.Query().Get("signal"); v != "" {
 			var err error
-			if sig, err = backend.ParseSignal(v); err != nil {
+			if sig, err = dockercompat.ParseSignal(v); err != nil {
 				writeError(w, http.StatusBadRequest, err.Error())
 				return
 			}
@@ -467,29 +412,17 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 // stop is docker stop: SIGTERM to the main command, SIGKILL for the whole
 // sandbox after t seconds (10 by default) or at once when it has none.
 func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error {
-	grace := 10 * time.Second
+	grace := sandbox.DefaultStopGrace
 	if t != "" {
 		n, err := strconv.Atoi(t)
 		if err != nil {
 			return badRequest("invalid t=%q", t)
 		}
-		grace = time.Duration(n) * time.Second
+		grace = time.Duration(max(n, 0)) * time.Second
 	}
 	watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
-	if grace > 0 && sb.Signal(syscall.SIGTERM) == nil {
-		ctx, cancel := context.WithTimeout(ctx, grace)
-		defer cancel()
-		for sb.Running() && ctx.Err() == nil {
-			if reopened, err := s.b.Open(sb.ID()); err != nil || !reopened.Running() {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	if reopened, err := s.b.Open(sb.ID()); err == nil && reopened.Running() {
-		if err := reopened.Stop(); err != nil {
-			return err
-		}
+	if err := sb.StopGrace(ctx, syscall.SIGTERM, grace); err != nil {
+		return err
 	}
 	// A main command this server started has its die from its watch;
 	// one started elsewhere (the slopbox CLI, an earlier server) here.
@@ -687,148 +620,31 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 			}
 		}
 	}
+	match, err := dockercompat.Filter(filters)
+	if err != nil {
+		fail(w, err)
+		return
+	}
 	all := boolParam(r, "all")
 	out := []map[string]any{}
 	for _, i := range list {
-		if i.Broken != "" || (!all && !i.Running && len(filters["status"]) == 0) || !matches(i, filters) {
+		if i.Broken != "" || (!all && !i.Running && len(filters["status"]) == 0) || !match(i) {
 			continue
 		}
-		st := state(i)
+		st := dockercompat.State(i)
+		labels := i.Labels
+		if labels == nil {
+			labels = map[string]string{}
+		}
 		out = append(out, map[string]any{
 			"Id": i.ID, "Names": []string{"/" + i.Name}, "Image": i.Image, "ImageID": i.ImageID,
 			"Command": strings.Join(i.Command, " "), "Created": i.Created.Unix(), "Ports": listPorts(i),
-			"Labels": nonNil(i.Labels), "State": st, "Status": status(i, st),
+			"Labels": labels, "State": st, "Status": dockercompat.Status(i),
 			"HostConfig":      map[string]string{"NetworkMode": i.Network},
 			"NetworkSettings": map[string]any{"Networks": map[string]any{}}, "Mounts": []any{},
 		})
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func matches(i sandbox.Info, filters map[string][]string) bool {
-	for k, vs := range filters {
-		ok := false
-		for _, v := range vs {
-			switch k {
-			case "id":
-				ok = ok || strings.HasPrefix(i.ID, v)
-			case "name":
-				ok = ok || strings.Contains(i.Name, strings.TrimPrefix(v, "/"))
-			case "label":
-				lk, lv, has := strings.Cut(v, "=")
-				got, present := i.Labels[lk]
-				ok = ok || present && (!has || got == lv)
-			case "status":
-				ok = ok || state(i) == v
-			case "ancestor":
-				ok = ok || i.Image == v || strings.HasPrefix(i.ImageID, v) || strings.Contains(i.Image, "/"+v)
-			default:
-				return false
-			}
-		}
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
-
-func nonNil(m map[string]string) map[string]string {
-	if m == nil {
-		return map[string]string{}
-	}
-	return m
-}
-
-// state is Docker's State.Status.
-func state(i sandbox.Info) string {
-	switch {
-	case i.Paused:
-		return "paused"
-	case i.Running:
-		return "running"
-	case i.Pid == 0 && i.FinishedAt.IsZero():
-		return "created"
-	}
-	return "exited"
-}
-
-func status(i sandbox.Info, st string) string {
-	switch st {
-	case "running":
-		return "Up " + ago(i.Created)
-	case "paused":
-		return "Up " + ago(i.Created) + " (Paused)"
-	case "created":
-		return "Created"
-	}
-	return fmt.Sprintf("Exited (%d) %s ago", i.ExitCode, ago(i.FinishedAt))
-}
-
-func ago(t time.Time) string {
-	d := time.Since(t)
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%d seconds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%d minutes", int(d.Minutes()))
-	}
-	return fmt.Sprintf("%d hours", int(d.Hours()))
-}
-
-// inspect is GET /containers/{id}/json in Docker's shape, with the fields
-// docker-py and the docker CLI read.
-func inspect(i sandbox.Info) map[string]any {
-	st := state(i)
-	cc := loadCreatedConfig(i.StateDir)
-	var entrypoint any // null when there is none, as Docker
-	if len(cc.Entrypoint) > 0 {
-		entrypoint = cc.Entrypoint
-	}
-	var binds, mounts any
-	if cc.Binds != nil {
-		binds = cc.Binds
-	}
-	if cc.Mounts != nil {
-		mounts = cc.Mounts
-	}
-	finished := "0001-01-01T00:00:00Z"
-	if !i.FinishedAt.IsZero() {
-		finished = i.FinishedAt.Format(time.RFC3339Nano)
-	}
-	path, args := "", []string{}
-	if len(i.Command) > 0 {
-		path, args = i.Command[0], i.Command[1:]
-	}
-	pid := 0
-	if i.Running {
-		pid = i.Pid
-	}
-	return map[string]any{
-		"Id": i.ID, "Created": i.Created.Format(time.RFC3339Nano), "Path": path, "Args": args,
-		"State": map[string]any{
-			"Status": st, "Running": i.Running, "Paused": i.Paused, "Restarting": false, "OOMKilled": i.OOMKills > 0,
-			"Dead": false, "Pid": pid, "ExitCode": i.ExitCode, "Error": "", "StartedAt": i.LastExec.Format(time.RFC3339Nano),
-			"FinishedAt": finished,
-		},
-		"Image": i.ImageID, "Name": "/" + i.Name, "RestartCount": 0, "Driver": "overlay", "Platform": "linux",
-		"LogPath": i.StateDir + "/container.log", "MountLabel": "", "ProcessLabel": "", "AppArmorProfile": "", "ExecIDs": nil,
-		"HostConfig": map[string]any{
-			"NetworkMode": i.Network, "AutoRemove": i.AutoRemove, "ReadonlyRootfs": i.ReadonlyRootfs, "PortBindings": portMap(i, true),
-			"Memory": i.Limits.MemoryBytes, "NanoCpus": int64(i.Limits.CPUs * 1e9), "PidsLimit": i.Limits.Pids,
-			"CapAdd": i.CapAdd, "CapDrop": i.CapDrop, "Privileged": false,
-			"Binds": binds, "Mounts": mounts, "Tmpfs": cc.Tmpfs,
-			"LogConfig":   map[string]any{"Type": "json-file", "Config": map[string]string{}},
-			"SecurityOpt": []string{"seccomp=" + i.SeccompProfile, "no-new-privileges"},
-		},
-		"Config": map[string]any{
-			"Hostname": i.Hostname, "User": i.User, "Env": envList(i.Env), "Cmd": cmdOf(i.Command, cc.Entrypoint), "Image": i.Image, "WorkingDir": i.Workdir,
-			"Entrypoint": entrypoint, "Labels": nonNil(i.Labels), "Tty": i.Tty, "OpenStdin": i.OpenStdin,
-			"AttachStdin": false, "AttachStdout": true, "AttachStderr": true,
-		},
-		"NetworkSettings": map[string]any{"Ports": portMap(i, i.Running), "Networks": map[string]any{}, "IPAddress": ""},
-		"Mounts":          inspectMounts(i),
-	}
 }
 
 func (s *Server) containerPrune(w http.ResponseWriter, r *request) {
@@ -941,22 +757,6 @@ func hostMemory() uint64 {
 		}
 	}
 	return 0
-}
-
-// portMap is the sandbox's published ports as inspect shows them:
-// {"80/tcp": [{"HostIp": "127.0.0.1", "HostPort": "8080"}]}; a stopped
-// sandbox's NetworkSettings have none bound.
-func portMap(i sandbox.Info, bound bool) map[string]any {
-	m := map[string]any{}
-	if !bound {
-		return m
-	}
-	for _, p := range i.Ports {
-		key := fmt.Sprintf("%d/%s", p.ContainerPort, p.Protocol)
-		list, _ := m[key].([]map[string]string)
-		m[key] = append(list, map[string]string{"HostIp": p.HostIP, "HostPort": strconv.Itoa(p.HostPort)})
-	}
-	return m
 }
 
 // listPorts is the sandbox's ports as /containers/json shows them.

@@ -263,7 +263,7 @@ func TestSandboxAcrossProcesses(t *testing.T) {
 		t.Errorf("ps:\n%s", ps)
 	}
 	var info []map[string]any
-	if err := json.Unmarshal([]byte(e.must("inspect", "box")), &info); err != nil || len(info) != 1 || info[0]["Name"] != "box" || info[0]["Running"] != true {
+	if err := json.Unmarshal([]byte(e.must("inspect", "box")), &info); err != nil || len(info) != 1 || info[0]["Name"] != "/box" || info[0]["State"].(map[string]any)["Running"] != true {
 		t.Errorf("inspect: %v %v", info, err)
 	}
 	// Names are unique.
@@ -310,7 +310,7 @@ func TestCreateStart(t *testing.T) {
 	if ps := e.must("ps", "-q"); strings.TrimSpace(ps) != "" {
 		t.Errorf("ps (running only) lists the created sandbox: %q", ps)
 	}
-	if out := e.must("inspect", "-f", "{{.Running}} {{.Pid}}", "later"); out != "false 0\n" {
+	if out := e.must("inspect", "-f", "{{.State.Running}} {{.State.Pid}}", "later"); out != "false 0\n" {
 		t.Errorf("inspect of a created sandbox: %q", out)
 	}
 	e.must("stop", "later") // a no-op, as docker's
@@ -350,7 +350,7 @@ func TestKeepAndPrune(t *testing.T) {
 	// killed) is cleaned up by prune.
 	var info []map[string]any
 	json.Unmarshal([]byte(e.must("inspect", "kept")), &info)
-	pid := int(info[0]["Pid"].(float64))
+	pid := int(info[0]["State"].(map[string]any)["Pid"].(float64))
 	syscall.Kill(pid, syscall.SIGKILL)
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if !strings.Contains(e.must("ps"), "kept") {

@@ -304,7 +304,7 @@ func TestWeakeningFlags(t *testing.T) {
 	}
 	e.must("run", "-d", "--name", "weak", "--cap-add", "SYS_ADMIN", "--allow-unsafe", "cap-add=SYS_ADMIN", "--cap-drop", "NET_RAW", e.ref, "sleep", "100")
 	out := e.must("inspect", "weak")
-	if !strings.Contains(out, `"SYS_ADMIN"`) || !strings.Contains(out, `"NET_RAW"`) || !strings.Contains(out, `"SeccompProfile": "default"`) {
+	if !strings.Contains(out, `"SYS_ADMIN"`) || !strings.Contains(out, `"NET_RAW"`) || !strings.Contains(out, `"seccomp=default"`) {
 		t.Errorf("inspect:\n%s", out)
 	}
 	e.must("rm", "-f", "weak")

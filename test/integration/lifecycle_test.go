@@ -74,7 +74,7 @@ func TestDetachedMainCommand(t *testing.T) {
 		t.Errorf("the sandbox still runs after its command exited:\n%s", ps)
 	}
 	var info []map[string]any
-	if err := json.Unmarshal([]byte(e.must("inspect", "job")), &info); err != nil || len(info) != 1 || info[0]["ExitCode"] != 3.0 {
+	if err := json.Unmarshal([]byte(e.must("inspect", "job")), &info); err != nil || len(info) != 1 || info[0]["State"].(map[string]any)["ExitCode"] != 3.0 {
 		t.Errorf("inspect: %v %v", info, err)
 	}
 	// stdout and stderr stay apart; --tail and --timestamps.

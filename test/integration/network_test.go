@@ -630,7 +630,7 @@ while True:
 	if out := e.must("port", "udp", "5353/udp"); out != fmt.Sprintf("127.0.0.1:%d\n", up) {
 		t.Errorf("port udp 5353/udp: %q", out)
 	}
-	if ins := e.must("inspect", "-f", "{{json .Ports}}", "any"); !strings.Contains(ins, fmt.Sprintf(`"HostPort":%d`, p2)) {
+	if ins := e.must("inspect", "-f", "{{json .NetworkSettings.Ports}}", "any"); !strings.Contains(ins, fmt.Sprintf(`"HostPort":"%d"`, p2)) {
 		t.Errorf("inspect: %s", ins)
 	}
 	// A host port taken by another sandbox, or by the host.

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/dockercompat"
+	"github.com/slopbox/slopbox/dockercompat/engine"
+)
+
+// TestOneTranslator feeds the same create options through docker's
+// command line (run's flags) and through the Engine API's create body:
+// both give the same SpawnSpec and command, or both refuse with the same
+// kind of error.
+func TestOneTranslator(t *testing.T) {
+	imgEntrypoint, imgCmd := []string{"/entry"}, []string{"default"}
+	for _, tc := range []struct {
+		name string
+		argv []string // run's flags, then IMAGE [ARGS]
+		body string   // the create body
+		want func(*testing.T, backend.SpawnSpec, []string)
+		err  error
+	}{
+		{name: "tmpfs size=64 is 64 bytes", argv: []string{"--tmpfs", "/tmp:size=64", "img"},
+			body: `{"Image":"img","HostConfig":{"Tmpfs":{"/tmp":"size=64"}}}`,
+			want: func(t *testing.T, s backend.SpawnSpec, _ []string) { eq(t, s.Limits.TmpBytes, int64(64)) }},
+		{name: "tmpfs size=1g", argv: []string{"--tmpfs", "/tmp:size=1g", "img"},
+			body: `{"Image":"img","HostConfig":{"Tmpfs":{"/tmp":"size=1g"}}}`,
+			want: func(t *testing.T, s backend.SpawnSpec, _ []string) { eq(t, s.Limits.TmpBytes, int64(1<<30)) }},
+		{name: "tmpfs without size", argv: []string{"--tmpfs", "/tmp", "img"},
+			body: `{"Image":"img","HostConfig":{"Tmpfs":{"/tmp":""}}}`,
+			want: func(t *testing.T, s backend.SpawnSpec, _ []string) { eq(t, s.Limits.TmpBytes, int64(64<<20)) }},
+		{name: "tmpfs mount", argv: []string{"--mount", "type=tmpfs,target=/tmp,tmpfs-size=1048576", "img"},
+			body: `{"Image":"img","HostConfig":{"Mounts":[{"Type":"tmpfs","Target":"/tmp","TmpfsOptions":{"SizeBytes":1048576}}]}}`,
+			want: func(t *testing.T, s backend.SpawnSpec, _ []string) { eq(t, s.Limits.TmpBytes, int64(1<<20)) }},
+		{name: "tmpfs size overflows", argv: []string{"--tmpfs", "/tmp:size=17592186044416m", "img"},
+			body: `{"Image":"img","HostConfig":{"Tmpfs":{"/tmp":"size=17592186044416m"}}}`, err: backend.ErrInvalidValue},
+		{name: "tmpfs size wraps to negative", argv: []string{"--tmpfs", "/tmp:size=9000000000000000000k", "img"},
+			body: `{"Image":"img","HostConfig":{"Tmpfs":{"/tmp":"size=9000000000000000000k"}}}`, err: backend.ErrInvalidValue},
+		{name: "entrypoint not split", argv: []string{"--entrypoint", "sh -c", "img", "a b"},
+			body: `{"Image":"img","Entrypoint":["sh -c"],"Cmd":["a b"]}`,
+			want: func(t *testing.T, _ backend.SpawnSpec, cmd []string) { eq(t, cmd, []string{"sh -c", "a b"}) }},
+		{name: "empty entrypoint clears the image's and its CMD", argv: []string{"--entrypoint", "", "img"},
+			body: `{"Image":"img","Entrypoint":[""]}`,
+			want: func(t *testing.T, _ backend.SpawnSpec, cmd []string) { eq(t, len(cmd), 0) }},
+		{name: "image defaults", argv: []string{"img"}, body: `{"Image":"img"}`,
+			want: func(t *testing.T, s backend.SpawnSpec, cmd []string) {
+				eq(t, cmd, []string{"/entry", "default"})
+				eq(t, s.Network, backend.NetworkNone)
+			}},
+		{name: "published port without a network is bridge", argv: []string{"-p", "8080:80", "img"},
+			body: `{"Image":"img","HostConfig":{"PortBindings":{"80/tcp":[{"HostPort":"8080"}]}}}`,
+			want: func(t *testing.T, s backend.SpawnSpec, _ []string) {
+				eq(t, s.Network, backend.NetworkBridge)
+				eq(t, s.Ports, []backend.PortMapping{{HostPort: 8080, ContainerPort: 80, Protocol: "tcp"}})
+			}},
+		{name: "published port on an IPv6 address", argv: []string{"--network", "bridge", "-p", "[::1]::53/udp", "img"},
+			body: `{"Image":"img","HostConfig":{"NetworkMode":"bridge","PortBindings":{"53/udp":[{"HostIp":"::1"}]}}}`,
+			want: func(t *testing.T, s backend.SpawnSpec, _ []string) {
+				eq(t, s.Ports, []backend.PortMapping{{HostIP: "::1", ContainerPort: 53, Protocol: "udp"}})
+			}},
+		{name: "host network drops ports", argv: []string{"--network", "host", "-p", "80", "img"},
+			body: `{"Image":"img","HostConfig":{"NetworkMode":"host","PortBindings":{"80/tcp":[{}]}}}`,
+			want: func(t *testing.T, s backend.SpawnSpec, _ []string) { eq(t, len(s.Ports), 0) }},
+		{name: "limits, env, labels, binds", argv: []string{"-m", "512m", "--cpus", "1.5", "--pids-limit", "100", "-e", "A=1", "-e", "B=",
+			"-l", "k=v", "-v", "/srv:/data:ro", "--read-only", "--cap-drop", "ALL", "-u", "1000", "-w", "/w", "-h", "box", "--name", "n", "img", "x"},
+			body: `{"Image":"img","Cmd":["x"],"Env":["A=1","B="],"Labels":{"k":"v"},"User":"1000","WorkingDir":"/w","Hostname":"box",
+				"HostConfig":{"Memory":536870912,"NanoCpus":1500000000,"PidsLimit":100,"Binds":["/srv:/data:ro"],"ReadonlyRootfs":true,"CapDrop":["ALL"]}}`,
+			want: func(t *testing.T, s backend.SpawnSpec, cmd []string) {
+				eq(t, s.Limits, backend.Limits{MemoryBytes: 512 << 20, CPUs: 1.5, Pids: 100})
+				eq(t, s.Env, map[string]string{"A": "1", "B": ""})
+				eq(t, s.Labels, map[string]string{"k": "v"})
+				eq(t, s.Mounts, []backend.Mount{{Source: "/srv", Target: "/data", ReadOnly: true}})
+				eq(t, cmd, []string{"/entry", "x"})
+			}},
+		{name: "memory overflows", argv: []string{"-m", "9000000000000000000k", "img"},
+			body: `{"Image":"img","HostConfig":{"Memory":-1}}`, err: backend.ErrInvalidValue},
+		{name: "privileged refused", argv: []string{"--privileged", "img"},
+			body: `{"Image":"img","HostConfig":{"Privileged":true}}`, err: backend.ErrUnsafe},
+		{name: "host pid refused", argv: []string{"--pid", "host", "img"},
+			body: `{"Image":"img","HostConfig":{"PidMode":"host"}}`, err: backend.ErrUnsafe},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sf spawnFlags
+			fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
+			fs.SetInterspersed(false)
+			sf.register(fs)
+			if err := fs.Parse(tc.argv); err != nil {
+				t.Fatal(err)
+			}
+			cliOpts, err := sf.options(fs, fs.Arg(0), fs.Args()[1:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			apiOpts, err := (&engine.Server{}).CreateOptions(strings.NewReader(tc.body), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			apiOpts.Name = cliOpts.Name
+			cli, cliCmd, cliErr := translate(cliOpts, imgEntrypoint, imgCmd)
+			api, apiCmd, apiErr := translate(apiOpts, imgEntrypoint, imgCmd)
+			if tc.err != nil {
+				if !errors.Is(cliErr, tc.err) || !errors.Is(apiErr, tc.err) {
+					t.Fatalf("want %v from both: the CLI's %v, the API's %v", tc.err, cliErr, apiErr)
+				}
+				return
+			}
+			if cliErr != nil || apiErr != nil {
+				t.Fatalf("the CLI's %v, the API's %v", cliErr, apiErr)
+			}
+			if !reflect.DeepEqual(cli, api) || !reflect.DeepEqual(cliCmd, apiCmd) {
+				t.Errorf("the CLI's and the API's differ:\n%+v %q\n%+v %q", cli, cliCmd, api, apiCmd)
+			}
+			tc.want(t, cli, cliCmd)
+		})
+	}
+}
+
+func translate(o dockercompat.CreateOptions, ep, cmd []string) (backend.SpawnSpec, []string, error) {
+	s, _, _, err := o.ToSpawnSpec()
+	return s, o.Command(ep, cmd), err
+}
+
+func eq[T any](t *testing.T, got, want T) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+}

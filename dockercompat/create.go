@@ -1,0 +1,347 @@
+package dockercompat
+
+import (
+	"maps"
+	"math"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/docker/go-units"
+
+	"github.com/slopbox/slopbox/backend"
+)
+
+// CreateOptions are Docker's container create options, in the form its
+// command line gives them (podman's compat handlers do the same: the
+// Engine API's Config and HostConfig are turned into the options of the
+// command line, and one piece of code goes on from there). The slopbox
+// CLI (run, create, the docker argv mode, rlm_code configs) and the
+// Engine API (serve) fill one in, and ToSpawnSpec turns it into the
+// backend.SpawnSpec with the same parsers, defaults and policy.
+type CreateOptions struct {
+	Name, Image, User, Hostname string
+	// Workdir is --workdir / Config.WorkingDir; with Workspace (a host
+	// directory, slopbox's own) it is also where that is mounted.
+	Workdir, Workspace string
+	// Entrypoint replaces the image's when not nil (--entrypoint is one
+	// word, never split; "" or [""] clears it); either way a replaced
+	// entrypoint drops the image's CMD, as the daemon does.
+	Entrypoint []string
+	Cmd        []string
+	Env        []string // KEY=VALUE, later ones win
+	Labels     []string // KEY=VALUE
+	// Network is none, bridge or host; "" (or "default") is bridge when
+	// a port is published, else none: the sandbox's own loopback only.
+	Network           string
+	AllowHostLoopback bool
+	Publish           []string // -p syntax
+	Volumes           []string // -v / HostConfig.Binds
+	Mounts            []MountOption
+	Tmpfs             []string // --tmpfs /tmp[:size=N] / HostConfig.Tmpfs
+	StorageOpt        []string // size=N
+	// Memory is a size in go-units' form (512m, 2g, 1048576).
+	Memory                                    string
+	CPUs                                      float64
+	PidsLimit                                 int64
+	StrictLimits, ReadOnly, Keep, AutoRemove  bool
+	CapAdd, CapDrop, SecurityOpt, AllowUnsafe []string
+	Setup                                     []string
+	ExtraHosts, DNS, DNSSearch, DNSOptions    []string
+	HostSharing                               backend.HostSharing
+	AllowedMountRoots                         []string // the operator's policy
+	PolicyUnsafe                              []string // the operator's allow_unsafe
+}
+
+// MountOption is one --mount (or HostConfig.Mounts entry): a bind mount
+// or a tmpfs.
+type MountOption struct {
+	Type, Source, Target string
+	ReadOnly             bool
+	TmpfsSize            string // tmpfs-size, a go-units size
+}
+
+// ToSpawnSpec checks the options and turns them into a SpawnSpec. The
+// warnings are what Docker warns of on create (the CLI prints them, the
+// Engine API returns them in Warnings); the notes are slopbox's advice
+// (SpawnSpec.HandOverWorkdir). Every error is a bad value or a policy
+// refusal: the CLI exits 125 for it and the Engine API answers 400.
+func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []string, err error) {
+	s = backend.SpawnSpec{Image: o.Image, Name: o.Name, User: o.User, Hostname: o.Hostname, Keep: o.Keep, AutoRemove: o.AutoRemove,
+		DisableSetup: len(o.Setup) == 0, Setup: backend.Setup{Commands: o.Setup}, ReadOnlyRootfs: o.ReadOnly,
+		CapAdd: o.CapAdd, CapDrop: o.CapDrop, AllowHostLoopback: o.AllowHostLoopback,
+		ExtraHosts: o.ExtraHosts, DNS: o.DNS, DNSSearch: o.DNSSearch, DNSOptions: o.DNSOptions,
+		AllowedMountRoots: o.AllowedMountRoots, Unsafe: append(slices.Clone(o.PolicyUnsafe), o.AllowUnsafe...)}
+	if err := o.HostSharing.Check(); err != nil {
+		return s, nil, nil, err
+	}
+	for _, opt := range o.SecurityOpt {
+		switch strings.ReplaceAll(opt, ":", "=") {
+		case "seccomp=unconfined":
+			s.SeccompUnconfined = true
+		case "no-new-privileges", "no-new-privileges=true":
+		default:
+			return s, nil, nil, backend.InvalidValue("--security-opt %q is not supported (seccomp=unconfined, no-new-privileges)", opt)
+		}
+	}
+	if o.Workspace != "" {
+		s.Workspace, s.Workdir = o.Workspace, o.Workdir
+	} else {
+		s.NoWorkspaceMount, s.Cwd = true, o.Workdir
+	}
+	for _, p := range o.Publish {
+		pm, err := ParsePort(p)
+		if err != nil {
+			return s, nil, nil, err
+		}
+		s.Ports = append(s.Ports, pm)
+	}
+	switch o.Network {
+	case "", "default":
+		// Docker's default network is bridge; slopbox's is the
+		// sandbox's own loopback, unless a port is published, which
+		// only bridge can do.
+		s.Network = backend.NetworkNone
+		if len(s.Ports) > 0 {
+			s.Network = backend.NetworkBridge
+		}
+	case backend.NetworkNone, backend.NetworkBridge, backend.NetworkHost:
+		s.Network = o.Network
+	default:
+		return s, nil, nil, backend.InvalidValue("unknown network mode %q (want none, bridge or host; slopbox has no named networks)", o.Network)
+	}
+	if len(s.Ports) > 0 && s.Network == backend.NetworkHost {
+		warnings = append(warnings, "Published ports are discarded when using host network mode")
+		s.Ports = nil
+	}
+	env := map[string]string{}
+	for _, kv := range o.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		if k == "" {
+			return s, nil, nil, backend.InvalidValue("-e %q: want KEY=VALUE", kv)
+		}
+		env[k] = v
+	}
+	if len(env) > 0 {
+		s.Env = env
+	}
+	for _, l := range o.Labels {
+		k, v, _ := strings.Cut(l, "=")
+		if k == "" {
+			return s, nil, nil, backend.InvalidValue("--label %q: want KEY=VALUE", l)
+		}
+		if s.Labels == nil {
+			s.Labels = map[string]string{}
+		}
+		s.Labels[k] = v
+	}
+	tmpfs := slices.Clone(o.Tmpfs)
+	for _, m := range o.Mounts {
+		switch m.Type {
+		case "bind", "":
+			if m.Source == "" || m.Target == "" {
+				return s, nil, nil, backend.InvalidValue("mount %s:%s: a bind mount needs a source and a target", m.Source, m.Target)
+			}
+			s.Mounts = append(s.Mounts, backend.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+		case "tmpfs":
+			t := m.Target
+			if m.TmpfsSize != "" {
+				t += ":size=" + m.TmpfsSize
+			}
+			tmpfs = append(tmpfs, t)
+		default:
+			return s, nil, nil, backend.InvalidValue("mount type %q is not supported (bind or tmpfs; slopbox has no named volumes)", m.Type)
+		}
+	}
+	for _, v := range o.Volumes {
+		m, err := ParseVolume(v)
+		if err != nil {
+			return s, nil, nil, err
+		}
+		s.Mounts = append(s.Mounts, m)
+	}
+	if s.Limits, err = o.limits(tmpfs); err != nil {
+		return s, nil, nil, err
+	}
+	// Before anything is pulled or created.
+	if err := s.CheckPolicy(); err != nil {
+		return s, nil, nil, err
+	}
+	return s, warnings, s.HandOverWorkdir(o.Workdir), nil
+}
+
+// Limits checks --memory, --cpus, --pids-limit, --tmpfs and --storage-opt
+// alone, so that a bad value is refused before an image is pulled.
+func (o *CreateOptions) Limits() (backend.Limits, error) {
+	tmpfs := slices.Clone(o.Tmpfs)
+	for _, m := range o.Mounts {
+		if m.Type == "tmpfs" && m.TmpfsSize != "" {
+			tmpfs = append(tmpfs, m.Target+":size="+m.TmpfsSize)
+		}
+	}
+	return o.limits(tmpfs)
+}
+
+func (o *CreateOptions) limits(tmpfs []string) (backend.Limits, error) {
+	l := backend.Limits{CPUs: o.CPUs, Strict: o.StrictLimits}
+	if o.PidsLimit > 0 {
+		l.Pids = o.PidsLimit
+	}
+	if o.Memory != "" {
+		n, err := ParseSize("--memory", o.Memory)
+		if err != nil {
+			return l, err
+		}
+		l.MemoryBytes = n
+	}
+	for _, t := range tmpfs {
+		n, err := ParseTmpfs(t)
+		if err != nil {
+			return l, err
+		}
+		l.TmpBytes = n
+	}
+	for _, opt := range o.StorageOpt {
+		v, ok := strings.CutPrefix(opt, "size=")
+		n, err := ParseSize("--storage-opt size", v)
+		if !ok || err != nil || n <= 0 {
+			return l, backend.InvalidValue("--storage-opt %q: only size=N is supported (e.g. size=1g)", opt)
+		}
+		l.RootfsBytes = n
+	}
+	return l, l.Validate()
+}
+
+// DefaultTmpBytes is the size of a /tmp tmpfs given without size=: a
+// tmpfs without one would get half the host's memory.
+const DefaultTmpBytes = 64 << 20
+
+// ParseTmpfs reads --tmpfs /tmp[:OPTIONS] (HostConfig.Tmpfs is the same,
+// path and options apart) and returns the size of /tmp, the only path
+// that can be a tmpfs: size=N is a size as Docker reads it (go-units'
+// RAMInBytes: size=64 is 64 bytes, size=64m 64 MiB), refused when it
+// does not fit in 63 bits.
+func ParseTmpfs(t string) (int64, error) {
+	dst, opts, _ := strings.Cut(t, ":")
+	if path.Clean(dst) != "/tmp" {
+		return 0, backend.InvalidValue("--tmpfs %q: only /tmp can be a tmpfs for now", t)
+	}
+	size := int64(DefaultTmpBytes)
+	for _, o := range strings.Split(opts, ",") {
+		if v, ok := strings.CutPrefix(o, "size="); ok {
+			n, err := ParseSize("--tmpfs "+dst+" size", v)
+			if err != nil {
+				return 0, err
+			}
+			if n <= 0 {
+				return 0, backend.InvalidValue("--tmpfs %q: invalid size %q (want e.g. size=64m)", t, v)
+			}
+			size = n
+		} else if o != "" && o != "rw" && o != "nosuid" && o != "nodev" && o != "noexec" && o != "exec" {
+			return 0, backend.InvalidValue("--tmpfs %q: option %q is not supported (size= only)", t, o)
+		}
+	}
+	return size, nil
+}
+
+// ParseSize reads a size as Docker does (go-units' RAMInBytes: 512m, 2g,
+// 1.5GiB, 1048576, binary multiples). go-units converts the number it
+// parses to int64 unchecked, so a value too large for that, which would
+// wrap to a negative or small one, is refused here.
+func ParseSize(what, v string) (int64, error) {
+	n, err := units.RAMInBytes(v)
+	if err != nil {
+		return 0, backend.InvalidValue("invalid %s %q: %v (want a size such as 512m or 2g)", what, v, err)
+	}
+	// Split number and suffix as go-units does.
+	sep := strings.LastIndexAny(v, "0123456789. ")
+	num, sfx := v[:sep+1], strings.ToLower(v[sep+1:])
+	mul := 1.0
+	if sfx != "" {
+		mul = math.Ldexp(1, 10*(strings.IndexByte("bkmgtp", sfx[0])))
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if err != nil || math.IsNaN(f) || f*mul >= math.MaxInt64 {
+		return 0, backend.InvalidValue("invalid %s %q: too large (a size must be below 8 EiB)", what, v)
+	}
+	return n, nil
+}
+
+// Command is the command a container runs: ENTRYPOINT + CMD, the
+// options' or the image's, merged as the daemon does: an entrypoint
+// given (even an empty one) drops the image's CMD, and [""] clears it.
+func (o *CreateOptions) Command(imageEntrypoint, imageCmd []string) []string {
+	ep, cmd := o.Entrypoint, o.Cmd
+	if len(ep) == 0 {
+		if len(cmd) == 0 {
+			cmd = imageCmd
+		}
+		if ep == nil {
+			ep = imageEntrypoint
+		}
+	}
+	if len(ep) == 1 && ep[0] == "" {
+		ep = nil
+	}
+	return append(slices.Clone(ep), cmd...)
+}
+
+// EffectiveEntrypoint is the entrypoint Command uses (inspect's
+// Config.Entrypoint).
+func (o *CreateOptions) EffectiveEntrypoint(imageEntrypoint []string) []string {
+	switch {
+	case o.Entrypoint == nil:
+		return imageEntrypoint
+	case len(o.Entrypoint) == 1 && o.Entrypoint[0] == "":
+		return nil
+	}
+	return o.Entrypoint
+}
+
+// MergeEnv is env files' pairs then the flags' (a flag wins), as
+// CreateOptions.Env wants them.
+func MergeEnv(lists ...map[string]string) []string {
+	all := map[string]string{}
+	for _, l := range lists {
+		maps.Copy(all, l)
+	}
+	out := make([]string, 0, len(all))
+	for _, k := range slices.Sorted(maps.Keys(all)) {
+		out = append(out, k+"="+all[k])
+	}
+	return out
+}
+
+// ParseMount reads --mount: type=bind,source=HOST,target=PATH[,readonly]
+// or type=tmpfs,target=/tmp[,tmpfs-size=N].
+func ParseMount(v string) (MountOption, error) {
+	m := MountOption{Type: "volume"}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, _ := strings.Cut(kv, "=")
+		switch strings.ToLower(strings.TrimSpace(k)) {
+		case "type":
+			m.Type = val
+		case "source", "src":
+			m.Source = val
+		case "target", "destination", "dst":
+			m.Target = val
+		case "readonly", "ro":
+			m.ReadOnly = val == "" || val == "true" || val == "1"
+		case "tmpfs-size":
+			m.TmpfsSize = val
+		case "bind-propagation", "consistency":
+		default:
+			return m, backend.InvalidValue("--mount %q: option %q is not supported (type, source, target, readonly, tmpfs-size)", v, k)
+		}
+	}
+	switch {
+	case m.Target == "":
+		return m, backend.InvalidValue("--mount %q: target is required", v)
+	case m.Type == "bind" && m.Source == "":
+		return m, backend.InvalidValue("--mount %q: source is required for a bind mount", v)
+	case m.Type != "bind" && m.Type != "tmpfs":
+		return m, backend.InvalidValue("--mount %q: type %q is not supported (bind or tmpfs; slopbox has no named volumes)", v, m.Type)
+	}
+	return m, nil
+}

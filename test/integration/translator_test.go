@@ -1,0 +1,168 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestStopGracePeriod: slopbox stop sends the main command SIGTERM and
+// kills what is left after -t seconds, as docker stop does. A command
+// trapping TERM exits by its trap (exit 0, not killed); one ignoring TERM
+// is killed (137) once the grace period has passed, not before.
+func TestStopGracePeriod(t *testing.T) {
+	e := newEnv(t)
+	ready := func(name string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(e.must("logs", name), "ready"); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never said ready: %s", name, e.evidence(name))
+			}
+		}
+	}
+	e.must("run", "-d", "--name", "traps", e.ref, "sh", "-c", "trap 'echo got TERM; exit 0' TERM; echo ready; while :; do sleep 0.1; done")
+	ready("traps")
+	e.must("stop", "-t", "30", "traps")
+	if out := e.must("inspect", "-f", "{{.State.Running}} {{.State.ExitCode}}", "traps"); out != "false 0\n" {
+		t.Errorf("a command trapping TERM: %q, want it ended by its trap (false 0)", out)
+	}
+	if out := e.must("logs", "traps"); !strings.Contains(out, "got TERM") {
+		t.Errorf("the trap did not run: %q", out)
+	}
+
+	e.must("run", "-d", "--name", "ignores", e.ref, "sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.1; done")
+	ready("ignores")
+	start := time.Now()
+	e.must("stop", "-t", "2", "ignores")
+	if d := time.Since(start); d < 2*time.Second {
+		t.Errorf("a command ignoring TERM was killed after %v, before the 2 s grace period", d)
+	}
+	if out := e.must("inspect", "-f", "{{.State.Running}} {{.State.ExitCode}}", "ignores"); out != "false 137\n" {
+		t.Errorf("a command ignoring TERM: %q, want it killed (false 137)", out)
+	}
+}
+
+// TestInspectDockerShape: slopbox inspect of a sandbox is docker's
+// container inspect, as the Engine API's.
+func TestInspectDockerShape(t *testing.T) {
+	e := newEnv(t)
+	e.must("run", "-d", "--name", "shape", "--entrypoint", "sh", e.ref, "-c", "sleep 1000")
+	if out := e.must("inspect", "-f", "{{.State.Running}} {{.Name}} {{json .Config.Entrypoint}} {{json .Config.Cmd}}", "shape"); out != `true /shape ["sh"] ["-c","sleep 1000"]`+"\n" {
+		t.Errorf("inspect -f of a running sandbox: %q", out)
+	}
+	e.must("stop", "-t", "0", "shape")
+	if out := e.must("inspect", "-f", "{{.State.Running}} {{.State.Status}}", "shape"); out != "false exited\n" {
+		t.Errorf("inspect -f of a stopped sandbox: %q", out)
+	}
+}
+
+// TestUnknownVerb: a verb a group does not have exits 1 with docker's
+// "unknown command", not 0 with the group's help.
+func TestUnknownVerb(t *testing.T) {
+	e := newEnv(t)
+	for _, args := range [][]string{{"container", "nosuchverb"}, {"container", "restart", "x"}, {"image", "nosuchverb"}, {"docker", "container", "nosuchverb"}} {
+		if out, code := e.run("", args...); code != 1 || !strings.Contains(out, "unknown command") {
+			t.Errorf("%q: exit %d %q, want 1 and docker's unknown command", args, code, out)
+		}
+	}
+}
+
+// TestTmpfsSizeOverflowRefused: a /tmp size that does not fit in 63 bits
+// is refused by run (125) and by the Engine API (400), never turned into
+// no tmpfs or a wrapped size.
+func TestTmpfsSizeOverflowRefused(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	if out, code := e.run("", "run", "--rm", "--tmpfs", "/tmp:size=17592186044416m", e.ref, "true"); code != 125 || !strings.Contains(out, "too large") {
+		t.Errorf("run --tmpfs overflowing: exit %d %q", code, out)
+	}
+	code, body := engineCreate(t, sock, "big", `{"Image":"`+e.ref+`","Cmd":["true"],"HostConfig":{"Tmpfs":{"/tmp":"size=17592186044416m"}}}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "too large") {
+		t.Errorf("create with Tmpfs overflowing: %d %s", code, body)
+	}
+	// size=64m is 64 MiB through both.
+	code, body = engineCreate(t, sock, "tmp64", `{"Image":"`+e.ref+`","Cmd":["sh","-c","grep ' /tmp ' /proc/mounts"],"HostConfig":{"Tmpfs":{"/tmp":"size=64m"}}}`)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	e.must("start", "tmp64")
+	e.must("wait", "tmp64")
+	if out := e.must("logs", "tmp64"); !strings.Contains(out, "size=65536k") {
+		t.Errorf("Tmpfs size=64m: %q", out)
+	}
+	if out := e.must("run", "--rm", "--tmpfs", "/tmp:size=64m", e.ref, "sh", "-c", "grep ' /tmp ' /proc/mounts"); !strings.Contains(out, "size=65536k") {
+		t.Errorf("--tmpfs size=64m: %q", out)
+	}
+}
+
+// TestServePortBindingsGiveBridge: PortBindings without a NetworkMode give
+// the container bridge networking with the port published, as Docker's
+// default network does (slopbox refused it with 400 before).
+func TestServePortBindingsGiveBridge(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	code, body := engineCreate(t, sock, "pb", `{"Image":"`+e.ref+`","Cmd":["sh","-c","mkdir -p /w && echo served > /w/index.html && exec httpd -f -p 8000 -h /w"],
+		"ExposedPorts":{"8000/tcp":{}},"HostConfig":{"PortBindings":{"8000/tcp":[{"HostPort":""}]}}}`)
+	if code != http.StatusCreated {
+		t.Fatalf("create with PortBindings and no NetworkMode: %d %s", code, body)
+	}
+	e.must("start", "pb")
+	if out := e.must("inspect", "-f", "{{.HostConfig.NetworkMode}}", "pb"); out != "bridge\n" {
+		t.Errorf("NetworkMode: %q", out)
+	}
+	hostPort := strings.TrimSpace(e.must("inspect", "-f", `{{(index (index .NetworkSettings.Ports "8000/tcp") 0).HostPort}}`, "pb"))
+	var got string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + net.JoinHostPort("127.0.0.1", hostPort) + "/")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if got = string(b); got == "served\n" {
+				break
+			}
+		}
+	}
+	if got != "served\n" {
+		t.Errorf("the published port %s: %q", hostPort, got)
+	}
+}
+
+// TestServeCreateWarnings: a limit the host cannot enforce (memory,
+// rootless on cgroup v1) is named in the create response's Warnings, as
+// the CLI warns of it, instead of being dropped silently.
+func TestServeCreateWarnings(t *testing.T) {
+	if os.Getuid() == 0 || cgroup2Only() {
+		t.Skip("every limit is enforced here: the warning is for rootless on cgroup v1")
+	}
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	code, body := engineCreate(t, sock, "warned", `{"Image":"`+e.ref+`","Cmd":["true"],"HostConfig":{"Memory":67108864}}`)
+	var resp struct{ Warnings []string }
+	if code != http.StatusCreated || json.Unmarshal([]byte(body), &resp) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	if len(resp.Warnings) == 0 || !strings.Contains(strings.Join(resp.Warnings, "\n"), "memory") {
+		t.Errorf("Warnings %q do not name the memory limit", resp.Warnings)
+	}
+}
+
+// engineCreate posts a create body and returns the status and body.
+func engineCreate(t *testing.T, sock, name, body string) (int, string) {
+	t.Helper()
+	resp, err := engineClient(sock).Post(fmt.Sprintf("http://d/v1.41/containers/create?name=%s", name), "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
