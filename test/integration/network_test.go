@@ -642,8 +642,12 @@ while True:
 			t.Errorf("rootless -p 80: exit %d %q", code, out)
 		}
 	}
-	if out, code := e.run("", "run", "--rm", "-p", "8080:80", e.ref, "true"); code != 125 || !strings.Contains(out, "--network bridge") {
+	if out, code := e.run("", "run", "--rm", "--network", "none", "-p", "8080:80", e.ref, "true"); code != 125 || !strings.Contains(out, "--network bridge") {
 		t.Errorf("-p with none: exit %d %q", code, out)
+	}
+	// As Docker's: -p without --network gives the sandbox bridge networking.
+	if out, code := e.run("", "run", "--rm", "-p", "8080:80", e.ref, "sh", "-c", "ip -o link | grep -vc ' lo:'"); code != 0 || strings.TrimSpace(out) == "0" {
+		t.Errorf("-p without --network: exit %d %q, want a bridge-networked sandbox", code, out)
 	}
 	if out, code := e.run("", "run", "--rm", "--network", "host", "-p", "8080:80", e.ref, "true"); code != 0 || !strings.Contains(out, "discarded") {
 		t.Errorf("-p with host: exit %d %q", code, out)
