@@ -883,3 +883,51 @@ func TestRootSourcesBelowPrivateDirectory(t *testing.T) {
 		}
 	}
 }
+
+const inotifyProbe = "test-inotify-probe"
+
+// The probe makes inotify instances until the kernel refuses one, prints
+// how many it got, and holds them for os.Args[1] seconds.
+func init() {
+	reexec.Register(inotifyProbe, func() int {
+		n := 0
+		for ; n < 100000; n++ {
+			if _, err := unix.InotifyInit1(0); err != nil {
+				fmt.Printf("got=%d err=%s\n", n, unix.ErrnoName(err.(syscall.Errno)))
+				break
+			}
+		}
+		secs, _ := strconv.Atoi(os.Args[1])
+		time.Sleep(time.Duration(secs) * time.Second)
+		return 0
+	})
+}
+
+// Case 9, as root: the kernel charges the per-user counts of a user
+// namespace's processes (inotify instances, user namespaces) to the
+// namespace's owner. The sandboxes' namespace was host root's, so one
+// sandbox holding 128 inotify instances made inotify_init fail in every
+// other sandbox and for host root itself. It is now owned by the host id
+// container root maps to.
+func TestSandboxInotifyNotChargedToHostRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("root only: rootless, the namespace is the caller's own")
+	}
+	b, ref := testBackend(t)
+	exe := probeBinary(t)
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true,
+		Mounts: []backend.Mount{{Source: exe, Target: "/probe", ReadOnly: true}}})
+	res := run(t, sb, "("+reexec.Env+"="+inotifyProbe+" /probe 3 > /tmp/n 2>&1 &); "+
+		"for i in $(seq 50); do grep -q got= /tmp/n && break; sleep 0.1; done; cat /tmp/n")
+	if !strings.Contains(res.Stdout, "err=EMFILE") {
+		t.Fatalf("the probe did not exhaust its inotify instances: %+v", res)
+	}
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatalf("host root's inotify_init fails while a sandbox holds its instances (%s): %v", strings.TrimSpace(res.Stdout), err)
+	}
+	unix.Close(fd)
+	pid := sb.rec.Pid
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	t.Logf("sandbox PID 1 %d: %s", pid, strings.Join(strings.Fields(string(status[strings.Index(string(status), "Uid:"):]))[:5], " "))
+}
