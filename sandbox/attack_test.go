@@ -121,9 +121,12 @@ func noSetidBelow(t *testing.T, root string) {
 }
 
 // Defect A, as root: harnesses keep workspaces in root-owned temporary
-// directories (mode 0700). Such a workspace is handed to an unprivileged
-// id: the sandbox reads and writes it as before, and nothing it creates or
-// changes there belongs to host uid or gid 0.
+// directories (mode 0700). Such a workspace is mounted idmapped: its owner,
+// host root, appears as the sandbox's user, an unprivileged host id. The
+// sandbox reads and writes it as before; no existing entry changes owner
+// (the hand-over that chowned them is gone: the workspace-ownership
+// finding), what it creates belongs to the workspace's owner, and nothing
+// there is setuid or setgid. A symlink is not followed out of it.
 func TestRootOwnedWorkspaceMapsToUnprivilegedID(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("root only: scripts/test.sh leaves it out of the rootless pass")
@@ -141,41 +144,150 @@ func TestRootOwnedWorkspaceMapsToUnprivilegedID(t *testing.T) {
 			os.Mkdir(filepath.Join(ws, "src"), 0o755)
 			os.WriteFile(filepath.Join(ws, "src", "lib.py"), []byte("x = 1\n"), 0o644)
 			os.Symlink(outside, filepath.Join(ws, "link"))
-			if err := os.Link(outside, filepath.Join(ws, "hardlink")); err != nil {
-				t.Fatal(err)
-			}
+			before := owners(t, ws)
 			sb := spawnT(t, b, backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true, User: user})
 			res := run(t, sb, "echo more >> task.py && echo y >> src/lib.py && mkdir -p out && echo r > out/r.txt && "+
 				"cp /bin/busybox out/bb && (chmod 4755 out/bb; true) && cat task.py && id -u")
 			if res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "print(1)\nmore\n") {
 				t.Fatalf("the sandbox cannot work in a root-owned workspace: %+v", res)
 			}
-			if res := run(t, sb, "echo pwned > hardlink"); res.ExitCode == 0 {
-				t.Errorf("the sandbox wrote through a hardlink to a root-owned host file: %+v", res)
-			}
 			run(t, sb, "echo pwned > link")
-			filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
-				if err != nil || p == filepath.Join(ws, "hardlink") {
-					return nil
+			after := owners(t, ws)
+			for p, o := range before {
+				if after[p] != o {
+					t.Errorf("%s changed owner or mode: %s, was %s", p, after[p], o)
 				}
-				var st unix.Stat_t
-				if unix.Lstat(p, &st) != nil {
-					return nil
+			}
+			for _, p := range []string{"out", "out/r.txt", "out/bb"} {
+				if o := after[p]; o.uid != 0 || o.gid != 0 {
+					t.Errorf("%s, created by the sandbox, is %s, want the workspace owner's 0:0", p, o)
 				}
-				if st.Uid == 0 || st.Gid == 0 {
-					t.Errorf("%s belongs to host %d:%d", p, st.Uid, st.Gid)
-				}
-				if st.Mode&0o6000 != 0 {
-					t.Errorf("%s is setuid/setgid (mode %#o)", p, st.Mode&0o7777)
-				}
-				return nil
-			})
+			}
+			noSetidBelow(t, ws)
 			var st unix.Stat_t
 			if err := unix.Stat(outside, &st); err != nil || st.Uid != 0 || st.Gid != 0 {
 				t.Errorf("a file outside the workspace changed owner: %+v %v", st, err)
 			}
 			if got, _ := os.ReadFile(outside); string(got) != "host secret\n" {
 				t.Errorf("the file outside the workspace changed: %q", got)
+			}
+		})
+	}
+}
+
+// owner is an entry's host owner and mode.
+type owner struct{ uid, gid, mode uint32 }
+
+func (o owner) String() string { return fmt.Sprintf("%d:%d mode %#o", o.uid, o.gid, o.mode) }
+
+// owners maps each entry below root (relative, "." for root) to its owner
+// and mode, symlinks not followed.
+func owners(t *testing.T, root string) map[string]owner {
+	t.Helper()
+	out := map[string]owner{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		out[rel] = owner{st.Uid, st.Gid, st.Mode}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The workspace-ownership finding, as root: `--workspace .` on a git
+// checkout changed the owner of every file to the sandbox's host id,
+// though the command wrote nothing, and git then refused the checkout
+// ("dubious ownership"). No existing entry of a workspace changes owner,
+// whoever owns it; a file the sandbox creates belongs to the workspace's
+// owner on the host.
+func TestWorkspaceOwnersUnchanged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("root only: rootless, the caller's files are container root's and nothing is chowned")
+	}
+	b, ref := testBackend(t)
+	for _, o := range []struct {
+		name     string
+		uid, gid int
+	}{{"root", 0, 0}, {"user", 4321, 4322}} {
+		t.Run(o.name, func(t *testing.T) {
+			ws := workspaceDir(t)
+			git := func(args ...string) string {
+				t.Helper()
+				cmd := exec.Command("git", append([]string{"-C", ws}, args...)...)
+				cmd.Env = append(os.Environ(), "HOME="+ws, "GIT_CONFIG_NOSYSTEM=1",
+					"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("git %v: %v: %s", args, err, out)
+				}
+				return string(out)
+			}
+			git("init", "-q")
+			os.WriteFile(filepath.Join(ws, "main.go"), []byte("package main\n"), 0o644)
+			git("add", "main.go")
+			git("commit", "-qm", "first")
+			if err := filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
+				if err != nil {
+					return err
+				}
+				return os.Lchown(p, o.uid, o.gid)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			before := owners(t, ws)
+			for _, user := range []string{"", "1000:1000"} {
+				sb := spawnT(t, b, backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true, User: user})
+				if res := run(t, sb, "ls -la . .git >/dev/null && cat main.go"); res.ExitCode != 0 || res.Stdout != "package main\n" {
+					t.Fatalf("user %q: %+v", user, res)
+				}
+				if err := sb.Cleanup(); err != nil {
+					t.Fatal(err)
+				}
+				after := owners(t, ws)
+				if len(after) != len(before) {
+					t.Errorf("user %q: %d entries, were %d", user, len(after), len(before))
+				}
+				for p, was := range before {
+					if after[p] != was {
+						t.Errorf("user %q: %s is %s, was %s, though the sandbox wrote nothing", user, p, after[p], was)
+					}
+				}
+			}
+			if o.uid == 0 {
+				// Without seccomp, what the sandbox writes as host root
+				// could be setuid: refused.
+				_, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true,
+					SeccompUnconfined: true, Unsafe: []string{"seccomp=unconfined"}})
+				if err == nil || !strings.Contains(err.Error(), "owned by host root") {
+					t.Errorf("a root-owned workspace without seccomp: err = %v, want it refused", err)
+				}
+				// git refuses a checkout its caller does not own.
+				if out := git("status", "--porcelain"); out != "" {
+					t.Errorf("git status: %q", out)
+				}
+			}
+			sb := spawnT(t, b, backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true, User: "1000:1000"})
+			if res := run(t, sb, "mkdir made && echo x > made/new.txt && echo y >> main.go"); res.ExitCode != 0 {
+				t.Fatalf("%+v", res)
+			}
+			for _, p := range []string{"made", "made/new.txt", "main.go"} {
+				var st unix.Stat_t
+				if err := unix.Lstat(filepath.Join(ws, p), &st); err != nil {
+					t.Fatal(err)
+				}
+				if int(st.Uid) != o.uid || int(st.Gid) != o.gid || st.Mode&0o6000 != 0 {
+					t.Errorf("%s, written by the sandbox, is %d:%d mode %#o; want the workspace owner's %d:%d, no setuid/setgid",
+						p, st.Uid, st.Gid, st.Mode&0o7777, o.uid, o.gid)
+				}
 			}
 		})
 	}
@@ -573,7 +685,7 @@ func TestWeakeningIsExplicit(t *testing.T) {
 	if res := run(t, sb, "touch /workspace/s && chmod 4755 /workspace/s; echo rc=$?"); !strings.Contains(res.Stdout, "rc=1") {
 		t.Errorf("chmod u+s with SYS_ADMIN: %+v", res)
 	}
-	open := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, SeccompUnconfined: true, Unsafe: []string{"seccomp=unconfined"}})
+	open := spawnT(t, b, backend.SpawnSpec{Image: ref, NoWorkspaceMount: true, DisableSetup: true, SeccompUnconfined: true, Unsafe: []string{"seccomp=unconfined"}})
 	if res := run(t, open, "grep Seccomp: /proc/self/status"); !strings.Contains(res.Stdout, "Seccomp:\t0") {
 		t.Errorf("unconfined: %q", res.Stdout)
 	}
@@ -770,4 +882,52 @@ func TestRootSourcesBelowPrivateDirectory(t *testing.T) {
 			t.Errorf("user %q: mounts below a 0700 directory: %+v", user, res)
 		}
 	}
+}
+
+const inotifyProbe = "test-inotify-probe"
+
+// The probe makes inotify instances until the kernel refuses one, prints
+// how many it got, and holds them for os.Args[1] seconds.
+func init() {
+	reexec.Register(inotifyProbe, func() int {
+		n := 0
+		for ; n < 100000; n++ {
+			if _, err := unix.InotifyInit1(0); err != nil {
+				fmt.Printf("got=%d err=%s\n", n, unix.ErrnoName(err.(syscall.Errno)))
+				break
+			}
+		}
+		secs, _ := strconv.Atoi(os.Args[1])
+		time.Sleep(time.Duration(secs) * time.Second)
+		return 0
+	})
+}
+
+// Case 9, as root: the kernel charges the per-user counts of a user
+// namespace's processes (inotify instances, user namespaces) to the
+// namespace's owner. The sandboxes' namespace was host root's, so one
+// sandbox holding 128 inotify instances made inotify_init fail in every
+// other sandbox and for host root itself. It is now owned by the host id
+// container root maps to.
+func TestSandboxInotifyNotChargedToHostRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("root only: rootless, the namespace is the caller's own")
+	}
+	b, ref := testBackend(t)
+	exe := probeBinary(t)
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true,
+		Mounts: []backend.Mount{{Source: exe, Target: "/probe", ReadOnly: true}}})
+	res := run(t, sb, "("+reexec.Env+"="+inotifyProbe+" /probe 3 > /tmp/n 2>&1 &); "+
+		"for i in $(seq 50); do grep -q got= /tmp/n && break; sleep 0.1; done; cat /tmp/n")
+	if !strings.Contains(res.Stdout, "err=EMFILE") {
+		t.Fatalf("the probe did not exhaust its inotify instances: %+v", res)
+	}
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatalf("host root's inotify_init fails while a sandbox holds its instances (%s): %v", strings.TrimSpace(res.Stdout), err)
+	}
+	unix.Close(fd)
+	pid := sb.rec.Pid
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	t.Logf("sandbox PID 1 %d: %s", pid, strings.Join(strings.Fields(string(status[strings.Index(string(status), "Uid:"):]))[:5], " "))
 }

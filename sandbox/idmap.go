@@ -77,12 +77,10 @@ func cloneSource(fd int) (*os.File, error) {
 // handOverRootOwned (root only) gives the entries of the mount source pfd
 // (an O_PATH fd, the workspace or a :U source) that
 // belong to host uid 0 or gid 0 to the unprivileged host ids uid and gid
-// (the sandbox user's own, in root's subordinate range). Harnesses that run
-// as root keep their workspaces in root-owned temporary directories; the
-// idmapped workspace would otherwise make host root the owner of everything
-// the sandbox writes, setuid bits included (SPEC "Security decisions": such
-// a workspace is mapped to an unprivileged id, not refused). Host root
-// still reads and removes everything, as before.
+// (the sandbox user's own, in root's subordinate range), when the caller
+// asks for it (:U, or docker's -w D -v TMPDIR:D idiom); a workspace is
+// never handed over, but mounted idmapped. Host root still reads and
+// removes everything, as before.
 //
 // The walk never follows a symlink (each entry is opened with O_NOFOLLOW
 // and changed through that fd), never crosses into another mount, and

@@ -359,13 +359,10 @@ func TestPoolKindsBounded(t *testing.T) {
 }
 
 // workspaceOwner is the host uid files written by container root in
-// workspace ws belong to: the workspace's owner, or, as root, for a
-// root-owned workspace, container root's own unprivileged host id.
+// workspace ws belong to: the workspace's owner (host root's, for a
+// root-owned one: it is mounted idmapped, never handed over).
 func workspaceOwner(b *Backend, ws string) uint32 {
 	var st syscall.Stat_t
 	syscall.Stat(ws, &st)
-	if st.Uid == 0 || st.Uid == b.store.Mapping().UIDs[0].HostID {
-		return b.store.Mapping().UIDs[0].HostID
-	}
 	return st.Uid
 }

@@ -624,15 +624,19 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 // caller opens what the sandbox's ids may not traverse to, such as a 0700
 // temporary directory), prepared so the sandbox's user can write a
 // read-write bind as Docker's container root can, without any sandbox id
-// mapping to host root:
-//   - the workspace, and a mount asked to (HandOver, podman's :U), first
-//     has its entries owned by host uid 0 or gid 0 handed to the user's
-//     unprivileged host ids (SPEC "Security decisions"), unless what was
-//     opened is a host directory that must keep its owners;
-//   - the workspace, and a source owned by a host id outside the sandbox's
-//     range (a user's directory), is then mounted idmapped: its owner
-//     appears as the sandbox's user, and files the sandbox writes there
-//     belong to that owner on the host.
+// mapping to host root, and without changing the owner of the caller's
+// files unasked:
+//   - a mount asked to (HandOver, podman's :U) first has its entries owned
+//     by host uid 0 or gid 0 handed to the user's unprivileged host ids
+//     (SPEC "Security decisions"), unless what was opened is a host
+//     directory that must keep its owners;
+//   - the workspace (or a directory in it), whoever owns it (host root
+//     included), and a source
+//     owned by a host id outside the sandbox's range (a user's directory),
+//     is mounted idmapped: its owner appears as the sandbox's user, and
+//     files the sandbox writes there belong to that owner on the host,
+//     none setuid or setgid (seccomp refuses those modes; a root-owned
+//     one is refused without the filter).
 //
 // A source already owned by an id of the sandbox's range maps as the
 // sandbox does, and one owned by root that is not handed over stays root's
@@ -658,8 +662,9 @@ func (b *Backend) bindSource(rec *record, m specs.Mount, lm *spawnd.Mount) (*os.
 	if lm.ReadOnly {
 		return cloneSource(fd)
 	}
-	workspace := m.Source == rec.Workspace && m.Destination == rec.Workdir
-	if workspace || slices.Contains(rec.HandOver, m.Destination) {
+	// The workspace, or a directory in it mounted on its own.
+	workspace := rec.Workspace != "" && (m.Source == rec.Workspace || strings.HasPrefix(m.Source, rec.Workspace+"/"))
+	if slices.Contains(rec.HandOver, m.Destination) {
 		opened, err := fdPath(fd)
 		if err != nil {
 			return nil, err
@@ -675,6 +680,11 @@ func (b *Backend) bindSource(rec *record, m specs.Mount, lm *spawnd.Mount) (*os.
 		}
 	}
 	if _, mapped := userns.FromHost(b.store.Mapping().UIDs, st.Uid); workspace || st.Uid != 0 && !mapped {
+		if rec.Unconfined && (st.Uid == 0 || st.Gid == 0) {
+			// Only seccomp keeps setuid and setgid bits off the files
+			// the sandbox writes there as host root's.
+			return nil, fmt.Errorf("%s is owned by host root (%d:%d): files the sandbox writes there would be root's, and without the seccomp filter they could be setuid or setgid; use a workspace owned by an unprivileged user, or keep the filter", m.Source, st.Uid, st.Gid)
+		}
 		f, err := idmapClone(fd, &st, b.store.Mapping(), rec.User.UID, rec.User.GID)
 		if f != nil || err != nil {
 			return f, err

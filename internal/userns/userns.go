@@ -21,9 +21,11 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -207,27 +209,31 @@ func Start(cmd *exec.Cmd, m Mapping) error {
 	}
 	defer w.Close()
 	cmd.ExtraFiles = append([]*os.File{r}, cmd.ExtraFiles...)
-	if os.Geteuid() == 0 {
-		// Root may write any map itself, before the child execs; the child
-		// then switches to the namespace's root, which is an unprivileged
-		// host id, and execs with the namespace's full capability set.
-		cmd.SysProcAttr.UidMappings = toSys(m.UIDs)
-		cmd.SysProcAttr.GidMappings = toSys(m.GIDs)
-		cmd.SysProcAttr.GidMappingsEnableSetgroups = true
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0}
-		cmd.Env = append(cmd.Env, stageEnv+"=2")
+	cmd.Env = append(cmd.Env, stageEnv+"=1")
+	root := os.Geteuid() == 0
+	if root {
+		// The namespace is created as the host id its root maps to, so
+		// that it is that id's and not host root's: the kernel charges
+		// the per-user counts of everything in it (inotify instances,
+		// user namespaces) to its owner, and one sandbox holding host
+		// root's 128 inotify instances made inotify_init fail for every
+		// other sandbox and for host root itself.
+		err = startAs(cmd, m.UIDs[0].HostID, m.GIDs[0].HostID)
 	} else {
-		cmd.Env = append(cmd.Env, stageEnv+"=1")
+		err = cmd.Start()
 	}
-	if err := cmd.Start(); err != nil {
+	if err != nil {
 		r.Close()
 		return fmt.Errorf("start user namespace helper: %w", err)
 	}
 	r.Close()
-	if os.Geteuid() == 0 {
-		return nil
+	if root {
+		// Root writes any map itself.
+		err = writeProcMaps(cmd.Process.Pid, m)
+	} else {
+		err = writeMaps(cmd.Process.Pid, m)
 	}
-	if err := writeMaps(cmd.Process.Pid, m); err != nil {
+	if err != nil {
 		cmd.Process.Kill()
 		cmd.Wait()
 		return err
@@ -236,12 +242,83 @@ func Start(cmd *exec.Cmd, m Mapping) error {
 	return err
 }
 
-func toSys(maps []IDMap) []syscall.SysProcIDMap {
-	var out []syscall.SysProcIDMap
-	for _, m := range maps {
-		out = append(out, syscall.SysProcIDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)})
+// startAs (root only) starts cmd, whose SysProcAttr asks for a new user
+// namespace, from a thread whose ids are uid and gid, so that the
+// namespace belongs to them. Only this locked thread changes ids (raw
+// syscalls, not Go's all-threads Setuid; the runtime starts no thread from
+// a locked one); its saved uid stays 0 and its capabilities effective, so
+// creating the namespace stays a privileged act, and it returns to its own
+// ids before it is unlocked (a thread that cannot is left locked, and
+// ends with the goroutine).
+func startAs(cmd *exec.Cmd, uid, gid uint32) error {
+	runtime.LockOSThread()
+	ruid, euid, suid := unix.Getresuid()
+	rgid, egid, sgid := unix.Getresgid()
+	groups, err := unix.Getgroups()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
 	}
-	return out
+	restore := func() error {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(ruid), uintptr(euid), uintptr(suid)); e != 0 {
+			return e
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(rgid), uintptr(egid), uintptr(sgid)); e != 0 {
+			return e
+		}
+		var p unsafe.Pointer
+		g := make([]uint32, len(groups))
+		for i, v := range groups {
+			g[i] = uint32(v)
+		}
+		if len(g) > 0 {
+			p = unsafe.Pointer(&g[0])
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(g)), uintptr(p), 0); e != 0 {
+			return e
+		}
+		return nil
+	}
+	err = func() error {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+			return fmt.Errorf("setgroups: %w", e)
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), 0); e != 0 {
+			return fmt.Errorf("setresgid: %w", e)
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), 0); e != 0 {
+			return fmt.Errorf("setresuid: %w", e)
+		}
+		// A non-zero euid cleared the effective set; the permitted one
+		// stays (saved uid 0).
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			return fmt.Errorf("capget: %w", err)
+		}
+		data[0].Effective, data[1].Effective = data[0].Permitted, data[1].Permitted
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			return fmt.Errorf("capset: %w", err)
+		}
+		return cmd.Start()
+	}()
+	if rerr := restore(); rerr != nil {
+		// Leave the thread locked: it ends with this goroutine.
+		return errors.Join(err, fmt.Errorf("restore this thread's ids: %w", rerr))
+	}
+	runtime.UnlockOSThread()
+	return err
+}
+
+// writeProcMaps (root only) writes m as the maps of process pid.
+func writeProcMaps(pid int, m Mapping) error {
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/uid_map", pid), []byte(format(m.UIDs, "\n")), 0); err != nil {
+		return fmt.Errorf("write uid_map: %w", err)
+	}
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/gid_map", pid), []byte(format(m.GIDs, "\n")), 0); err != nil {
+		return fmt.Errorf("write gid_map: %w", err)
+	}
+	return nil
 }
 
 func writeMaps(pid int, m Mapping) error {

@@ -381,12 +381,13 @@ func TestWorkspaceAndVolumes(t *testing.T) {
 	}
 	var st syscall.Stat_t
 	syscall.Stat(filepath.Join(ws, "out.txt"), &st)
-	// The workspace's owner; as root, a root-owned workspace is handed to
-	// an unprivileged id first: nothing the sandbox writes is host root's.
-	var wst syscall.Stat_t
+	// The workspace's owner, the caller's, host root's as root: the
+	// workspace is mounted idmapped, and nothing in it changes owner.
+	var wst, in syscall.Stat_t
 	syscall.Stat(ws, &wst)
-	if st.Uid != wst.Uid || st.Uid == 0 {
-		t.Errorf("out.txt owned by %d, want the workspace owner %d, never 0", st.Uid, wst.Uid)
+	syscall.Stat(filepath.Join(ws, "data", "in.txt"), &in)
+	if caller := uint32(os.Getuid()); st.Uid != caller || wst.Uid != caller || in.Uid != caller || st.Mode&0o6000 != 0 {
+		t.Errorf("out.txt owned by %d (mode %#o), the workspace by %d, in.txt by %d; want the caller's %d throughout", st.Uid, st.Mode&0o7777, wst.Uid, in.Uid, caller)
 	}
 	if out, code := e.run("", "run", "--rm", "--workspace", ws, "-v", ws+":/workspace/inner", e.ref, "true"); code != 125 || !strings.Contains(out, "inside") {
 		t.Errorf("a mount inside the workdir: %d %q", code, out)
