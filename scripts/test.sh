@@ -45,8 +45,11 @@ checked() {
 	local name=$1 limit=$2 start=$SECONDS rc=0
 	shift 2
 	echo "== $name (limit ${limit})" >&2
-	timeout -k 30 "$limit" "$@" >"$logs/$name.log" 2>&1 || rc=$?
-	cat "$logs/$name.log"
+	# set -e does not apply inside a list with ||: rc is the command's.
+	{
+		timeout -k 30 "$limit" "$@" 2>&1 | tee "$logs/$name.log"
+		rc=${PIPESTATUS[0]}
+	} || true
 	if ((rc == 0)); then
 		echo "== $name: passed in $((SECONDS - start)) s" >&2
 		return 0
