@@ -64,8 +64,8 @@ type MountOption struct {
 
 // ToSpawnSpec checks the options and turns them into a SpawnSpec. The
 // warnings are what Docker warns of on create (the CLI prints them, the
-// Engine API returns them in Warnings); the notes are slopbox's advice
-// (SpawnSpec.HandOverWorkdir). Every error is a bad value or a policy
+// Engine API returns them in Warnings); the notes are slopbox's advice.
+// Every error is a bad value or a policy
 // refusal: the CLI exits 125 for it and the Engine API answers 400.
 func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []string, err error) {
 	s = backend.SpawnSpec{Image: o.Image, Name: o.Name, User: o.User, Hostname: o.Hostname, Keep: o.Keep, AutoRemove: o.AutoRemove,
@@ -168,7 +168,7 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 	if err := s.CheckPolicy(); err != nil {
 		return s, nil, nil, err
 	}
-	return s, warnings, s.HandOverWorkdir(o.Workdir), nil
+	return s, warnings, nil, nil
 }
 
 // Limits checks --memory, --cpus, --pids-limit, --tmpfs and --storage-opt

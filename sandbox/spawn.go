@@ -662,8 +662,6 @@ func (b *Backend) bindSource(rec *record, m specs.Mount, lm *spawnd.Mount) (*os.
 	if lm.ReadOnly {
 		return cloneSource(fd)
 	}
-	// The workspace, or a directory in it mounted on its own.
-	workspace := rec.Workspace != "" && (m.Source == rec.Workspace || strings.HasPrefix(m.Source, rec.Workspace+"/"))
 	if slices.Contains(rec.HandOver, m.Destination) {
 		opened, err := fdPath(fd)
 		if err != nil {
@@ -679,7 +677,16 @@ func (b *Backend) bindSource(rec *record, m specs.Mount, lm *spawnd.Mount) (*os.
 			return nil, err
 		}
 	}
-	if _, mapped := userns.FromHost(b.store.Mapping().UIDs, st.Uid); workspace || st.Uid != 0 && !mapped {
+	// A read-write source owned by an id no sandbox id maps to (the
+	// caller's, host root's) is mounted idmapped, as the workspace is: its
+	// owner appears as the sandbox's user, so the sandbox writes there as
+	// Docker's would (a root-owned mkdtemp directory too), no existing
+	// entry changes owner, and what it creates is the owner's (never
+	// setuid or setgid: the seccomp filter refuses those modes). A
+	// root-owned file mounted on its own stays host root's: container
+	// root is not host root, and cannot write it.
+	_, mapped := userns.FromHost(b.store.Mapping().UIDs, st.Uid)
+	if !mapped && (st.Uid != 0 || st.Mode&unix.S_IFMT == unix.S_IFDIR) {
 		if rec.Unconfined && (st.Uid == 0 || st.Gid == 0) {
 			// Only seccomp keeps setuid and setgid bits off the files
 			// the sandbox writes there as host root's.

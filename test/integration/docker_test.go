@@ -37,9 +37,10 @@ func (e *env) docker(in string, args ...string) (string, int) {
 func TestHarnessArgvAsDocker(t *testing.T) {
 	e := newEnv(t)
 	e.must("pull", "-q", e.ref)
-	wd := filepath.Join(searchable(t, t.TempDir()), "wd")
-	os.Mkdir(wd, 0o777)
-	os.Chmod(wd, 0o777)
+	// As the harnesses make it: below a 0700 temporary directory (as
+	// root, root's), mode 0755.
+	wd := filepath.Join(t.TempDir(), "wd")
+	os.Mkdir(wd, 0o755)
 
 	t.Run("open_atp", func(t *testing.T) {
 		if _, code := e.docker("", "image", "inspect", e.ref); code != 0 {

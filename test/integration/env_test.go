@@ -22,7 +22,7 @@ import (
 func TestEnvRun(t *testing.T) {
 	e := newEnv(t)
 	e.must("pull", "-q", e.ref)
-	dir := searchable(t, t.TempDir())
+	dir := t.TempDir() // 0700, as mkdtemp and tmp_path make it
 	ws, assets := filepath.Join(dir, "ws"), filepath.Join(dir, "assets")
 	os.Mkdir(ws, 0o755)
 	os.Mkdir(assets, 0o755)
@@ -129,7 +129,7 @@ docker: {image: `+e.ref+`, network: none, keep_container_after_clean: true}
 func TestRLMSandboxConfig(t *testing.T) {
 	e := newEnv(t)
 	e.must("pull", "-q", e.ref)
-	dir := searchable(t, t.TempDir())
+	dir := t.TempDir() // 0700, as mkdtemp and tmp_path make it
 	ws := filepath.Join(dir, "wd")
 	os.Mkdir(ws, 0o755)
 	os.WriteFile(filepath.Join(ws, "x.sh"), []byte("echo \"$PYTHONUNBUFFERED $HOME $HTTP_PROXY\"; pwd; echo done > result\n"), 0o644)
@@ -211,7 +211,7 @@ func TestRLMSandboxConfig(t *testing.T) {
 func TestEnvRunSIGKILLThenPrune(t *testing.T) {
 	e := newEnv(t)
 	e.must("pull", "-q", e.ref)
-	dir := searchable(t, t.TempDir())
+	dir := t.TempDir() // 0700, as mkdtemp and tmp_path make it
 	ws := filepath.Join(dir, "ws")
 	os.Mkdir(ws, 0o755)
 	write := func(name, body string) string {
@@ -276,7 +276,7 @@ func (e *env) noSandboxLeft(t *testing.T, what string) {
 func TestRLMConfigCannotAllowItsOwnWeakenings(t *testing.T) {
 	e := newEnv(t)
 	e.must("pull", "-q", e.ref)
-	dir := searchable(t, t.TempDir())
+	dir := t.TempDir() // 0700, as mkdtemp and tmp_path make it
 	ws, open := filepath.Join(dir, "wd"), filepath.Join(dir, "open")
 	os.Mkdir(ws, 0o755)
 	os.Mkdir(open, 0o777)
@@ -364,7 +364,7 @@ func TestRLMConfigCannotAllowItsOwnWeakenings(t *testing.T) {
 func TestEnvSpecUnderPolicy(t *testing.T) {
 	e := newEnv(t)
 	e.must("pull", "-q", e.ref)
-	dir := searchable(t, t.TempDir())
+	dir := t.TempDir() // 0700, as mkdtemp and tmp_path make it
 	ws := filepath.Join(dir, "ws")
 	os.Mkdir(ws, 0o755)
 	write := func(name, body string) string {
