@@ -274,9 +274,6 @@ func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command [
 	case f.eval || len(f.assets) > 0 || len(f.ports) > 0 || f.allowSpec != (dockercompat.SpecAllowances{}):
 		return fmt.Errorf("%s is an rlm_code config: --eval, --asset, --port, --allow-local, --allow-host-network and --allow-os-env belong to SlopCodeBench specs", file)
 	}
-	if err := refuseOperatorOnly(file, cfg.Docker.ExtraArgs); err != nil {
-		return err
-	}
 	// The operator's policy, its mount roots narrowed by the config's:
 	// a config bounds what it mounts, it cannot widen what the operator
 	// allows. It replaces no policy file: the operator's stays in force.
@@ -319,6 +316,11 @@ func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command [
 	if err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
+	// Checked on the very command line run parses, before the operator's
+	// own allowances are added to it.
+	if err := refuseOperatorOnly(file, argv[2:]); err != nil {
+		return err
+	}
 	timeout := cfg.DefaultTimeoutSeconds
 	if cmd.Flags().Changed("timeout") {
 		timeout = ef.timeout
@@ -353,16 +355,20 @@ var operatorOnly = []struct{ name, how string }{
 	{"allow-unsafe", "env run --allow-unsafe VALUE, or allow_unsafe: [VALUE] in the policy file"},
 	{"allow-host-loopback", "env run --allow-host-loopback"},
 	{"backend", "nobody: an rlm_code config runs in a sandbox (slopbox run --backend local is the operator's own command)"},
+	// It reads a host file, outside the mount roots, into the sandbox.
+	{"env-file", "nobody: pass the variables with sandbox.env or env run -e"},
 }
 
-// refuseOperatorOnly refuses an rlm_code config whose extra_args give one
-// of operatorOnly: a config cannot allow its own weakenings. The args are
-// parsed as run parses them (every spelling: --allow-unsafe X,
-// --allow-unsafe=X), so what run would see is what is checked; a parse
-// error is left to run to report.
-func refuseOperatorOnly(file string, extra []string) error {
+// refuseOperatorOnly refuses the docker command line an rlm_code config
+// makes (args: what follows "run") when it gives one of operatorOnly: a
+// config cannot allow its own weakenings. The args are parsed exactly as
+// run parses them (every spelling: --allow-unsafe X, --allow-unsafe=X),
+// and a line that does not parse is refused here: nothing unchecked runs.
+func refuseOperatorOnly(file string, args []string) error {
 	fs := runCmd().Flags()
-	_ = fs.Parse(extra)
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %s: sandbox.docker.extra_args: %v", dockercompat.ErrBadSpec, file, err)
+	}
 	for _, o := range operatorOnly {
 		if fs.Changed(o.name) {
 			return fmt.Errorf("%w: %s: sandbox.docker.extra_args gives --%s: a config cannot allow its own weakenings, only the operator can (%s)",

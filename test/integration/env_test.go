@@ -301,6 +301,11 @@ func TestRLMConfigCannotAllowItsOwnWeakenings(t *testing.T) {
 		{`, extra_args: ["--allow-unsafe=mount=/", "--volume=/:/host"]`, "  allowed_mount_roots: [/]\n", "--allow-unsafe"},
 		{`, network_enabled: true, extra_args: ["--allow-host-loopback"]`, "", "--allow-host-loopback"},
 		{`, extra_args: ["--backend", "local"]`, "", "--backend"},
+		// Spellings the config's own parsing trims (an attacker's review).
+		{`, extra_args: ["--allow-unsafe ", "cap-add=SYS_ADMIN", "--cap-add", "SYS_ADMIN"]`, "", "--allow-unsafe"},
+		{`, extra_args: [" --allow-unsafe", "mount=/", "-v", "/:/host"]`, "  allowed_mount_roots: [/]\n", "--allow-unsafe"},
+		// A host file read into the sandbox, outside the mount roots.
+		{`, extra_args: ["--env-file", "/etc/shadow"]`, "", "--env-file"},
 	} {
 		bad := config("bad.yaml", c.docker, c.roots)
 		out, code := e.run("", "env", "run", bad, "--workspace", ws, "--", "sh", "-c", "grep CapEff /proc/self/status; touch /host"+marker)
