@@ -59,6 +59,11 @@ func (s *Store) gcInside() error {
 			diffs[diff.Hex] = true
 		}
 	}
+	// The build cache keeps its layers (PruneBuildCache drops entries).
+	for _, nl := range s.cacheEntries() {
+		blobs[nl.Digest.Hex] = true
+		diffs[nl.DiffID.Hex] = true
+	}
 	// Layers a sandbox still uses stay, whatever names are gone.
 	for d := range s.leasedLayers() {
 		diffs[d] = true

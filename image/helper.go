@@ -28,18 +28,20 @@ type helperRequest struct {
 	Root     string        `json:"root"`
 	Ref      string        `json:"ref,omitempty"`
 	Path     string        `json:"path,omitempty"`
-	FD       int           `json:"fd,omitempty"`  // an open archive passed to the child
-	Key      string        `json:"key,omitempty"` // id mapping variant, for extract
+	FD       int           `json:"fd,omitempty"`      // an open archive passed to the child
+	Key      string        `json:"key,omitempty"`     // id mapping variant (extract), cache key (commit-*)
+	Parents  []string      `json:"parents,omitempty"` // diffIDs, for commit-tar
 	Insecure []string      `json:"insecure,omitempty"`
 	Progress Progress      `json:"progress"`
 	Stall    time.Duration `json:"stall,omitempty"`
 }
 
 type helperResponse struct {
-	Error    string   `json:"error,omitempty"`
-	Kind     string   `json:"kind,omitempty"` // sentinel name, so errors.Is survives the process boundary
-	Names    []string `json:"names,omitempty"`
-	Warnings []string `json:"warnings,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	Kind     string    `json:"kind,omitempty"` // sentinel name, so errors.Is survives the process boundary
+	Names    []string  `json:"names,omitempty"`
+	Warnings []string  `json:"warnings,omitempty"`
+	Layer    *NewLayer `json:"layer,omitempty"`
 }
 
 var sentinels = map[string]error{
@@ -53,6 +55,14 @@ func (s *Store) runHelper(ctx context.Context, req helperRequest) error {
 }
 
 func (s *Store) runHelperNames(ctx context.Context, req helperRequest, file *os.File) ([]string, error) {
+	resp, err := s.runHelperResp(ctx, req, file)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Names, nil
+}
+
+func (s *Store) runHelperResp(ctx context.Context, req helperRequest, file *os.File) (*helperResponse, error) {
 	req.Root = s.root
 	req.Progress = s.progress
 	req.Stall = s.stall
@@ -107,7 +117,7 @@ func (s *Store) runHelperNames(ctx context.Context, req helperRequest, file *os.
 		}
 		return nil, errors.New(resp.Error)
 	}
-	return resp.Names, nil
+	return &resp, nil
 }
 
 type helperError struct {
@@ -154,6 +164,14 @@ func helperMain() int {
 			err = s.gcInside()
 		case "extract":
 			err = s.extractInside(ctx, req.Ref, req.Key)
+		case "commit-dir", "commit-tar":
+			var nl NewLayer
+			if req.Op == "commit-dir" {
+				nl, err = s.commitDirInside(ctx, req.Path, req.Key)
+			} else {
+				nl, err = s.commitTarInside(ctx, req.Parents, os.NewFile(uintptr(req.FD), "tar"), req.Key)
+			}
+			resp.Layer = &nl
 		default:
 			err = fmt.Errorf("unknown operation %q", req.Op)
 		}

@@ -37,6 +37,29 @@ func DefaultSeccomp(s *specs.Spec) (*specs.LinuxSeccomp, error) {
 	return sc, nil
 }
 
+// WithSetidModes re-resolves Docker's profile against s without the setid
+// refusal: for a build step (a Dockerfile RUN), whose only writable places
+// are its root filesystem's upper directory, in the image store, and
+// tmpfs mounts. Packages that install setuid files (passwd, sudo) need it.
+// The store is reachable only by its owner (mode 0700), and the files
+// belong to ids of the store's user namespace, never to host root.
+func WithSetidModes() Opt {
+	return func(s *specs.Spec) error {
+		if s.Linux == nil || s.Linux.Seccomp == nil {
+			return nil
+		}
+		sc, err := seccomp.GetDefaultProfile(s)
+		if err != nil {
+			return err
+		}
+		if len(sc.Architectures) > 1 {
+			sc.Architectures = sc.Architectures[:1]
+		}
+		s.Linux.Seccomp = sc
+		return nil
+	}
+}
+
 // setidBits are the mode bits a sandbox may not set: a file it makes in the
 // workspace or a read-write mount would keep them on the host, where the
 // kernel honours them (no_new_privs only holds inside the sandbox).

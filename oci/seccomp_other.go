@@ -12,3 +12,8 @@ import (
 func DefaultSeccomp(*specs.Spec) (*specs.LinuxSeccomp, error) {
 	return nil, errors.New("seccomp profiles are only supported on linux")
 }
+
+// WithSetidModes is only available on Linux.
+func WithSetidModes() Opt {
+	return func(*specs.Spec) error { return errors.New("seccomp profiles are only supported on linux") }
+}

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/internal/userns"
 	"github.com/slopbox/slopbox/oci"
 	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
@@ -44,10 +45,38 @@ func (b *Backend) Spawn(ctx context.Context, spec backend.SpawnSpec) (backend.Sa
 // create the sandbox is only recorded, not started; with owned it is
 // recorded as the calling process's (SpawnForeground).
 func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []string, create, owned bool) (*Sandbox, error) {
+	return b.spawnWith(ctx, spec, nil, command, create, owned)
+}
+
+// SpawnBuildStep starts a sandbox for one Dockerfile RUN over img, an image
+// the builder has assembled (its layers need not be named in the store).
+// It has the defaults of any sandbox, and no workspace or other host mount
+// (refused); its users keep the store's id mapping (no nested namespace),
+// so what it writes belongs to the image's ids; and the seccomp filter
+// allows setuid and setgid modes (oci.WithSetidModes), which can only
+// land in its upper directory, in the store. The caller stops it, takes
+// UpperDir as the step's layer, and removes it.
+func (b *Backend) SpawnBuildStep(ctx context.Context, spec backend.SpawnSpec, img *image.Image) (*Sandbox, error) {
+	if !spec.NoWorkspaceMount || spec.Workspace != "" || len(spec.Mounts) > 0 || len(spec.StaticAssets) > 0 {
+		return nil, errors.New("spawn: a build step has no workspace or host mounts")
+	}
+	if img == nil || len(img.Layers) == 0 {
+		return nil, errors.New("spawn: a build step needs at least one layer")
+	}
+	return b.spawnWith(ctx, spec, img, nil, false, true)
+}
+
+// UpperDir is the directory that holds what the sandbox wrote to its root
+// filesystem (overlay form). Read it only once the sandbox is stopped.
+func (s *Sandbox) UpperDir() string { return filepath.Join(s.dir, "upper") }
+
+// spawnWith is spawn; with build set (SpawnBuildStep), the sandbox runs
+// over that image instead of spec.Image.
+func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *image.Image, command []string, create, owned bool) (*Sandbox, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if spec.Image == "" {
+	if spec.Image == "" && build == nil {
 		return nil, errors.New("spawn: no image given")
 	}
 	if err := spec.Limits.Validate(); err != nil {
@@ -117,9 +146,11 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	// an exec, newuidmap and newgidmap) starts meanwhile.
 	warmed := b.warmSpawner()
 	defer warmed()
-	img, err := b.store.Get(spec.Image)
-	if err != nil {
-		return nil, fmt.Errorf("spawn: %w", err)
+	img := build
+	if img == nil {
+		if img, err = b.store.Get(spec.Image); err != nil {
+			return nil, fmt.Errorf("spawn: %w", err)
+		}
 	}
 	workdir := spec.Workdir
 	if workdir == "" {
@@ -143,6 +174,9 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	// Rootless, a sandbox user other than root gets a nested user namespace
 	// in which it is the invoking user, and layers extracted for it.
 	mapKey := b.store.Mapping().NestedFor(who.UID, who.GID).Key
+	if build != nil {
+		mapKey = ""
+	}
 	layers, err := b.store.LayersFor(ctx, img, mapKey)
 	if err != nil {
 		return nil, fmt.Errorf("spawn: %w", err)
@@ -181,6 +215,7 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 		CapAdd:   spec.CapAdd, CapDrop: spec.CapDrop, Unconfined: spec.SeccompUnconfined,
 		Limits:  spec.Limits,
 		Command: command,
+		Build:   build != nil,
 	}
 	if owned && !spec.Keep { // a kept sandbox outlives its caller, killed or not
 		rec.Owner = self()
@@ -369,6 +404,9 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 		}
 		// The ready sandbox is gone (its spawn server died): start one.
 	}
+	if rec.Build {
+		return nil // each step has its own layers: nothing to start ahead
+	}
 	b.pool.refill(t.key(), func() (*poolEntry, error) {
 		return b.prestartEntry(context.Background(), srv, bins, t)
 	})
@@ -443,16 +481,17 @@ type template struct {
 	readOnly    bool
 	caps        [2][]string // added, dropped
 	unconfined  bool        // no seccomp profile
+	setid       bool        // a build step: setid modes allowed
 }
 
 func templateOf(rec *record) template {
 	return template{layers: rec.Layers, mapKey: rec.MapKey, network: rec.Network, tmpBytes: rec.Limits.TmpBytes,
 		rootfsBytes: rec.Limits.RootfsBytes, readOnly: rec.ReadOnly,
-		caps: [2][]string{rec.CapAdd, rec.CapDrop}, unconfined: rec.Unconfined}
+		caps: [2][]string{rec.CapAdd, rec.CapDrop}, unconfined: rec.Unconfined, setid: rec.Build}
 }
 
 func (t template) key() string {
-	return fmt.Sprintf("%q %q %q %d %d %v %q %v", t.layers, t.mapKey, t.network, t.tmpBytes, t.rootfsBytes, t.readOnly, t.caps, t.unconfined)
+	return fmt.Sprintf("%q %q %q %d %d %v %q %v %v", t.layers, t.mapKey, t.network, t.tmpBytes, t.rootfsBytes, t.readOnly, t.caps, t.unconfined, t.setid)
 }
 
 // prestart starts PID 1 of sandbox id over dir, unclaimed, and returns its
@@ -500,6 +539,7 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 		}}, tmpMount(t.tmpBytes)...)),
 		oci.WithCapabilities(t.caps[0], t.caps[1]),
 		unconfined(t.unconfined),
+		setidModes(t.setid && !t.unconfined),
 	)
 	if err != nil {
 		return 0, err
@@ -725,6 +765,14 @@ func (b *Backend) handOver(rec *record, fd int, st *unix.Stat_t) error {
 func unconfined(on bool) oci.Opt {
 	if on {
 		return oci.WithoutSeccomp()
+	}
+	return nil
+}
+
+// setidModes lets a build step set setuid and setgid modes.
+func setidModes(on bool) oci.Opt {
+	if on {
+		return oci.WithSetidModes()
 	}
 	return nil
 }

@@ -73,9 +73,11 @@ type record struct {
 	CapAdd     []string              `json:"cap_add,omitempty"`
 	CapDrop    []string              `json:"cap_drop,omitempty"`
 	Unconfined bool                  `json:"seccomp_unconfined,omitempty"`
-	Limits     backend.Limits        `json:"limits"`
-	Unenforced []string              `json:"unenforced,omitempty"`
-	Cgroups    map[string]string     `json:"cgroups,omitempty"`
+	// Build marks a build step (SpawnBuildStep): setid modes allowed.
+	Build      bool              `json:"build_step,omitempty"`
+	Limits     backend.Limits    `json:"limits"`
+	Unenforced []string          `json:"unenforced,omitempty"`
+	Cgroups    map[string]string `json:"cgroups,omitempty"`
 	// Scope names the systemd user scope (slopbox-SCOPE.scope) holding
 	// the cgroup, when the user's manager made it: it is stopped through
 	// systemd, which would keep a unit whose cgroup went behind its back.

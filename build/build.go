@@ -1,0 +1,609 @@
+// Package build builds images from Dockerfiles without a daemon, as
+// docker's classic builder does: each RUN runs in a slopbox sandbox
+// (sandbox.SpawnBuildStep) over the layers so far, and its upper directory
+// becomes the step's layer; COPY and ADD write their layer from the
+// context directly, through an os.Root, with no sandbox. The Dockerfile is
+// parsed by BuildKit's parser and instructions packages, and words are
+// expanded by its shell lexer, so syntax and variable expansion are
+// Docker's own.
+//
+// Layer-making steps are cached in the store (image.Store.CachedLayer): a
+// step is reused when everything before it (the base image and every
+// earlier instruction, with the build args it used), its own instruction
+// and, for COPY and ADD, the digest of what it copies are the same.
+package build
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
+	"github.com/moby/buildkit/frontend/dockerfile/shell"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/image/archive"
+	"github.com/slopbox/slopbox/sandbox"
+)
+
+// MaxDockerfileBytes bounds the Dockerfile read.
+const MaxDockerfileBytes = 16 << 20
+
+// Options describe one build.
+type Options struct {
+	// ContextDir is the build context (a directory).
+	ContextDir string
+	// Dockerfile is its path inside the context (default "Dockerfile"),
+	// unless DockerfileContent is set.
+	Dockerfile        string
+	DockerfileContent []byte
+	Tags              []string
+	BuildArgs         map[string]string
+	Target            string
+	NoCache, Pull     bool
+	// Network is none, host or bridge; empty: bridge where it works.
+	Network string
+	Labels  map[string]string
+	// Out receives the classic builder's progress ("Step 1/3 : …") and the
+	// output of RUN; nil discards it.
+	Out io.Writer
+}
+
+// Result is a built image.
+type Result struct {
+	ID     string // config digest, as docker's image id
+	Digest string // manifest digest
+	Tags   []string
+}
+
+// StepError is a failed step.
+type StepError struct {
+	Step     string // the instruction as written
+	Line     int
+	ExitCode int // RUN's exit code; 0 for other failures
+	Err      error
+}
+
+func (e *StepError) Error() string {
+	if e.ExitCode != 0 {
+		return fmt.Sprintf("line %d: %s: returned a non-zero code: %d", e.Line, e.Step, e.ExitCode)
+	}
+	return fmt.Sprintf("line %d: %s: %v", e.Line, e.Step, e.Err)
+}
+
+func (e *StepError) Unwrap() error { return e.Err }
+
+// Builder builds images into a backend's store.
+type Builder struct {
+	b   *sandbox.Backend
+	out io.Writer
+	o   Options
+	lex *shell.Lex
+	// noBridge is set once a bridge step could not start.
+	noBridge bool
+}
+
+// New returns a builder over b.
+func New(b *sandbox.Backend) *Builder { return &Builder{b: b} }
+
+// stage is the state of one stage being built.
+type stage struct {
+	name   string
+	cfg    *v1.ConfigFile
+	base   []ocispec.Descriptor
+	added  []image.NewLayer
+	chain  string            // cache chain: everything so far
+	args   map[string]string // ARGs declared in the stage, with values
+	shell  []string
+	layers []string // extracted layer directories, oldest first
+}
+
+// Build runs the build. On failure nothing is tagged.
+func (bl *Builder) Build(ctx context.Context, o Options) (*Result, error) {
+	bl.o, bl.out = o, o.Out
+	if bl.out == nil {
+		bl.out = io.Discard
+	}
+	df, err := bl.dockerfile()
+	if err != nil {
+		return nil, err
+	}
+	res, err := parser.Parse(bytes.NewReader(df))
+	if err != nil {
+		return nil, fmt.Errorf("Dockerfile: %w", err)
+	}
+	bl.lex = shell.NewLex(res.EscapeToken)
+	stages, metaArgs, err := instructions.Parse(res.AST, nil)
+	if err != nil {
+		return nil, fmt.Errorf("Dockerfile: %w", err)
+	}
+	if len(stages) == 0 {
+		return nil, errors.New("Dockerfile: no FROM instruction")
+	}
+	last := len(stages) - 1
+	if o.Target != "" {
+		last = slices.IndexFunc(stages, func(s instructions.Stage) bool { return strings.EqualFold(s.Name, o.Target) })
+		if last < 0 {
+			return nil, fmt.Errorf("target stage %q could not be found", o.Target)
+		}
+	}
+	for _, st := range stages[:last+1] {
+		for _, c := range st.Commands {
+			if ob, ok := c.(*instructions.OnbuildCommand); ok {
+				return nil, fmt.Errorf("Dockerfile: line %d: ONBUILD is not supported by slopbox build", line(ob))
+			}
+		}
+	}
+	total := 0
+	for _, st := range stages[:last+1] {
+		total += 1 + len(st.Commands)
+	}
+	meta := map[string]string{}
+	for _, a := range metaArgs {
+		for _, kv := range a.Args {
+			v := ""
+			if kv.Value != nil {
+				if v, _, err = bl.lex.ProcessWord(*kv.Value, shell.EnvsFromSlice(envList(meta))); err != nil {
+					return nil, fmt.Errorf("Dockerfile: line %d: %w", line(&a), err)
+				}
+			}
+			if bv, ok := o.BuildArgs[kv.Key]; ok {
+				v = bv
+			}
+			meta[kv.Key] = v
+		}
+	}
+	done := map[string]*stage{}
+	var cur *stage
+	step := 0
+	for i, st := range stages[:last+1] {
+		step++
+		fmt.Fprintf(bl.out, "Step %d/%d : %s\n", step, total, st.SourceCode)
+		if cur, err = bl.from(ctx, st, meta, done); err != nil {
+			return nil, &StepError{Step: st.SourceCode, Line: st.Location[0].Start.Line, Err: err}
+		}
+		fmt.Fprintf(bl.out, " ---> %s\n", short(cur.chain))
+		for _, c := range st.Commands {
+			step++
+			src := c.(interface{ String() string }).String()
+			fmt.Fprintf(bl.out, "Step %d/%d : %s\n", step, total, src)
+			if err := bl.command(ctx, cur, c, done); err != nil {
+				var se *StepError
+				if errors.As(err, &se) {
+					se.Step, se.Line = src, line(c)
+					return nil, se
+				}
+				return nil, &StepError{Step: src, Line: line(c), Err: err}
+			}
+			fmt.Fprintf(bl.out, " ---> %s\n", short(cur.chain))
+		}
+		done[fmt.Sprint(i)] = cur
+		if st.Name != "" {
+			done[strings.ToLower(st.Name)] = cur
+		}
+	}
+	return bl.finish(cur)
+}
+
+func (bl *Builder) finish(st *stage) (*Result, error) {
+	cfg := st.cfg
+	cfg.Created = v1.Time{Time: image.Now()}
+	if len(bl.o.Labels) > 0 {
+		if cfg.Config.Labels == nil {
+			cfg.Config.Labels = map[string]string{}
+		}
+		for k, v := range bl.o.Labels {
+			cfg.Config.Labels[k] = v
+		}
+	}
+	dgst, err := bl.b.Store().WriteBuilt(cfg, st.base, st.added, bl.o.Tags)
+	if err != nil {
+		return nil, err
+	}
+	img, err := bl.b.Store().Get(dgst)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{ID: img.ID, Digest: dgst, Tags: bl.o.Tags}, nil
+}
+
+func (bl *Builder) dockerfile() ([]byte, error) {
+	if bl.o.DockerfileContent != nil {
+		return bl.o.DockerfileContent, nil
+	}
+	name := bl.o.Dockerfile
+	if name == "" {
+		name = "Dockerfile"
+	}
+	root, err := os.OpenRoot(bl.o.ContextDir)
+	if err != nil {
+		return nil, fmt.Errorf("build context: %w", err)
+	}
+	defer root.Close()
+	f, err := root.Open(path.Clean(name))
+	if err != nil {
+		return nil, fmt.Errorf("Dockerfile %s in the build context: %w", name, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxDockerfileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxDockerfileBytes {
+		return nil, fmt.Errorf("Dockerfile %s is over %d bytes", name, MaxDockerfileBytes)
+	}
+	return b, nil
+}
+
+// from starts a stage.
+func (bl *Builder) from(ctx context.Context, st instructions.Stage, meta map[string]string, done map[string]*stage) (*stage, error) {
+	name, _, err := bl.lex.ProcessWord(st.BaseName, shell.EnvsFromSlice(envList(meta)))
+	if err != nil {
+		return nil, err
+	}
+	s := &stage{name: st.Name, args: map[string]string{}}
+	if prev, ok := done[strings.ToLower(name)]; ok {
+		cp := *prev
+		cfg := *prev.cfg.DeepCopy()
+		cp.cfg, cp.name, cp.args = &cfg, st.Name, map[string]string{}
+		cp.base, cp.added, cp.layers = slices.Clone(prev.base), slices.Clone(prev.added), slices.Clone(prev.layers)
+		return &cp, nil
+	}
+	if name == "scratch" {
+		s.cfg = &v1.ConfigFile{OS: "linux", Architecture: image.HostPlatform().Architecture, RootFS: v1.RootFS{Type: "layers"}}
+		s.chain = hash("scratch")
+		return s, nil
+	}
+	store := bl.b.Store()
+	img, err := store.Get(name)
+	if err != nil || bl.o.Pull {
+		if errors.Is(err, image.ErrNotFound) || bl.o.Pull {
+			if img, err = store.Pull(ctx, name); err != nil {
+				return nil, err
+			}
+		} else {
+			return nil, err
+		}
+	}
+	if s.base, err = store.ManifestLayers(img.Digest); err != nil {
+		return nil, err
+	}
+	s.cfg = img.Config.DeepCopy()
+	s.cfg.History = slices.Clone(s.cfg.History)
+	s.layers = slices.Clone(img.Layers)
+	s.chain = hash(img.Digest)
+	return s, nil
+}
+
+// command runs one instruction of stage s.
+func (bl *Builder) command(ctx context.Context, s *stage, c instructions.Command, done map[string]*stage) error {
+	env := s.expandEnv()
+	if e, ok := c.(instructions.SupportsSingleWordExpansion); ok {
+		if _, isRun := c.(*instructions.RunCommand); !isRun {
+			if err := e.Expand(func(w string) (string, error) {
+				v, _, err := bl.lex.ProcessWord(w, shell.EnvsFromSlice(env))
+				return v, err
+			}); err != nil {
+				return err
+			}
+		}
+	}
+	src := c.(interface{ String() string }).String()
+	cfg := &s.cfg.Config
+	switch c := c.(type) {
+	case *instructions.EnvCommand:
+		for _, kv := range c.Env {
+			cfg.Env = setEnv(cfg.Env, kv.Key, kv.Value)
+		}
+	case *instructions.ArgCommand:
+		for _, kv := range c.Args {
+			v, declared := "", kv.Value != nil
+			if declared {
+				v = *kv.Value
+			}
+			if bv, ok := bl.o.BuildArgs[kv.Key]; ok {
+				v, declared = bv, true
+			}
+			if declared {
+				s.args[kv.Key] = v
+			} else if _, ok := s.args[kv.Key]; !ok {
+				s.args[kv.Key] = ""
+			}
+		}
+	case *instructions.LabelCommand:
+		if cfg.Labels == nil {
+			cfg.Labels = map[string]string{}
+		}
+		for _, kv := range c.Labels {
+			cfg.Labels[kv.Key] = kv.Value
+		}
+	case *instructions.WorkdirCommand:
+		p := c.Path
+		if !path.IsAbs(p) {
+			p = path.Join("/", cfg.WorkingDir, p)
+		}
+		cfg.WorkingDir = path.Clean(p)
+		if err := bl.workdir(ctx, s); err != nil {
+			return err
+		}
+	case *instructions.UserCommand:
+		cfg.User = c.User
+	case *instructions.CmdCommand:
+		cfg.Cmd = bl.cmdline(s, c.ShellDependantCmdLine)
+	case *instructions.EntrypointCommand:
+		cfg.Entrypoint = bl.cmdline(s, c.ShellDependantCmdLine)
+	case *instructions.ExposeCommand:
+		if cfg.ExposedPorts == nil {
+			cfg.ExposedPorts = map[string]struct{}{}
+		}
+		for _, p := range c.Ports {
+			if !strings.Contains(p, "/") {
+				p += "/tcp"
+			}
+			cfg.ExposedPorts[p] = struct{}{}
+		}
+	case *instructions.VolumeCommand:
+		if cfg.Volumes == nil {
+			cfg.Volumes = map[string]struct{}{}
+		}
+		for _, v := range c.Volumes {
+			cfg.Volumes[v] = struct{}{}
+		}
+	case *instructions.StopSignalCommand:
+		cfg.StopSignal = c.Signal
+	case *instructions.ShellCommand:
+		s.shell = slices.Clone(c.Shell)
+	case *instructions.HealthCheckCommand:
+		h := c.Health
+		cfg.Healthcheck = &v1.HealthConfig{Test: h.Test, Interval: h.Interval, Timeout: h.Timeout, StartPeriod: h.StartPeriod, Retries: h.Retries}
+	case *instructions.MaintainerCommand:
+		s.cfg.Author = c.Maintainer
+	case *instructions.RunCommand:
+		return bl.run(ctx, s, c, src)
+	case *instructions.CopyCommand:
+		return bl.copy(ctx, s, copySpec{src: src, sources: c.SourcePaths, dest: c.DestPath, from: c.From, chown: c.Chown, chmod: c.Chmod, contents: c.SourceContents}, done)
+	case *instructions.AddCommand:
+		return bl.copy(ctx, s, copySpec{src: src, sources: c.SourcePaths, dest: c.DestPath, chown: c.Chown, chmod: c.Chmod, add: true, contents: c.SourceContents}, done)
+	default:
+		return fmt.Errorf("%s is not supported by slopbox build", strings.ToUpper(c.Name()))
+	}
+	s.chain = hash(s.chain, src, s.argsKey())
+	s.cfg.History = append(s.cfg.History, v1.History{Created: v1.Time{Time: image.Now()}, CreatedBy: src, EmptyLayer: true})
+	return nil
+}
+
+// cmdline is CMD's or ENTRYPOINT's argv: the shell form runs through SHELL.
+func (bl *Builder) cmdline(s *stage, c instructions.ShellDependantCmdLine) []string {
+	if c.PrependShell {
+		return append(s.shellOr(), strings.Join(c.CmdLine, " "))
+	}
+	return slices.Clone(c.CmdLine)
+}
+
+func (s *stage) shellOr() []string {
+	if len(s.shell) > 0 {
+		return slices.Clone(s.shell)
+	}
+	return []string{"/bin/sh", "-c"}
+}
+
+// expandEnv is what words are expanded with: the stage's ARGs, then ENV.
+func (s *stage) expandEnv() []string {
+	env := slices.Clone(s.cfg.Config.Env)
+	for k, v := range s.args {
+		if !hasEnv(env, k) {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// argsKey is the build args a step sees, for its cache key.
+func (s *stage) argsKey() string {
+	return strings.Join(envList(s.args), "\x00")
+}
+
+func hasEnv(env []string, k string) bool {
+	return slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") })
+}
+
+func setEnv(env []string, k, v string) []string {
+	out := slices.DeleteFunc(slices.Clone(env), func(e string) bool { return strings.HasPrefix(e, k+"=") })
+	return append(out, k+"="+v)
+}
+
+func envList(m map[string]string) []string {
+	var out []string
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func line(c interface{ Location() []parser.Range }) int {
+	if l := c.Location(); len(l) > 0 {
+		return l[0].Start.Line
+	}
+	return 0
+}
+
+func hash(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:%s\n", len(p), p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func short(h string) string { return h[:12] }
+
+// addLayer appends nl to s, recording it in the history as made by src.
+func (s *stage) addLayer(nl image.NewLayer, dir, src string) {
+	s.added = append(s.added, nl)
+	s.layers = append(s.layers, dir)
+	s.cfg.RootFS.DiffIDs = append(s.cfg.RootFS.DiffIDs, nl.DiffID)
+	s.cfg.History = append(s.cfg.History, v1.History{Created: v1.Time{Time: image.Now()}, CreatedBy: src})
+}
+
+// stepImage is the image a RUN step's sandbox runs over.
+func (s *stage) stepImage() *image.Image {
+	return &image.Image{Name: "build-step", Config: s.cfg, Layers: slices.Clone(s.layers)}
+}
+
+// run runs a RUN step in a sandbox and takes its upper directory as the
+// step's layer.
+func (bl *Builder) run(ctx context.Context, s *stage, c *instructions.RunCommand, src string) error {
+	if len(c.FlagsUsed) > 0 {
+		return fmt.Errorf("RUN --%s is not supported by slopbox build", c.FlagsUsed[0])
+	}
+	if len(c.Files) > 0 {
+		return errors.New("RUN with a here-document is not supported by slopbox build")
+	}
+	argv := bl.cmdline(s, c.ShellDependantCmdLine)
+	key := hash(s.chain, src, strings.Join(argv, "\x00"), s.argsKey())
+	store := bl.b.Store()
+	if !bl.o.NoCache {
+		if nl, ok := store.CachedLayer(key); ok {
+			fmt.Fprintln(bl.out, " ---> Using cache")
+			s.addLayer(nl, store.LayerDir(nl.DiffID), src)
+			s.chain = key
+			return nil
+		}
+	}
+	if len(s.layers) == 0 {
+		return errors.New("RUN needs a base image with a shell (FROM scratch has no files)")
+	}
+	env := map[string]string{}
+	for k, v := range s.args {
+		if !hasEnv(s.cfg.Config.Env, k) {
+			env[k] = v
+		}
+	}
+	network := bl.o.Network
+	if network == "" {
+		network = backend.NetworkBridge
+		if bl.noBridge {
+			network = backend.NetworkNone
+		}
+	}
+	spec := backend.SpawnSpec{NoWorkspaceMount: true, DisableSetup: true, Network: network, Env: env,
+		User: cmpOr(s.cfg.Config.User, "0:0"), Cwd: cmpOr(s.cfg.Config.WorkingDir, "/")}
+	sb, err := bl.b.SpawnBuildStep(ctx, spec, s.stepImage())
+	if err != nil && bl.o.Network == "" && network == backend.NetworkBridge {
+		// Bridge where it works, as docker's classic builder.
+		bl.noBridge = true
+		spec.Network = backend.NetworkNone
+		sb, err = bl.b.SpawnBuildStep(ctx, spec, s.stepImage())
+	}
+	if err != nil {
+		return err
+	}
+	defer sb.Remove()
+	fmt.Fprintf(bl.out, " ---> Running in %s\n", sb.ID()[:12])
+	events, err := sb.Stream(ctx, backend.ExecRequest{Argv: argv, NoSetup: true})
+	if err != nil {
+		return err
+	}
+	code := -1
+	for ev := range events {
+		switch ev.Kind {
+		case backend.EventStdout, backend.EventStderr:
+			io.WriteString(bl.out, ev.Data)
+		case backend.EventFinished:
+			if ev.Result != nil {
+				code = ev.Result.ExitCode
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if code != 0 {
+		return &StepError{ExitCode: code, Err: fmt.Errorf("the command %q returned a non-zero code: %d", strings.Join(argv, " "), code)}
+	}
+	// Nothing the step started runs on while its layer is read.
+	if err := sb.Stop(); err != nil {
+		return err
+	}
+	nl, err := store.CommitDir(ctx, sb.UpperDir(), key)
+	if err != nil {
+		return err
+	}
+	s.addLayer(nl, store.LayerDir(nl.DiffID), src)
+	s.chain = key
+	return nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// ContextFromTar reads a build context sent as a tar (plain or
+// compressed: docker build -, POST /build) into a new temporary directory,
+// through archive.ApplyLayer (no entry lands outside it), owned by the
+// caller. A stream that is not a tar is taken as the Dockerfile of an
+// empty context, as docker does. remove deletes the directory.
+func ContextFromTar(r io.Reader) (dir string, dockerfile []byte, remove func(), err error) {
+	dir, err = os.MkdirTemp("", "slopbox-context-")
+	if err != nil {
+		return "", nil, nil, err
+	}
+	remove = func() { os.RemoveAll(dir) }
+	br := bufio.NewReaderSize(r, 1<<20)
+	magic, _ := br.Peek(512)
+	compressed := len(magic) >= 4 && (magic[0] == 0x1f && magic[1] == 0x8b || magic[0] == 0x28 && magic[1] == 0xb5 && magic[2] == 0x2f && magic[3] == 0xfd)
+	if !compressed && (len(magic) < 262 || string(magic[257:262]) != "ustar") {
+		b, err := io.ReadAll(io.LimitReader(br, MaxDockerfileBytes+1))
+		if err == nil && len(b) > MaxDockerfileBytes {
+			err = fmt.Errorf("Dockerfile is over %d bytes", MaxDockerfileBytes)
+		}
+		if err != nil {
+			remove()
+			return "", nil, nil, err
+		}
+		return dir, b, remove, nil
+	}
+	var tr io.Reader = br
+	if magic[0] == 0x1f {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			remove()
+			return "", nil, nil, fmt.Errorf("build context: %w", err)
+		}
+		tr = zr
+	} else if compressed {
+		zr, err := zstd.NewReader(br)
+		if err != nil {
+			remove()
+			return "", nil, nil, fmt.Errorf("build context: %w", err)
+		}
+		defer zr.Close()
+		tr = zr
+	}
+	uid, gid := os.Getuid(), os.Getgid()
+	if _, err := archive.ApplyLayer(dir, tr, archive.ApplyOptions{IDs: func(int, int) (int, int) { return uid, gid }}); err != nil {
+		remove()
+		return "", nil, nil, fmt.Errorf("build context: %w", err)
+	}
+	return dir, nil, remove, nil
+}

@@ -1,0 +1,188 @@
+package build
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/internal/reexec"
+	"github.com/slopbox/slopbox/sandbox"
+	"github.com/slopbox/slopbox/test/fixtures"
+)
+
+func TestMain(m *testing.M) {
+	reexec.Init()
+	os.Exit(m.Run())
+}
+
+func searchableTempDir(t testing.TB) string {
+	d := t.TempDir()
+	for p := d; p != "/" && p != os.TempDir(); p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// testBackend is a backend whose store holds the busybox fixture as "base".
+func testBackend(t testing.TB) *sandbox.Backend {
+	t.Helper()
+	reg := fixtures.Registry(t, nil)
+	ref := reg + "/test/busybox:latest"
+	fixtures.Push(t, ref, fixtures.Busybox(t, image.HostPlatform()))
+	b, err := sandbox.New(filepath.Join(searchableTempDir(t), "root"), image.WithLogger(t.Logf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.KeepReady(false)
+	if _, err := b.Store().Pull(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Store().Tag(ref, "base"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer b.Close()
+		if ids, err := b.Prune(true); err != nil {
+			t.Errorf("prune: %v (%v)", err, ids)
+		}
+	})
+	return b
+}
+
+func writeContext(t testing.TB, files map[string]string) string {
+	dir := searchableTempDir(t)
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func runIn(t testing.TB, b *sandbox.Backend, ref, user, cmd string) string {
+	t.Helper()
+	sb, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, NoWorkspaceMount: true, DisableSetup: true, User: user})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Cleanup()
+	res, err := sb.Exec(context.Background(), backend.ExecRequest{Shell: cmd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 0 {
+		t.Fatalf("%s: exit %d: %s %s", cmd, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return res.Stdout
+}
+
+// TestBuildSlopCodeBenchShapes builds SlopCodeBench's two Dockerfile
+// shapes, runs the result as 1000:1000, and builds again from the cache.
+func TestBuildSlopCodeBenchShapes(t *testing.T) {
+	b := testBackend(t)
+	ctx := context.Background()
+	baseCtx := writeContext(t, map[string]string{"Dockerfile": `FROM base
+ENV PATH=/opt/x:${PATH}
+RUN mkdir -p /opt/x && echo built > /opt/x/marker
+SHELL ["/bin/sh", "-lc"]
+  ENV A=1 \
+      B=2
+RUN echo "$A$B" > /opt/ab
+`})
+	var out bytes.Buffer
+	if _, err := New(b).Build(ctx, Options{ContextDir: baseCtx, Tags: []string{"scb-base"}, Out: &out, Network: "none"}); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	subCtx := writeContext(t, map[string]string{
+		"Dockerfile": `FROM scb-base
+RUN mkdir -p /app
+COPY --chown=1000:1000 submission submission
+ENV APP=1
+WORKDIR /app
+RUN cp -r /submission/. /app/ && echo ok > /app/ran
+RUN chown -R 1000:1000 /app
+USER 1000:1000
+`,
+		"submission/main.py":     "print('hi')\n",
+		"submission/pkg/util.py": "x = 1\n",
+	})
+	out.Reset()
+	res, err := New(b).Build(ctx, Options{ContextDir: subCtx, Tags: []string{"scb-sub"}, Out: &out, Network: "none"})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	got := runIn(t, b, "scb-sub", "1000:1000", "id -u; pwd; stat -c '%u:%g %n' /submission/main.py /submission/pkg /app/main.py /app/ran; cat /opt/ab /opt/x/marker; echo $PATH")
+	for _, want := range []string{"1000\n/app\n", "1000:1000 /submission/main.py", "1000:1000 /submission/pkg", "1000:1000 /app/main.py", "1000:1000 /app/ran", "12\nbuilt\n/opt/x:"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("run output %q lacks %q", got, want)
+		}
+	}
+	img, err := b.Store().Get("scb-sub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Config.Config.User != "1000:1000" || img.Config.Config.WorkingDir != "/app" {
+		t.Errorf("config user %q workdir %q", img.Config.Config.User, img.Config.Config.WorkingDir)
+	}
+	out.Reset()
+	res2, err := New(b).Build(ctx, Options{ContextDir: subCtx, Tags: []string{"scb-sub"}, Out: &out, Network: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "Running in") || strings.Count(out.String(), "Using cache") != 4 {
+		t.Errorf("second build is not all cache hits:\n%s", out.String())
+	}
+	if res2.ID == "" || res.Digest == "" {
+		t.Errorf("results %+v %+v", res, res2)
+	}
+}
+
+// TestBuildRefusesBadInput: clear errors, nothing tagged.
+func TestBuildRefusesBadInput(t *testing.T) {
+	b := testBackend(t)
+	outside := filepath.Join(searchableTempDir(t), "secret")
+	os.WriteFile(outside, []byte("secret"), 0o644)
+	long := "FROM base\n" + strings.Repeat("ENV X=1\n", 100000)
+	cases := []struct {
+		name, dockerfile, want string
+		link                   bool
+	}{
+		{"unknown", "FROM base\nFROBNICATE x\n", "line 2: unknown instruction: FROBNICATE", false},
+		{"onbuild", "FROM base\nONBUILD RUN true\n", "line 2: ONBUILD is not supported", false},
+		{"missing", "FROM base\nCOPY nothere /x\n", "nothere", false},
+		{"failing", "FROM base\nRUN echo failing-out; exit 3\n", "returned a non-zero code: 3", false},
+		{"dotdot", "FROM base\nCOPY ../secret /x\n", "outside the build context", false},
+		{"symlink", "FROM base\nCOPY link /x\n", "symlink out of the build context", true},
+		{"long", long + "RUN exit 7\n", "non-zero code: 7", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := writeContext(t, map[string]string{"Dockerfile": c.dockerfile})
+			if c.link {
+				os.Symlink(outside, filepath.Join(dir, "link"))
+			}
+			var out bytes.Buffer
+			_, err := New(b).Build(context.Background(), Options{ContextDir: dir, Tags: []string{"bad-" + c.name}, Out: &out, Network: "none"})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want %q\n%s", err, c.want, out.String())
+			}
+			if c.name == "failing" && !strings.Contains(out.String(), "failing-out") {
+				t.Errorf("the failing step's output is not shown:\n%s", out.String())
+			}
+			if _, err := b.Store().Get("bad-" + c.name); err == nil {
+				t.Errorf("a failed build tagged bad-%s", c.name)
+			}
+		})
+	}
+}

@@ -1,0 +1,501 @@
+package build
+
+import (
+	"archive/tar"
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"golang.org/x/sys/unix"
+)
+
+// copySpec is a COPY or ADD.
+type copySpec struct {
+	src          string
+	sources      []string
+	dest         string
+	from         string
+	chown, chmod string
+	add          bool
+	contents     []instructions.SourceContent
+}
+
+// copy writes a COPY or ADD layer from the context: the sources are read
+// through an os.Root of the context (nothing outside it, whatever its
+// symlinks say), written as a tar with their destination names, owners
+// and modes, and applied over the stage's layers by the store.
+func (bl *Builder) copy(ctx context.Context, s *stage, c copySpec, done map[string]*stage) error {
+	if c.from != "" {
+		return fmt.Errorf("COPY --from is not supported by slopbox build yet")
+	}
+	if len(c.contents) > 0 {
+		return errors.New("here-documents in COPY and ADD are not supported by slopbox build")
+	}
+	uid, gid, err := s.chownIDs(c.chown)
+	if err != nil {
+		return err
+	}
+	var mode *fs.FileMode
+	if c.chmod != "" {
+		m, err := strconv.ParseUint(c.chmod, 8, 32)
+		if err != nil || m > 0o7777 {
+			return fmt.Errorf("--chmod=%s: an octal mode is expected", c.chmod)
+		}
+		fm := fs.FileMode(m)
+		mode = &fm
+	}
+	dest := c.dest
+	if !path.IsAbs(dest) {
+		dest = path.Join("/", s.cfg.Config.WorkingDir, dest)
+	}
+	dirDest := strings.HasSuffix(c.dest, "/") || c.dest == "." || len(c.sources) > 1
+	root, err := os.OpenRoot(bl.o.ContextDir)
+	if err != nil {
+		return fmt.Errorf("build context: %w", err)
+	}
+	defer root.Close()
+	ignore, err := readIgnore(root)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp("", "slopbox-copy-")
+	if err != nil {
+		return err
+	}
+	os.Remove(tmp.Name())
+	defer tmp.Close()
+	h := sha256.New()
+	bw := bufio.NewWriter(io.MultiWriter(tmp, h))
+	tw := tar.NewWriter(bw)
+	w := &copyWriter{root: root, tw: tw, uid: uid, gid: gid, mode: mode, ignore: ignore, layers: s.layers, written: map[string]bool{}}
+	for _, pat := range c.sources {
+		if strings.Contains(pat, "://") {
+			return fmt.Errorf("%s: remote sources are not supported by slopbox build", pat)
+		}
+		rel := path.Clean("/" + pat)[1:]
+		if rel == "" {
+			rel = "."
+		}
+		if cl := path.Clean(pat); cl == ".." || strings.HasPrefix(cl, "../") || strings.HasPrefix(cl, "/..") {
+			return fmt.Errorf("COPY source %s is outside the build context", pat)
+		}
+		matches := []string{rel}
+		if strings.ContainsAny(rel, "*?[") {
+			if matches, err = fs.Glob(root.FS(), rel); err != nil {
+				return fmt.Errorf("%s: %w", pat, err)
+			}
+			matches = w.notIgnored(matches)
+			if len(matches) == 0 {
+				return fmt.Errorf("COPY failed: no source files were specified (%s matches nothing in the build context)", pat)
+			}
+			if len(matches) > 1 {
+				dirDest = true
+			}
+		}
+		for _, m := range matches {
+			fi, err := root.Stat(m)
+			if err != nil {
+				return fmt.Errorf("COPY failed: %s: %w", pat, explainOutside(err))
+			}
+			if w.ignored(m) {
+				return fmt.Errorf("COPY failed: %s is excluded by .dockerignore", pat)
+			}
+			if c.add && fi.Mode().IsRegular() {
+				if ok, err := w.addArchive(m, dest); err != nil {
+					return err
+				} else if ok {
+					continue
+				}
+			}
+			target := dest
+			if !fi.IsDir() && (dirDest || w.isDirInImage(dest)) {
+				target = path.Join(dest, path.Base(m))
+			}
+			if err := w.tree(m, target, fi.IsDir()); err != nil {
+				return err
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	key := hash(s.chain, c.src, hex.EncodeToString(h.Sum(nil)))
+	store := bl.b.Store()
+	if nl, ok := store.CachedLayer(key); ok && !bl.o.NoCache {
+		fmt.Fprintln(bl.out, " ---> Using cache")
+		s.addLayer(nl, store.LayerDir(nl.DiffID), c.src)
+		s.chain = key
+		return nil
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	nl, err := store.CommitTar(ctx, s.cfg.RootFS.DiffIDs, tmp, key)
+	if err != nil {
+		return err
+	}
+	s.addLayer(nl, store.LayerDir(nl.DiffID), c.src)
+	s.chain = key
+	return nil
+}
+
+func explainOutside(err error) error {
+	if strings.Contains(err.Error(), "path escapes") {
+		return fmt.Errorf("it is (or goes through) a symlink out of the build context: %w", err)
+	}
+	return err
+}
+
+// workdir creates WORKDIR when the image lacks it, as a layer of its own.
+func (bl *Builder) workdir(ctx context.Context, s *stage) error {
+	dir := s.cfg.Config.WorkingDir
+	w := &copyWriter{layers: s.layers}
+	if dir == "/" || w.existsInImage(dir) {
+		return nil
+	}
+	return bl.copyTar(ctx, s, "WORKDIR "+dir, func(tw *tar.Writer) error {
+		return tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(dir, "/") + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: time.Unix(0, 0)})
+	})
+}
+
+// copyTar stores the tar that write makes as a cached layer of s.
+func (bl *Builder) copyTar(ctx context.Context, s *stage, src string, write func(*tar.Writer) error) error {
+	tmp, err := os.CreateTemp("", "slopbox-copy-")
+	if err != nil {
+		return err
+	}
+	os.Remove(tmp.Name())
+	defer tmp.Close()
+	h := sha256.New()
+	tw := tar.NewWriter(io.MultiWriter(tmp, h))
+	if err := write(tw); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	key := hash(s.chain, src, hex.EncodeToString(h.Sum(nil)))
+	store := bl.b.Store()
+	nl, ok := store.CachedLayer(key)
+	if !ok || bl.o.NoCache {
+		if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		if nl, err = store.CommitTar(ctx, s.cfg.RootFS.DiffIDs, tmp, key); err != nil {
+			return err
+		}
+	}
+	s.addLayer(nl, store.LayerDir(nl.DiffID), src)
+	return nil
+}
+
+type copyWriter struct {
+	root     *os.Root
+	tw       *tar.Writer
+	uid, gid int
+	mode     *fs.FileMode
+	ignore   []string
+	layers   []string
+	written  map[string]bool
+}
+
+// tree writes context path rel (a file, or a directory's contents) as
+// target.
+func (w *copyWriter) tree(rel, target string, isDir bool) error {
+	name := strings.TrimPrefix(path.Clean(target), "/")
+	if !isDir {
+		return w.entry(rel, name)
+	}
+	if name != "" && !w.existsInImage(target) {
+		if err := w.entry(rel, name); err != nil {
+			return err
+		}
+	}
+	return fs.WalkDir(w.root.FS(), rel, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return explainOutside(err)
+		}
+		if p == rel {
+			return nil
+		}
+		if w.ignored(p) {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		sub := strings.TrimPrefix(p, rel+"/")
+		if rel == "." {
+			sub = p
+		}
+		return w.entry(p, path.Join(name, sub))
+	})
+}
+
+// entry writes one context entry rel under name.
+func (w *copyWriter) entry(rel, name string) error {
+	if name == "" || w.written[name] {
+		return nil
+	}
+	w.written[name] = true
+	fi, err := w.root.Lstat(rel)
+	if err != nil {
+		return explainOutside(err)
+	}
+	hdr := &tar.Header{Name: name, Uid: w.uid, Gid: w.gid, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX}
+	if w.mode != nil {
+		hdr.Mode = int64(*w.mode)
+	}
+	switch {
+	case fi.IsDir():
+		hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
+		return w.tw.WriteHeader(hdr)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := w.root.Readlink(rel)
+		if err != nil {
+			return err
+		}
+		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
+		return w.tw.WriteHeader(hdr)
+	case fi.Mode().IsRegular():
+	default:
+		return nil // sockets, devices, fifos: not copied
+	}
+	f, err := w.root.OpenFile(rel, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return explainOutside(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() || !os.SameFile(st, fi) {
+		return fmt.Errorf("%s changed while being copied", rel)
+	}
+	hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size()
+	if err := w.tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	_, err = io.CopyN(w.tw, f, st.Size())
+	return err
+}
+
+// addArchive extracts a local tar archive (plain or gzip) for ADD under
+// dest; false when rel is not an archive.
+func (w *copyWriter) addArchive(rel, dest string) (bool, error) {
+	f, err := w.root.Open(rel)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	magic, _ := br.Peek(512)
+	var r io.Reader = br
+	if len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzipReader(br)
+		if err != nil {
+			return false, nil
+		}
+		r = zr
+	} else if len(magic) < 262 || string(magic[257:262]) != "ustar" {
+		return false, nil
+	}
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return true, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("ADD %s: %w", rel, err)
+		}
+		hdr.Name = path.Join(strings.TrimPrefix(dest, "/"), hdr.Name)
+		if hdr.Typeflag == tar.TypeLink {
+			hdr.Linkname = path.Join(strings.TrimPrefix(dest, "/"), hdr.Linkname)
+		}
+		if err := w.tw.WriteHeader(hdr); err != nil {
+			return false, err
+		}
+		if _, err := io.Copy(w.tw, tr); err != nil {
+			return false, err
+		}
+	}
+}
+
+// readIgnore reads .dockerignore's patterns.
+func readIgnore(root *os.Root) ([]string, error) {
+	b, err := root.ReadFile(".dockerignore")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf(".dockerignore: %w", err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// ignored applies .dockerignore: a path is excluded when it or one of its
+// parents matches the last pattern that matches it, "!" re-including.
+func (w *copyWriter) ignored(rel string) bool {
+	rel = path.Clean(rel)
+	out := false
+	for _, p := range w.ignore {
+		neg := strings.HasPrefix(p, "!")
+		p = path.Clean(strings.TrimPrefix(strings.TrimPrefix(p, "!"), "/"))
+		for q := rel; q != "." && q != "/"; q = path.Dir(q) {
+			if ok, _ := path.Match(p, q); ok || (strings.HasPrefix(p, "**/") && matchAny(p[3:], q)) {
+				out = !neg
+				break
+			}
+		}
+	}
+	return out
+}
+
+func matchAny(p, q string) bool {
+	for ; q != "." && q != ""; q = strings.TrimPrefix(q[strings.Index(q+"/", "/"):], "/") {
+		if ok, _ := path.Match(p, q); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *copyWriter) notIgnored(ms []string) []string {
+	var out []string
+	for _, m := range ms {
+		if !w.ignored(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// lookup finds image path p in the stage's layers (newest first),
+// honouring whiteouts and opaque directories; it follows no symlink, and a
+// path it cannot read counts as absent.
+func (w *copyWriter) lookup(p string) (fs.FileInfo, bool) {
+	parts := strings.Split(strings.Trim(path.Clean(p), "/"), "/")
+	for i := len(w.layers) - 1; i >= 0; i-- {
+		l := w.layers[i]
+		for j := range parts {
+			full := filepath.Join(append([]string{l}, parts[:j+1]...)...)
+			var st unix.Stat_t
+			if err := unix.Lstat(full, &st); err != nil {
+				break
+			}
+			if st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0 {
+				return nil, false
+			}
+			if j == len(parts)-1 {
+				fi, err := os.Lstat(full)
+				return fi, err == nil
+			}
+			if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				return nil, false
+			}
+		}
+		if opaqueAny(l, parts) {
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+func opaqueAny(layer string, parts []string) bool {
+	for j := range parts {
+		var b [1]byte
+		n, err := unix.Lgetxattr(filepath.Join(append([]string{layer}, parts[:j+1]...)...), "user.overlay.opaque", b[:])
+		if err == nil && n == 1 && b[0] == 'y' {
+			return true
+		}
+		if errors.Is(err, syscall.ENOENT) {
+			return false
+		}
+	}
+	return false
+}
+
+func (w *copyWriter) existsInImage(p string) bool {
+	if path.Clean(p) == "/" {
+		return true
+	}
+	_, ok := w.lookup(p)
+	return ok
+}
+
+func (w *copyWriter) isDirInImage(p string) bool {
+	fi, ok := w.lookup(p)
+	return ok && fi.IsDir()
+}
+
+func gzipReader(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) }
+
+// chownIDs resolves --chown (uid[:gid] or names from the image's
+// /etc/passwd and /etc/group); empty is 0:0.
+func (s *stage) chownIDs(spec string) (int, int, error) {
+	if spec == "" {
+		return 0, 0, nil
+	}
+	u, g, hasGroup := strings.Cut(spec, ":")
+	w := &copyWriter{layers: s.layers}
+	uid, err := w.id(u, "/etc/passwd")
+	if err != nil {
+		return 0, 0, err
+	}
+	gid := uid
+	if hasGroup {
+		if gid, err = w.id(g, "/etc/group"); err != nil {
+			return 0, 0, err
+		}
+	}
+	return uid, gid, nil
+}
+
+func (w *copyWriter) id(name, file string) (int, error) {
+	if n, err := strconv.Atoi(name); err == nil && n >= 0 {
+		return n, nil
+	}
+	if fi, ok := w.lookup(file); ok && fi.Mode().IsRegular() {
+		for i := len(w.layers) - 1; i >= 0; i-- {
+			b, err := os.ReadFile(filepath.Join(w.layers[i], file))
+			if err != nil {
+				continue
+			}
+			for _, l := range strings.Split(string(b), "\n") {
+				f := strings.Split(l, ":")
+				if len(f) >= 3 && f[0] == name {
+					return strconv.Atoi(f[2])
+				}
+			}
+			break
+		}
+	}
+	return 0, fmt.Errorf("--chown: no %q in the image's %s", name, file)
+}
