@@ -52,6 +52,15 @@ func testBackend(t testing.TB) *sandbox.Backend {
 		if ids, err := b.Prune(true); err != nil {
 			t.Errorf("prune: %v (%v)", err, ids)
 		}
+		// Rootless, the layers belong to subordinate ids: the store's
+		// user namespace removes them.
+		list, _ := b.Store().List()
+		for _, img := range list {
+			b.Store().Remove(img.Name)
+		}
+		if _, err := b.Store().PruneBuildCache(); err != nil {
+			t.Errorf("prune the build cache: %v", err)
+		}
 	})
 	return b
 }

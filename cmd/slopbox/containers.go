@@ -309,7 +309,9 @@ func pruneImages(all bool) error {
 			}
 		}
 	}
-	return s.GC()
+	// Build cache no image uses goes too, then what only it kept (GC).
+	_, err = s.PruneBuildCache()
+	return err
 }
 
 // systemPruneCmd is docker's `system prune`: stopped sandboxes, then image
