@@ -92,3 +92,37 @@ func TestLogBoundedWithSlowFollower(t *testing.T) {
 		t.Errorf("the follower was not told it missed output; its stderr: %q", stderr.String())
 	}
 }
+
+// /etc/hosts, /etc/resolv.conf and /etc/hostname are files on the host's
+// disk: under --read-only, and under --storage-opt size=, the sandbox
+// cannot grow them (the old code took 300 MB each past
+// --read-only --storage-opt size=16m). It still reads them.
+func TestEtcFilesBoundedUnderReadOnlyAndSize(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	for _, flags := range [][]string{{"--read-only"}, {"--storage-opt", "size=16m"}, {"--read-only", "--storage-opt", "size=16m"}} {
+		name := "etc" + strconv.Itoa(len(flags))
+		e.must(append(append([]string{"run", "-d", "--name", name}, flags...), e.ref, "sleep", "1000")...)
+		out, _ := e.run("", "exec", name, "sh", "-c",
+			"for f in hosts resolv.conf hostname; do dd if=/dev/zero of=/etc/$f bs=1M count=24 2>/dev/null; done; grep -c localhost /etc/hosts; hostname")
+		if !strings.HasPrefix(out, "1\n") && !strings.HasPrefix(out, "2\n") {
+			t.Errorf("%v: /etc/hosts no longer readable after the writes: %q", flags, out)
+		}
+		var dir string
+		for id := range e.sandboxDirs() {
+			if st, _ := os.ReadFile(filepath.Join(e.root, "c", id, "state.json")); strings.Contains(string(st), `"`+name+`"`) {
+				dir = filepath.Join(e.root, "c", id)
+			}
+		}
+		for _, f := range []string{"hosts", "resolv.conf", "hostname"} {
+			fi, err := os.Stat(filepath.Join(dir, "etc", f))
+			if err != nil {
+				t.Fatalf("%v: %v", flags, err)
+			}
+			if fi.Size() > 64<<10 {
+				t.Errorf("%v: the sandbox wrote %d bytes to /etc/%s on the host's disk, past its bound", flags, fi.Size(), f)
+			}
+		}
+		e.must("rm", "-f", name)
+	}
+}
