@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"os"
 	"os/exec"
@@ -125,4 +126,42 @@ func TestEtcFilesBoundedUnderReadOnlyAndSize(t *testing.T) {
 		}
 		e.must("rm", "-f", name)
 	}
+}
+
+// serve --socket in a directory others can write: a .lock or socket name
+// planted there as a symlink is refused, and nothing is created where it
+// points (the old code created the lock's target, as root anywhere).
+func TestServeRefusesPlantedSymlinks(t *testing.T) {
+	e := newEnv(t)
+	dir := searchable(t, t.TempDir())
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := t.TempDir()
+	sock := filepath.Join(dir, "s.sock")
+	serve := func(what string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, e.bin, "--root", e.root, "serve", "--socket", sock).CombinedOutput()
+		if ctx.Err() != nil {
+			t.Errorf("%s: serve started instead of refusing:\n%s", what, out)
+		} else if err == nil || !strings.Contains(string(out), "symlink") {
+			t.Errorf("%s: serve: %v, want a refusal naming the symlink:\n%s", what, err, out)
+		}
+		if ents, _ := os.ReadDir(elsewhere); len(ents) > 0 {
+			t.Errorf("%s: serve created %s where the symlink points", what, ents[0].Name())
+		}
+	}
+	if err := os.Symlink(filepath.Join(elsewhere, "lock"), sock+".lock"); err != nil {
+		t.Fatal(err)
+	}
+	serve("a .lock symlink")
+	os.Remove(sock + ".lock")
+	os.Remove(sock)
+	if err := os.Symlink(filepath.Join(elsewhere, "sock"), sock); err != nil {
+		t.Fatal(err)
+	}
+	serve("a socket symlink")
+	os.Remove(sock)
 }
