@@ -62,6 +62,11 @@ type DetachOptions struct {
 	Cols uint16 `json:"cols,omitempty"`
 }
 
+// pauseBeforeCommandHook, set in the environment of a slopbox process,
+// has it stop for good between recording a sandbox and starting its main
+// command: for the test that kills it there.
+const pauseBeforeCommandHook = "SLOPBOX_TEST_PAUSE_BEFORE_COMMAND"
+
 // exitRecord is what exitFile holds.
 type exitRecord struct {
 	ExitCode   int       `json:"exit_code"`
@@ -107,11 +112,19 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 			cmd.rows, cmd.cols = o.Rows, o.Cols
 		}
 	}
-	if s.rec.Detach != o {
-		s.rec.Detach = o
+	// Until the monitor runs, the sandbox is this process's to start: if
+	// it is killed before, ps, wait and prune see it stopped (abandoned).
+	if me := self(); s.rec.Detach != o || s.rec.Starting == nil || *s.rec.Starting != *me {
+		s.rec.Detach, s.rec.Starting = o, me
 		if err := s.b.state.write(s.rec); err != nil {
 			return err
 		}
+	}
+	if os.Getenv(pauseBeforeCommandHook) != "" {
+		// Tests only (the environment of the host's slopbox process, out
+		// of any sandbox's reach): the window a kill must be safe in.
+		fmt.Fprintln(os.Stderr, "slopbox: test hook: paused before the main command starts")
+		select {}
 	}
 	os.Remove(filepath.Join(s.dir, exitFile))
 	conn, err := s.dial()

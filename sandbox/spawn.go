@@ -184,6 +184,8 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 	}
 	if owned && !spec.Keep { // a kept sandbox outlives its caller, killed or not
 		rec.Owner = self()
+	} else if len(command) > 0 && !create {
+		rec.Starting = self() // run -d: RunDetached follows
 	}
 	for _, m := range spec.Mounts {
 		if m.HandOver && !m.ReadOnly {

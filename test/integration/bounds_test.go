@@ -165,3 +165,77 @@ func TestServeRefusesPlantedSymlinks(t *testing.T) {
 	serve("a socket symlink")
 	os.Remove(sock)
 }
+
+// run -d killed after it recorded the sandbox and before the main command
+// started (a test hook stops it there): the sandbox is reported exited,
+// wait returns, prune removes it (the old code left it Up, kept by prune,
+// and wait hung). So is a start killed there.
+func TestRunDetachedKilledBeforeCommand(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	killInWindow := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command(e.bin, append([]string{"--root", e.root}, args...)...)
+		cmd.Env = append(os.Environ(), "SLOPBOX_TEST_PAUSE_BEFORE_COMMAND=1")
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Wait()
+		defer cmd.Process.Kill()
+		got := make(chan string, 1)
+		go func() {
+			b := make([]byte, 4096)
+			var all []byte
+			for {
+				n, err := stderr.Read(b)
+				all = append(all, b[:n]...)
+				if bytes.Contains(all, []byte("test hook: paused")) || err != nil {
+					got <- string(all)
+					io.Copy(io.Discard, stderr)
+					return
+				}
+			}
+		}()
+		select {
+		case out := <-got:
+			if !strings.Contains(out, "test hook: paused") {
+				t.Fatalf("%v did not reach the window: %s", args, out)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%v did not reach the window", args)
+		}
+	}
+	check := func(what string) {
+		t.Helper()
+		if out := e.must("ps", "-a", "--format", "{{.Names}} {{.State}}"); !strings.Contains(out, "victim exited") && !strings.Contains(out, "victim created") {
+			t.Errorf("%s: ps -a after the kill: %q, want victim created or exited", what, out)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, e.bin, "--root", e.root, "wait", "victim").CombinedOutput(); ctx.Err() != nil {
+			t.Errorf("%s: wait hung", what)
+		} else if err != nil {
+			t.Errorf("%s: wait: %v %s", what, err, out)
+		}
+		e.must("prune")
+		if out, code := e.run("", "inspect", "victim"); code == 0 {
+			t.Errorf("%s: prune kept it:\n%s", what, out)
+		}
+	}
+	killInWindow("run", "-d", "--name", "victim", e.ref, "sleep", "1000")
+	check("run -d")
+	e.must("create", "--name", "victim", e.ref, "sleep", "1000")
+	killInWindow("start", "victim")
+	check("start")
+	// Without the kill, a detached command is up, and stays up once its
+	// starter is gone.
+	e.must("run", "-d", "--name", "fine", e.ref, "sleep", "1000")
+	e.must("prune")
+	if out := e.must("ps", "--format", "{{.Names}} {{.State}}"); !strings.Contains(out, "fine running") {
+		t.Errorf("ps: %q, want fine running", out)
+	}
+}
