@@ -309,10 +309,29 @@ func monitorMain(args []string) int {
 			// Removed with the sandbox: keep how it ended for a waiter
 			// (docker run --rm waits for condition=removed).
 			bk.keepExit(id, record)
+			// An attached client still reading the log (docker run --rm)
+			// gets the rest of it before the files go, within a bound.
+			waitLogReaders(filepath.Join(dir, logFile))
 		}
 		sb.Stop()
 	}
 	return 0
+}
+
+// waitLogReaders waits, up to readerGrace, until no reader holds the log
+// at path or the one before it (see openLog).
+func waitLogReaders(path string) {
+	deadline := time.Now().Add(readerGrace)
+	for _, p := range []string{path + ".1", path} {
+		f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			continue
+		}
+		for unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		f.Close()
+	}
 }
 
 // exitsDir keeps the exit records of sandboxes removed when their command
