@@ -54,7 +54,7 @@ func serveCmd() *cobra.Command {
 				srv.AllowedMountRoots, srv.AllowUnsafe = pol.AllowedMountRoots, pol.AllowUnsafe
 				srv.PolicyFile = cmp.Or(globals.policy, defaultPolicy)
 			}
-			hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
+			hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute}
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 			done := make(chan error, 1)

@@ -3,7 +3,10 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -237,5 +240,139 @@ func TestRunDetachedKilledBeforeCommand(t *testing.T) {
 	e.must("prune")
 	if out := e.must("ps", "--format", "{{.Names}} {{.State}}"); !strings.Contains(out, "fine running") {
 		t.Errorf("ps: %q, want fine running", out)
+	}
+}
+
+// engineJSON sends a request with a JSON body (nil: none) to serve and
+// returns the status and the body.
+func engineJSON(t *testing.T, c *http.Client, method, path string, body any) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, "http://slopbox/v1.41"+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
+}
+
+// serve keeps no exec record past its container: 2000 execs run through
+// it (attached, as docker exec runs them), their container is removed,
+// and every exec id answers 404 (the old code kept every record, answering
+// for a container that was gone, and grew 21 MB to 298 MB).
+func TestServeDropsExecRecords(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	sock := e.serve(t)
+	c := engineClient(sock)
+	code, out := engineJSON(t, c, "POST", "/containers/create?name=execs", map[string]any{"Image": e.ref, "Cmd": []string{"sleep", "1000"}})
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, out)
+	}
+	if code, out := engineJSON(t, c, "POST", "/containers/execs/start", nil); code != http.StatusNoContent {
+		t.Fatalf("start: %d %s", code, out)
+	}
+	var ids []string
+	for i := range 2000 {
+		code, out := engineJSON(t, c, "POST", "/containers/execs/exec", map[string]any{"Cmd": []string{"true"}, "Tty": i%8 == 0, "AttachStdout": true, "AttachStderr": true})
+		if code != http.StatusCreated {
+			t.Fatalf("exec create %d: %d %s", i, code, out)
+		}
+		var r struct{ Id string }
+		json.Unmarshal(out, &r)
+		ids = append(ids, r.Id)
+		if i%4 == 0 { // and a quarter of them run
+			if code, out := engineJSON(t, c, "POST", "/exec/"+r.Id+"/start", map[string]any{"Detach": false, "Tty": i%8 == 0}); code != http.StatusOK {
+				t.Fatalf("exec start %d: %d %s", i, code, out)
+			}
+		}
+	}
+	if code, out := engineJSON(t, c, "DELETE", "/containers/execs?force=1", nil); code != http.StatusNoContent {
+		t.Fatalf("rm: %d %s", code, out)
+	}
+	for _, id := range ids {
+		if code, out := engineJSON(t, c, "GET", "/exec/"+id+"/json", nil); code != http.StatusNotFound {
+			t.Fatalf("exec %s of a removed container: %d %s, want 404", id, code, out)
+		}
+	}
+}
+
+// serve bounds request bodies: a JSON body over 1 MiB is refused, and one
+// that trickles in (slow loris) is cut off within seconds rather than
+// holding its connection forever (the old code read both without limit).
+// A long stream (events) outlives that deadline.
+func TestServeBoundsRequestBodies(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	sock := e.serve(t)
+	c := engineClient(sock)
+	events, err := c.Get("http://slopbox/v1.41/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Body.Close()
+	code, out := engineJSON(t, c, "POST", "/containers/create?name=big", map[string]any{"Image": e.ref, "Labels": map[string]string{"a": strings.Repeat("x", 2<<20)}})
+	if code != http.StatusBadRequest || !strings.Contains(string(out), "larger than") {
+		t.Errorf("a 2 MiB create body: %d %s, want 400 saying it is too large", code, out)
+	}
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST /v1.41/containers/create HTTP/1.1\r\nHost: slopbox\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cut := make(chan time.Duration, 1)
+	go func() {
+		io.Copy(io.Discard, conn) // ends when serve closes it
+		cut <- time.Since(start)
+	}()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case d := <-cut:
+			t.Logf("the slow body was cut off after %v", d)
+			goto stream
+		case <-tick.C:
+			if time.Since(start) > 25*time.Second {
+				t.Fatal("a body sent a byte a second was still being read after 25 s")
+			}
+			conn.Write([]byte(" "))
+		}
+	}
+stream:
+	// The events stream, older than the deadline, still gets events.
+	if code, out := engineJSON(t, c, "POST", "/containers/create?name=small", map[string]any{"Image": e.ref}); code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, out)
+	}
+	got := make(chan string, 1)
+	go func() {
+		b := make([]byte, 4096)
+		n, _ := events.Body.Read(b)
+		got <- string(b[:n])
+	}()
+	select {
+	case s := <-got:
+		if !strings.Contains(s, `"Type":"container"`) {
+			t.Errorf("events after the deadline: %q", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the events stream got nothing after the body deadline passed")
 	}
 }
