@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -374,5 +376,72 @@ stream:
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("the events stream got nothing after the body deadline passed")
+	}
+}
+
+// snapshot diff streams and hashes files: a 3 GB sparse file (free for a
+// sandbox to make) and a 4 MiB text file changed on its last line are
+// compared with the diff's memory bounded (the old code held whole files:
+// 6.8 GB for the sparse one). The large text file is reported modified,
+// its lines not counted; a small one still gets its line counts.
+func TestSnapshotDiffMemoryBounded(t *testing.T) {
+	bin := slopboxBin(t)
+	dir := t.TempDir()
+	for _, side := range []string{"a", "b"} {
+		os.MkdirAll(filepath.Join(dir, side), 0o755)
+		text := strings.Repeat("a line of text\n", 4<<20/15)
+		small := "one\ntwo\n"
+		if side == "b" {
+			text += "one more\n"
+			small = "one\nthree\nfour\n"
+		}
+		os.WriteFile(filepath.Join(dir, side, "big.txt"), []byte(text), 0o644)
+		os.WriteFile(filepath.Join(dir, side, "small.txt"), []byte(small), 0o644)
+	}
+	f, err := os.Create(filepath.Join(dir, "b", "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(3 << 30); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	cmd := exec.Command(bin, "snapshot", "diff", "--json", filepath.Join(dir, "a"), filepath.Join(dir, "b"))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("snapshot diff: %v\n%s", err, out)
+	}
+	rss := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss // kB
+	t.Logf("snapshot diff: max RSS %d kB", rss)
+	if rss > 200<<10 {
+		t.Errorf("snapshot diff of a 3 GB sparse file took %d kB, want at most 200 MiB", rss)
+	}
+	var res struct {
+		Changes []struct {
+			Path           string `json:"path"`
+			Change         string `json:"change"`
+			Binary         bool   `json:"binary"`
+			LinesAdded     int    `json:"lines_added"`
+			LinesRemoved   int    `json:"lines_removed"`
+			LinesUncounted bool   `json:"lines_uncounted"`
+			NewSize        *int64 `json:"new_size"`
+		} `json:"changes"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	got := map[string]string{}
+	for _, c := range res.Changes {
+		got[c.Path] = fmt.Sprintf("%s binary=%v +%d -%d uncounted=%v", c.Change, c.Binary, c.LinesAdded, c.LinesRemoved, c.LinesUncounted)
+	}
+	want := map[string]string{
+		"sparse":    "created binary=true +0 -0 uncounted=false",
+		"big.txt":   "modified binary=false +0 -0 uncounted=true",
+		"small.txt": "modified binary=false +2 -1 uncounted=false",
+	}
+	for p, w := range want {
+		if got[p] != w {
+			t.Errorf("%s: %q, want %q", p, got[p], w)
+		}
 	}
 }
