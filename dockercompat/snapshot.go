@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -409,7 +410,52 @@ type Entry struct {
 	Mode     int64  // permission and special bits, as tar stores them
 	Linkname string // a symlink's target
 	Size     int64
-	Data     []byte // a file's contents
+	Hash     []byte // a file's SHA-256
+	Binary   bool   // a file's contents are binary (isBinary)
+	// Data is a text file's contents, for its line diff, when it is at
+	// most MaxDiffText bytes; nil for a larger or binary file, which is
+	// compared by Hash alone.
+	Data []byte
+}
+
+// MaxDiffText is the most a snapshot keeps of a text file for its line
+// diff: a file is read as a stream, hashed, and kept only up to this, so
+// that the memory of a diff does not grow with the size of its files (a
+// sandbox can make a sparse file of terabytes for free).
+const MaxDiffText = 1 << 20
+
+// read fills in e's Size, Hash, Binary and Data from its contents.
+func (e *Entry) read(r io.Reader) error {
+	h := sha256.New()
+	var head []byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		chunk := buf[:n]
+		h.Write(chunk)
+		e.Size += int64(n)
+		if !e.Binary && bytes.IndexByte(chunk, 0) >= 0 {
+			e.Binary = true
+		}
+		if !e.Binary && len(head) <= MaxDiffText {
+			head = append(head, chunk[:min(n, MaxDiffText+1-len(head))]...)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	e.Hash = h.Sum(nil)
+	e.Binary = e.Binary || isBinary(head)
+	if !e.Binary && e.Size <= MaxDiffText {
+		e.Data = head
+		if e.Data == nil {
+			e.Data = []byte{}
+		}
+	}
+	return nil
 }
 
 // ReadSnapshot reads the files and symlinks of what src names: a snapshot
@@ -459,10 +505,10 @@ func readDir(dir string, opts SnapshotOptions) (map[string]*Entry, error) {
 			return err
 		}
 		defer f.Close()
-		if e.Data, err = io.ReadAll(f); err != nil {
+		if err := e.read(f); err != nil {
 			return fmt.Errorf("snapshot: %s: %w", filepath.Join(dir, rel), unwrapPathError(err))
 		}
-		e.Mode, e.Size = tarMode(now.Mode()), int64(len(e.Data))
+		e.Mode = tarMode(now.Mode())
 		m[rel] = e
 		return nil
 	})
@@ -519,10 +565,9 @@ func ReadArchive(r io.Reader) (map[string]*Entry, error) {
 		e := &Entry{Path: name, Mode: h.Mode & 0o7777}
 		switch h.Typeflag {
 		case tar.TypeReg: // Reader.Next reports the old TypeRegA as TypeReg
-			if e.Data, err = io.ReadAll(tr); err != nil {
+			if err := e.read(tr); err != nil {
 				return nil, fmt.Errorf("not a readable snapshot archive: %s: %w", h.Name, err)
 			}
-			e.Size = int64(len(e.Data))
 		case tar.TypeSymlink:
 			e.Symlink, e.Linkname = true, h.Linkname
 		case tar.TypeLink:
@@ -530,7 +575,7 @@ func ReadArchive(r io.Reader) (map[string]*Entry, error) {
 			if !ok || t.Symlink {
 				continue
 			}
-			e.Data, e.Size = t.Data, t.Size
+			e.Data, e.Size, e.Hash, e.Binary = t.Data, t.Size, t.Hash, t.Binary
 		default:
 			continue // directories and special files are not compared
 		}

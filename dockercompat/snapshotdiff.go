@@ -18,7 +18,9 @@ import (
 // Text files get lines added and removed as upstream counts them (lines
 // keep their "\n", so a missing final newline changes the last line);
 // binary files (upstream's test: a NUL byte, or over 30 % of the first
-// 8 KiB being control bytes other than tab, LF and CR) get sizes.
+// 8 KiB being control bytes other than tab, LF and CR) get sizes, and so
+// do text files over MaxDiffText (lines_uncounted). Files are streamed and
+// hashed: a diff's memory does not grow with their sizes.
 
 // Change is how a path changed.
 type Change string
@@ -39,15 +41,18 @@ type FileChange struct {
 	OldType string `json:"old_type,omitempty"` // set when the type changed
 	Binary  bool   `json:"binary,omitempty"`
 	// Contents: true when the bytes (or target) differ, not just the mode.
-	Contents     bool   `json:"contents"`
-	LinesAdded   int    `json:"lines_added"`
-	LinesRemoved int    `json:"lines_removed"`
-	OldSize      *int64 `json:"old_size,omitempty"`
-	NewSize      *int64 `json:"new_size,omitempty"`
-	OldMode      string `json:"old_mode,omitempty"` // octal, set for files
-	NewMode      string `json:"new_mode,omitempty"`
-	OldTarget    string `json:"old_target,omitempty"` // symlinks
-	NewTarget    string `json:"new_target,omitempty"`
+	Contents     bool `json:"contents"`
+	LinesAdded   int  `json:"lines_added"`
+	LinesRemoved int  `json:"lines_removed"`
+	// LinesUncounted: a text file over MaxDiffText on either side, compared
+	// by its hash; its lines are not counted.
+	LinesUncounted bool   `json:"lines_uncounted,omitempty"`
+	OldSize        *int64 `json:"old_size,omitempty"`
+	NewSize        *int64 `json:"new_size,omitempty"`
+	OldMode        string `json:"old_mode,omitempty"` // octal, set for files
+	NewMode        string `json:"new_mode,omitempty"`
+	OldTarget      string `json:"old_target,omitempty"` // symlinks
+	NewTarget      string `json:"new_target,omitempty"`
 }
 
 // ModeChanged reports a file whose mode differs.
@@ -150,23 +155,32 @@ func diffEntry(p string, a, b *Entry) (FileChange, bool) {
 		if a.Symlink {
 			c.Contents = a.Linkname != b.Linkname
 		} else {
-			c.Contents = !bytes.Equal(a.Data, b.Data)
+			c.Contents = a.Size != b.Size || !bytes.Equal(a.Hash, b.Hash)
 		}
 		if !c.Contents && !c.ModeChanged() {
 			return c, false
 		}
 	}
 	var ta, tb []byte
+	large := false
+	for _, e := range []*Entry{a, b} {
+		if e != nil && !e.Symlink {
+			c.Binary = c.Binary || e.Binary
+			large = large || (!e.Binary && e.Data == nil)
+		}
+	}
 	if a != nil && !a.Symlink {
 		ta = a.Data
 	}
 	if b != nil && !b.Symlink {
 		tb = b.Data
 	}
-	if isBinary(ta) || isBinary(tb) {
-		c.Binary = true
-	} else if c.Contents {
-		c.LinesAdded, c.LinesRemoved = lineChanges(splitLines(ta), splitLines(tb))
+	if !c.Binary && c.Contents {
+		if large {
+			c.LinesUncounted = true
+		} else {
+			c.LinesAdded, c.LinesRemoved = lineChanges(splitLines(ta), splitLines(tb))
+		}
 	}
 	return c, true
 }

@@ -20,7 +20,10 @@ const etcDir = "etc"
 // etcFiles writes the sandbox's name resolution files (oci.EtcHosts,
 // EtcHostname, ResolvConf, from the host's own files) and returns their
 // mounts, but for a path a mount of the caller's already covers. Container
-// root may edit them, as in Docker; a restart writes them afresh.
+// root may edit them, as in Docker; a restart writes them afresh. They are
+// files on the host's disk: with a read-only root filesystem (as Docker
+// does) or a size-bounded one they are mounted read-only, so that every
+// byte such a sandbox writes is under the bound it was given.
 func (b *Backend) etcFiles(rec *record, hostname string) ([]spawnd.Mount, error) {
 	dir := filepath.Join(b.state.sandboxDir(rec.ID), etcDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -65,7 +68,7 @@ func (b *Backend) etcFiles(rec *record, hostname string) ([]spawnd.Mount, error)
 		if err := b.chownToNamespaceRoot(p); err != nil {
 			return nil, err
 		}
-		out = append(out, spawnd.Mount{Source: p, Destination: dst})
+		out = append(out, spawnd.Mount{Source: p, Destination: dst, ReadOnly: rec.ReadOnly || rec.Limits.RootfsBytes > 0})
 	}
 	return out, nil
 }

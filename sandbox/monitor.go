@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -63,6 +62,11 @@ type DetachOptions struct {
 	Cols uint16 `json:"cols,omitempty"`
 }
 
+// pauseBeforeCommandHook, set in the environment of a slopbox process,
+// has it stop for good between recording a sandbox and starting its main
+// command: for the test that kills it there.
+const pauseBeforeCommandHook = "SLOPBOX_TEST_PAUSE_BEFORE_COMMAND"
+
 // exitRecord is what exitFile holds.
 type exitRecord struct {
 	ExitCode   int       `json:"exit_code"`
@@ -108,11 +112,19 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 			cmd.rows, cmd.cols = o.Rows, o.Cols
 		}
 	}
-	if s.rec.Detach != o {
-		s.rec.Detach = o
+	// Until the monitor runs, the sandbox is this process's to start: if
+	// it is killed before, ps, wait and prune see it stopped (abandoned).
+	if me := self(); s.rec.Detach != o || s.rec.Starting == nil || *s.rec.Starting != *me {
+		s.rec.Detach, s.rec.Starting = o, me
 		if err := s.b.state.write(s.rec); err != nil {
 			return err
 		}
+	}
+	if os.Getenv(pauseBeforeCommandHook) != "" {
+		// Tests only (the environment of the host's slopbox process, out
+		// of any sandbox's reach): the window a kill must be safe in.
+		fmt.Fprintln(os.Stderr, "slopbox: test hook: paused before the main command starts")
+		select {}
 	}
 	os.Remove(filepath.Join(s.dir, exitFile))
 	conn, err := s.dial()
@@ -297,10 +309,29 @@ func monitorMain(args []string) int {
 			// Removed with the sandbox: keep how it ended for a waiter
 			// (docker run --rm waits for condition=removed).
 			bk.keepExit(id, record)
+			// An attached client still reading the log (docker run --rm)
+			// gets the rest of it before the files go, within a bound.
+			waitLogReaders(filepath.Join(dir, logFile))
 		}
 		sb.Stop()
 	}
 	return 0
+}
+
+// waitLogReaders waits, up to readerGrace, until no reader holds the log
+// at path or the one before it (see openLog).
+func waitLogReaders(path string) {
+	deadline := time.Now().Add(readerGrace)
+	for _, p := range []string{path + ".1", path} {
+		f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			continue
+		}
+		for unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		f.Close()
+	}
 }
 
 // exitsDir keeps the exit records of sandboxes removed when their command
@@ -487,14 +518,13 @@ func exitInfo(dir string, i *Info) {
 
 // logWriter appends JSON lines ({"log","stream","time"}, docker's
 // json-file format) to the sandbox's log, keeping at most maxLog bytes in
-// it and the one before it (logFile.1); not while a client follows it
-// (docker run's attach, logs -f), which gets all of it.
+// it and the one before it (logFile.1), whatever its readers do: a reader
+// that falls more than that behind is told it missed output (logTail).
 type logWriter struct {
-	path     string
-	mu       sync.Mutex
-	f        *os.File
-	size     int64
-	deferred int64 // the size a rotation put off by a follower waits for
+	path string
+	mu   sync.Mutex
+	f    *os.File
+	size int64
 }
 
 const (
@@ -550,14 +580,8 @@ func (w *logWriter) write(stream string, p []byte) {
 	b = append(b, '\n')
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.f != nil && w.size+int64(len(b)) > max(maxLog, w.deferred) {
-		if w.attached() {
-			// Not while a client follows; asked again a MiB later.
-			w.deferred = w.size + 1<<20
-		} else {
-			w.deferred = 0
-			w.rotate()
-		}
+	if w.f != nil && w.size+int64(len(b)) > maxLog {
+		w.rotate()
 	}
 	if w.f == nil {
 		f, err := os.OpenFile(w.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
@@ -572,11 +596,29 @@ func (w *logWriter) write(stream string, p []byte) {
 	}
 }
 
+// rotate makes the log the one before. The one before that is emptied
+// first: a reader still holding it open (a slow logs -f) would otherwise
+// keep its blocks on disk after the rename unlinks it. A reader of it
+// holds a shared lock on it (logTail.open): the writer waits for it, up to
+// readerGrace, so that a reader that keeps up misses nothing, and one that
+// does not slows the command down only that much.
 func (w *logWriter) rotate() {
 	w.f.Close()
 	w.f = nil
+	if old, err := os.OpenFile(w.path+".1", os.O_WRONLY|unix.O_NOFOLLOW, 0); err == nil {
+		deadline := time.Now().Add(readerGrace)
+		for unix.Flock(int(old.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		old.Truncate(0)
+		old.Close()
+	}
 	os.Rename(w.path, w.path+".1")
 }
+
+// readerGrace is how long a rotation waits for the readers of the log
+// before the one before it.
+const readerGrace = 2 * time.Second
 
 func (w *logWriter) close() {
 	w.mu.Lock()
@@ -616,30 +658,27 @@ func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writ
 		return err
 	}
 	path := filepath.Join(s.dir, logFile)
-	if o.Follow {
-		// No rotation while it follows: a slow reader misses nothing.
-		marker, err := markAttached(s.dir)
-		if err != nil {
+	// The current file is opened first, so that nothing written while the
+	// one before is read is missed.
+	tail := &logTail{path: path, missed: missedNotice(stderr)}
+	tail.f, _ = openLog(path)
+	defer tail.close()
+	if o.Tail >= 0 {
+		if err := tail.last(o.Tail, emit); err != nil {
 			return err
 		}
-		defer os.Remove(marker)
-	}
-	// The current file is opened first, so that nothing written while the
-	// rest is read is missed.
-	tail := &logTail{path: path}
-	tail.f, _ = os.Open(path)
-	defer tail.close()
-	b, err := os.ReadFile(path + ".1")
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	lines := parseLog(b)
-	tail.poll(func(l logLine) error { lines = append(lines, l); return nil })
-	if o.Tail >= 0 && len(lines) > o.Tail {
-		lines = lines[len(lines)-o.Tail:]
-	}
-	for _, l := range lines {
-		if err := emit(l); err != nil {
+	} else {
+		if f, err := openLog(path + ".1"); err == nil {
+			before := &logTail{f: f}
+			err := before.drain(emit)
+			before.close()
+			if err != nil {
+				return err
+			}
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if err := tail.poll(emit); err != nil {
 			return err
 		}
 	}
@@ -676,12 +715,34 @@ func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writ
 
 // logTail reads a log as it grows, across rotations: when its path names
 // a new file, the rest of the old one is read first, then the new one from
-// its start.
+// its start. A reader more than the log's bound behind finds the old one
+// emptied (logWriter.rotate) and is told so through missed.
 type logTail struct {
 	path    string
 	f       *os.File // nil until the log exists
+	off     int64    // how far f has been read
 	buf     []byte
 	pending []byte
+	missed  func() error
+}
+
+// openLog opens a log file to read, with a shared lock that a rotation
+// waits for (logWriter.rotate) while it is open.
+func openLog(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err == nil {
+		unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+	}
+	return f, err
+}
+
+// missedNotice tells a follower, on w, that the log dropped output it had
+// not read yet.
+func missedNotice(w io.Writer) func() error {
+	return func() error {
+		_, err := fmt.Fprintf(w, "slopbox: output dropped here: this reader fell more than the log keeps (2 x %d MiB) behind the command\n", maxLog>>20)
+		return err
+	}
 }
 
 // poll calls emit with each whole line written since the last poll, and
@@ -700,7 +761,7 @@ func (t *logTail) poll(emit func(logLine) error) error {
 				return nil
 			}
 		}
-		nf, err := os.Open(t.path)
+		nf, err := openLog(t.path)
 		if err != nil {
 			return nil
 		}
@@ -709,9 +770,15 @@ func (t *logTail) poll(emit func(logLine) error) error {
 				nf.Close()
 				return err
 			}
+			if cur, err := t.f.Stat(); err == nil && cur.Size() < t.off && t.missed != nil {
+				if err := t.missed(); err != nil {
+					nf.Close()
+					return err
+				}
+			}
 			t.f.Close()
 		}
-		t.f, t.pending = nf, nil
+		t.f, t.pending, t.off = nf, nil, 0
 	}
 }
 
@@ -727,6 +794,7 @@ func (t *logTail) drain(emit func(logLine) error) error {
 		if n == 0 {
 			return nil
 		}
+		t.off += int64(n)
 		t.pending = append(t.pending, t.buf[:n]...)
 		for {
 			i := bytes.IndexByte(t.pending, '\n')
@@ -745,30 +813,96 @@ func (t *logTail) drain(emit func(logLine) error) error {
 	}
 }
 
+// last emits the last n lines of the log, from the one before too when the
+// current one has fewer, reading both from their ends; poll then goes on
+// from where the current one ended.
+func (t *logTail) last(n int, emit func(logLine) error) error {
+	var lines [][]byte
+	if t.f != nil {
+		end, err := t.f.Seek(0, io.SeekEnd)
+		if err != nil {
+			return err
+		}
+		var whole int64
+		lines, whole, err = lastLines(t.f, end, n)
+		if err != nil {
+			return err
+		}
+		// A line being written is read whole by poll.
+		if _, err := t.f.Seek(whole, io.SeekStart); err != nil {
+			return err
+		}
+		t.off = whole
+	}
+	if len(lines) < n {
+		if f, err := openLog(t.path + ".1"); err == nil {
+			fi, err := f.Stat()
+			var cur os.FileInfo
+			if t.f != nil {
+				cur, _ = t.f.Stat()
+			}
+			// Unless it is the one already read (rotated since).
+			if err == nil && (cur == nil || !os.SameFile(fi, cur)) {
+				if more, _, err := lastLines(f, fi.Size(), n-len(lines)); err == nil {
+					lines = append(more, lines...)
+				}
+			}
+			f.Close()
+		}
+	}
+	for _, b := range lines {
+		var l logLine
+		if json.Unmarshal(b, &l) == nil {
+			if err := emit(l); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// lastLines returns the last n whole lines of f's first end bytes, read
+// backwards a chunk at a time, and the offset after the last of them.
+func lastLines(f *os.File, end int64, n int) ([][]byte, int64, error) {
+	var buf []byte
+	pos, count := end, 0
+	for pos > 0 && count <= n {
+		k := min(pos, 64<<10)
+		pos -= k
+		chunk := make([]byte, k)
+		if _, err := f.ReadAt(chunk, pos); err != nil {
+			return nil, 0, err
+		}
+		count += bytes.Count(chunk, []byte{'\n'})
+		buf = append(chunk, buf...)
+	}
+	i := bytes.LastIndexByte(buf, '\n')
+	whole := pos + int64(i+1)
+	if n == 0 || i < 0 {
+		return nil, whole, nil
+	}
+	lines := bytes.Split(buf[:i], []byte{'\n'})
+	if pos > 0 {
+		lines = lines[1:] // begun before pos
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return lines, whole, nil
+}
+
 func (t *logTail) close() {
 	if t.f != nil {
 		t.f.Close()
 	}
 }
 
-func parseLog(b []byte) []logLine {
-	var out []logLine
-	for _, line := range bytes.Split(b, []byte{'\n'}) {
-		var l logLine
-		if len(line) > 0 && json.Unmarshal(line, &l) == nil {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // OutputFollower follows the main command's output from the moment it was
 // made (docker attach): see FollowOutput.
 type OutputFollower struct {
-	s      *Sandbox
-	tail   *logTail
-	marker string
-	base   time.Time // the end of the run before, if any
+	s    *Sandbox
+	tail *logTail
+	base time.Time // the end of the run before, if any
 }
 
 // FollowOutput starts following the sandbox's log from its current end,
@@ -780,7 +914,9 @@ func (s *Sandbox) FollowOutput() (*OutputFollower, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+	unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+	end, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -788,14 +924,7 @@ func (s *Sandbox) FollowOutput() (*OutputFollower, error) {
 	if e, ok := readExit(s.dir); ok {
 		base = e.FinishedAt
 	}
-	// While it follows, the log is not rotated (see logWriter.attached):
-	// an attached client gets all of the output, however far behind it is.
-	marker, err := markAttached(s.dir)
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return &OutputFollower{s: s, tail: &logTail{path: path, f: f}, base: base, marker: marker}, nil
+	return &OutputFollower{s: s, tail: &logTail{path: path, f: f, off: end}, base: base}, nil
 }
 
 // Copy writes the output to stdout and stderr as it comes, until the run
@@ -803,6 +932,7 @@ func (s *Sandbox) FollowOutput() (*OutputFollower, error) {
 // it is written, a write fails, or ctx ends.
 func (o *OutputFollower) Copy(ctx context.Context, stdout, stderr io.Writer) error {
 	defer o.Close()
+	o.tail.missed = missedNotice(stderr)
 	emit := func(l logLine) error {
 		w := stdout
 		if l.Stream == "stderr" {
@@ -835,39 +965,4 @@ func (o *OutputFollower) Copy(ctx context.Context, stdout, stderr io.Writer) err
 // Close stops following without copying.
 func (o *OutputFollower) Close() {
 	o.tail.close()
-	os.Remove(o.marker)
-}
-
-// attachedDir holds a file per client attached to the main command's
-// output, named by the attaching process's pid.
-const attachedDir = "attached"
-
-func markAttached(dir string) (string, error) {
-	d := filepath.Join(dir, attachedDir)
-	if err := os.MkdirAll(d, 0o700); err != nil {
-		return "", err
-	}
-	f, err := os.CreateTemp(d, strconv.Itoa(os.Getpid())+"-")
-	if err != nil {
-		return "", err
-	}
-	f.Close()
-	return f.Name(), nil
-}
-
-// attached reports whether a live process follows the log (a marker of a
-// process that is gone is dropped).
-func (w *logWriter) attached() bool {
-	d := filepath.Join(filepath.Dir(w.path), attachedDir)
-	ents, _ := os.ReadDir(d)
-	live := false
-	for _, e := range ents {
-		pid, _, _ := strings.Cut(e.Name(), "-")
-		if n, err := strconv.Atoi(pid); err == nil && n > 0 && (syscall.Kill(n, 0) == nil || syscall.Kill(n, 0) == syscall.EPERM) {
-			live = true
-		} else {
-			os.Remove(filepath.Join(d, e.Name()))
-		}
-	}
-	return live
 }

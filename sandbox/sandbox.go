@@ -811,6 +811,10 @@ func (s *Sandbox) StartAttached(ctx context.Context, a AttachedStart) error {
 	case s.rec.Pid > 0 && s.rec.running():
 		return nil
 	default:
+		// PID 1 of a start that was killed half-way (see Starting).
+		if err := s.rec.killInit(5 * time.Second); err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
 		s.rec.Reserved = false
 		s.rec.Owner = nil // this run is nobody's foreground run
 		if err := s.b.start(ctx, s.rec); err != nil {

@@ -219,6 +219,8 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 	}
 	if owned && !spec.Keep { // a kept sandbox outlives its caller, killed or not
 		rec.Owner = self()
+	} else if len(command) > 0 && !create {
+		rec.Starting = self() // run -d: RunDetached follows
 	}
 	for _, m := range spec.Mounts {
 		if m.HandOver && !m.ReadOnly {

@@ -91,6 +91,14 @@ type record struct {
 	// sandbox is next started: a running sandbox whose owner is gone was
 	// left by a killed slopbox process, and prune removes it.
 	Owner *procID `json:"owner,omitempty"`
+	// Starting is the slopbox process that last started the main command
+	// (run -d, start). Gone while no monitor runs: it was killed before
+	// the command's monitor ran, and the command has no one to keep its
+	// output or exit (nor, maybe, started): the sandbox counts as stopped,
+	// for ps, wait and prune, though its PID 1 may still be there.
+	Starting *procID `json:"starting,omitempty"`
+
+	dir string // the sandbox's directory, once read or written
 
 	// Broken says why the state file could not be read (missing: a create
 	// that died half-way; truncated or corrupt). Such a record has only
@@ -134,7 +142,8 @@ func (r stateRoot) lockNew() (*flock.Flock, error) {
 // A running sandbox does not survive such a crash anyway, and a state file
 // the crash truncated shows as broken and goes with prune.
 func (r stateRoot) write(rec *record) error {
-	return r.writeIn(r.sandboxDir(rec.ID), rec, rec.Keep || rec.Pid == 0)
+	rec.dir = r.sandboxDir(rec.ID)
+	return r.writeIn(rec.dir, rec, rec.Keep || rec.Pid == 0)
 }
 
 // writeIn writes rec's state file into dir.
@@ -163,6 +172,7 @@ func (r stateRoot) read(id string) (*record, error) {
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, fmt.Errorf("sandbox %s: corrupt state: %w", id, err)
 	}
+	rec.dir = r.sandboxDir(id)
 	return &rec, nil
 }
 
@@ -434,8 +444,19 @@ func (rec *record) alive() bool {
 }
 
 // running reports whether the sandbox runs: PID 1 alive, and started
-// (not only created with PID 1 reserved).
-func (rec *record) running() bool { return !rec.Reserved && rec.alive() }
+// (not only created with PID 1 reserved), its main command not abandoned
+// half-started.
+func (rec *record) running() bool { return !rec.Reserved && rec.alive() && !rec.abandoned() }
+
+// abandoned reports whether the process starting the main command died
+// before the command's monitor ran (see Starting).
+func (rec *record) abandoned() bool {
+	if rec.Starting == nil || rec.dir == "" || !rec.Starting.gone() {
+		return false
+	}
+	_, mon := monitorPid(rec.dir)
+	return !mon
+}
 
 // killInit kills the sandbox's PID 1 (and with it the pid namespace) and
 // waits, bounded, until it is gone.

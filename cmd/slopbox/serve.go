@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/dockercompat/engine"
 )
@@ -53,7 +54,7 @@ func serveCmd() *cobra.Command {
 				srv.AllowedMountRoots, srv.AllowUnsafe = pol.AllowedMountRoots, pol.AllowUnsafe
 				srv.PolicyFile = cmp.Or(globals.policy, defaultPolicy)
 			}
-			hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
+			hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute}
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 			done := make(chan error, 1)
@@ -107,21 +108,36 @@ func defaultSocket() string {
 
 // listenUnix listens on path with mode 0600, replacing a stale socket but
 // never one a live server answers on. A server holds path.lock for its
-// life, so two starting at once cannot both take the path.
+// life, so two starting at once cannot both take the path. Neither name is
+// followed through a symlink: in a directory others can write, one planted
+// there would have this process (root, often) create or chmod a file
+// elsewhere.
 func listenUnix(path string) (_ net.Listener, lock *os.File, err error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, nil, fmt.Errorf("serve: %w", err)
 	}
-	lock, err = os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, nil, fmt.Errorf("serve: %w", err)
+	lockPath := path + ".lock"
+	fd, err := unix.Open(lockPath, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, nil, fmt.Errorf("serve: %s is a symlink: refused (it is never followed); remove it, or give --socket in a directory only you can write", lockPath)
 	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("serve: %s: %w", lockPath, err)
+	}
+	lock = os.NewFile(uintptr(fd), lockPath)
 	defer func() {
 		if err != nil {
 			lock.Close()
 		}
 	}()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, nil, fmt.Errorf("serve: %s: %w", lockPath, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) || st.Nlink != 1 {
+		return nil, nil, fmt.Errorf("serve: %s is not a regular file of this user's (or it has other links): refused; remove it, or give --socket in a directory only you can write", lockPath)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return nil, nil, fmt.Errorf("serve: %s is in use by another server; stop it or give --socket", path)
 	}
 	if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
@@ -130,18 +146,17 @@ func listenUnix(path string) (_ net.Listener, lock *os.File, err error) {
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, nil, fmt.Errorf("serve: %s exists and is not a socket", path)
+			return nil, nil, fmt.Errorf("serve: %s exists and is not a socket (a symlink is never followed): remove it, or give --socket", path)
 		}
-		os.Remove(path)
+		os.Remove(path) // unlinks the name, whatever it is now
 	}
+	// bind(2) creates the socket with this mode, and never through a
+	// symlink (a name planted since makes it fail): no chmod by path
+	// follows, which a name swapped in meanwhile would redirect.
 	old := syscall.Umask(0o177)
 	ln, err := net.Listen("unix", path)
 	syscall.Umask(old)
 	if err != nil {
-		return nil, nil, fmt.Errorf("serve: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
 		return nil, nil, fmt.Errorf("serve: %w", err)
 	}
 	return ln, lock, nil

@@ -185,6 +185,8 @@ func describeChange(c dockercompat.FileChange) string {
 			case c.OldSize != nil:
 				s += fmt.Sprintf("  binary, %d bytes", *c.OldSize)
 			}
+		} else if c.LinesUncounted {
+			s += fmt.Sprintf("  text over %d MiB, lines not counted", dockercompat.MaxDiffText>>20)
 		} else {
 			s += fmt.Sprintf("  +%d -%d", c.LinesAdded, c.LinesRemoved)
 		}

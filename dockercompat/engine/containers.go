@@ -459,6 +459,7 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 	}
 	watch.finish() // die before destroy, as Docker reports them
 	s.emitContainer("destroy", last, nil)
+	s.dropExecs()
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -64,6 +64,7 @@ func (s *Server) execCreate(w http.ResponseWriter, r *request, sb *sandbox.Sandb
 		writeError(w, http.StatusConflict, fmt.Sprintf("Container %s is paused, unpause the container before exec", sb.ID()))
 		return
 	}
+	s.dropExecs()
 	var b [16]byte
 	rand.Read(b[:])
 	e := &execInstance{ID: hex.EncodeToString(b[:]), Container: sb.ID(), Cmd: body.Cmd, Env: body.Env, User: body.User,
@@ -78,6 +79,9 @@ func (s *Server) execRoute(w http.ResponseWriter, r *request, id, verb string) {
 	s.mu.Lock()
 	e := s.execs[id]
 	s.mu.Unlock()
+	if e != nil && s.dropIfGone(e) {
+		e = nil
+	}
 	if e == nil {
 		writeError(w, http.StatusNotFound, "No such exec instance: "+id)
 		return
@@ -113,6 +117,45 @@ func (s *Server) execRoute(w http.ResponseWriter, r *request, id, verb string) {
 	default:
 		writeError(w, http.StatusNotFound, fmt.Sprintf("page not found: %s /exec/%s/%s is not served by slopbox", r.Method, id, verb))
 	}
+}
+
+// dropExecs forgets the exec records of containers that are gone (removed
+// here or by another slopbox process), but for execs still running, which
+// go when they end: as Docker, a record lives as long as its container, and
+// no longer, so that serve's memory does not grow with every exec.
+func (s *Server) dropExecs() {
+	s.mu.Lock()
+	byContainer := map[string][]*execInstance{}
+	for _, e := range s.execs {
+		byContainer[e.Container] = append(byContainer[e.Container], e)
+	}
+	s.mu.Unlock()
+	for c, es := range byContainer {
+		if _, err := s.b.Open(c); !errors.Is(err, sandbox.ErrNotFound) {
+			continue
+		}
+		for _, e := range es {
+			s.dropIfGone(e)
+		}
+	}
+}
+
+// dropIfGone forgets exec e, unless it runs, if its container is gone, and
+// reports whether it did.
+func (s *Server) dropIfGone(e *execInstance) bool {
+	e.mu.Lock()
+	running := e.running
+	e.mu.Unlock()
+	if running {
+		return false
+	}
+	if _, err := s.b.Open(e.Container); !errors.Is(err, sandbox.ErrNotFound) {
+		return false
+	}
+	s.mu.Lock()
+	delete(s.execs, e.ID)
+	s.mu.Unlock()
+	return true
 }
 
 // exitCodeOrNull: Docker reports null until the exec has ended.
@@ -163,8 +206,9 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 	e.mu.Unlock()
 	finish := func(code int) {
 		e.mu.Lock()
-		e.running, e.exitCode = false, code
+		e.running, e.exitCode, e.term = false, code, nil
 		e.mu.Unlock()
+		s.dropIfGone(e)
 	}
 	sb, err := s.b.Open(e.Container)
 	if err != nil {

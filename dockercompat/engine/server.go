@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"regexp"
@@ -28,6 +29,8 @@ import (
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/oci"
 	"github.com/slopbox/slopbox/sandbox"
+
+	"golang.org/x/sys/unix"
 )
 
 // API versions served: podman's numbers. docker-py takes ApiVersion from
@@ -109,11 +112,91 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = limitBody(w, r, s.b.Store().Root())
+	}
 	req := &request{Request: r, version: version}
 	if s.Log != nil {
 		s.Log("%s %s (API %s)", r.Method, r.URL.RequestURI(), version)
 	}
 	s.route(w, req)
+}
+
+// Request bodies are bounded: a JSON one in size and in the time it takes
+// to arrive; an image (load) or a tar (archive PUT), streamed to disk, by
+// the free space there and the time between two reads. Long streams
+// (attach, logs -f, events, wait) have no deadline: a hijacked connection
+// drops the body's, and a handler that streams a response has read its
+// body (or never reads it) by then.
+const (
+	maxJSONBody = 1 << 20
+	bodyTimeout = 10 * time.Second
+	bodyIdle    = 30 * time.Second
+)
+
+// largeBodyDir is the directory a request's body is written to, for the
+// requests whose body is not JSON ("" for the others): an image to load
+// goes to a temporary file, a tar into a sandbox under the state root.
+func largeBodyDir(r *http.Request, root string) string {
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/images/load":
+		return os.TempDir()
+	case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/containers/") && strings.HasSuffix(r.URL.Path, "/archive"):
+		return root
+	}
+	return ""
+}
+
+// limitBody bounds r's body (see maxJSONBody).
+func limitBody(w http.ResponseWriter, r *http.Request, root string) io.ReadCloser {
+	rc := http.NewResponseController(w)
+	if dir := largeBodyDir(r, root); dir != "" {
+		var st unix.Statfs_t
+		limit := int64(1 << 62)
+		if unix.Statfs(dir, &st) == nil {
+			limit = int64(st.Bavail) * st.Bsize
+		}
+		return &deadlineBody{ReadCloser: http.MaxBytesReader(w, r.Body, limit), rc: rc, idle: bodyIdle,
+			tooLarge: fmt.Sprintf("larger than the %d bytes free in %s", limit, dir)}
+	}
+	rc.SetReadDeadline(time.Now().Add(bodyTimeout))
+	return &deadlineBody{ReadCloser: http.MaxBytesReader(w, r.Body, maxJSONBody), rc: rc,
+		tooLarge: fmt.Sprintf("larger than %d bytes, the most a JSON body may be", maxJSONBody)}
+}
+
+// deadlineBody clears the connection's read deadline once the whole body
+// has been read (so that the server's wait for the client's close does not
+// end a long response); with idle, each read must come within it. A body
+// cut off keeps its deadline: the server does not read the rest of it.
+type deadlineBody struct {
+	io.ReadCloser
+	rc       *http.ResponseController
+	idle     time.Duration
+	done     bool
+	tooLarge string // what the error says of a body over the limit
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	if b.idle > 0 && !b.done {
+		b.rc.SetReadDeadline(time.Now().Add(b.idle))
+	}
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		b.rc.SetReadDeadline(time.Time{})
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		err = fmt.Errorf("the request body is %s", b.tooLarge)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		if b.idle > 0 {
+			err = fmt.Errorf("the request body stalled: nothing came for %v", b.idle)
+		} else {
+			err = fmt.Errorf("the request body did not arrive within %v", bodyTimeout)
+		}
+	}
+	return n, err
 }
 
 // request is an HTTP request with its negotiated API version.

@@ -28,6 +28,8 @@ func hijack(w http.ResponseWriter, r *request, tty bool) (net.Conn, *bufio.Reade
 	if err != nil {
 		return nil, nil, err
 	}
+	// The request body's deadline (limitBody) is not the stream's.
+	conn.SetDeadline(time.Time{})
 	ct := "application/vnd.docker.raw-stream"
 	if !tty && r.atLeast("1.42") {
 		ct = "application/vnd.docker.multiplexed-stream"
