@@ -18,7 +18,7 @@ make -s helper
 GOTESTSUM=${GOTESTSUM:-.work/bin/gotestsum}
 TEST_USER=${SLOPBOX_TEST_USER:-slopbox-test}
 # Packages whose behaviour depends on the caller's privileges run twice.
-ROOTLESS_PKGS=(./image/ ./image/archive/ ./local/ ./backend/ ./test/conformance/ ./sandbox/ ./test/integration/)
+ROOTLESS_PKGS=(./image/ ./image/archive/ ./local/ ./backend/ ./test/conformance/ ./sandbox/ ./dockercompat/engine/ ./build/ ./test/integration/)
 # Tests that need root by nature; they ran in the root pass above
 # (containerd runs as root; a pids limit needs a cgroup, which rootless
 # has none of on a cgroup v1 host).
@@ -120,7 +120,7 @@ gotest root-stress 6m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 5m -ru
 # The race detector over the packages with concurrency, and over the CLI
 # and serve: a -race slopbox drives the integration tests named above.
 go build -race -tags "$TAGS" -o "$logs/slopbox-race" ./cmd/slopbox
-gotest race 14m -race -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 12m ./backend/ ./image/ ./sandbox/ ./test/conformance/ ./dockercompat/... || status=1
+gotest race 14m -race -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 12m ./backend/ ./image/ ./sandbox/ ./test/conformance/ ./dockercompat/... ./build/ || status=1
 SLOPBOX_BIN=$logs/slopbox-race gotest race-cli 10m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 9m -run "$RACE_CLI" ./test/integration/ || status=1
 
 # Each fuzz target for a bounded time (its seeds and testdata/fuzz corpus
