@@ -25,8 +25,8 @@ ROOTLESS_PKGS=(./image/ ./image/archive/ ./local/ ./backend/ ./test/conformance/
 ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestRootOwnedWorkspaceMapsToUnprivilegedID|TestContainerdRunc|TestCRI|TestRuntimeTools|TestDoctorTunMode|TestCommandThatCannotBeForkedFailsToStart|TestRelativeMountSwapRace|TestRootSourcesBelowPrivateDirectory)$'
 # Stress tests (many processes on one state root) run in a step of their
 # own, not beside other packages.
-STRESS='^(TestConcurrentProcessesOnOneRoot)$'
-STRESS_PKG=./test/integration/
+STRESS='^(TestConcurrentProcessesOnOneRoot|TestManySandboxesOnOneID)$'
+STRESS_PKGS=(./test/integration/ ./sandbox/)
 # The CLI and serve under the race detector (a -race slopbox through
 # SLOPBOX_BIN): the integration tests that drive them hardest.
 RACE_CLI='^(TestServe.*|TestDetachedMainCommand|TestSandboxAcrossProcesses|TestCreateStart|TestCopy|TestTerminal|TestLogBound|TestRunExitCodes|TestPauseUnpause)$'
@@ -115,7 +115,7 @@ if [[ $(id -u) -eq 0 && -c /dev/net/tun ]]; then
 fi
 
 gotest root 22m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 20m -skip "$STRESS" ./... || status=1
-gotest root-stress 6m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 5m -run "$STRESS" "$STRESS_PKG" || status=1
+gotest root-stress 6m -p 1 -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 5m -run "$STRESS" "${STRESS_PKGS[@]}" || status=1
 
 # The race detector over the packages with concurrency, and over the CLI
 # and serve: a -race slopbox drives the integration tests named above.
@@ -158,11 +158,9 @@ for pkg in "${ROOTLESS_PKGS[@]}"; do
 	go test -c -tags "$TAGS" -ldflags "$LDFLAGS" -o "$bin" "$pkg"
 	chmod 755 "$bin"
 	name=rootless-$(basename "$pkg")
-	skip=$ROOT_ONLY
-	[[ $pkg == "$STRESS_PKG" ]] && skip="$ROOT_ONLY|$STRESS"
-	asuser "$name" 12m "$pkg" "$bin" -test.timeout=11m -test.skip "$skip" || status=1
-	if [[ $pkg == "$STRESS_PKG" ]]; then
-		asuser rootless-stress 6m "$pkg" "$bin" -test.timeout=5m -test.run "$STRESS" || status=1
+	asuser "$name" 12m "$pkg" "$bin" -test.timeout=11m -test.skip "$ROOT_ONLY|$STRESS" || status=1
+	if [[ " ${STRESS_PKGS[*]} " == *" $pkg "* ]]; then
+		asuser "$name-stress" 6m "$pkg" "$bin" -test.timeout=5m -test.run "$STRESS" || status=1
 	fi
 done
 

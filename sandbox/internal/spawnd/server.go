@@ -375,6 +375,11 @@ func (s *server) prestart(req *Request, listener *os.File) (int, error) {
 		Spec:            req.Spec,
 		RootlessEUID:    false,
 		RootlessCgroups: true,
+		// No session keyring per sandbox (runc's --no-new-keyring): the
+		// kernel lets a uid hold 200 keys, so sandboxes past about 195 on
+		// one id failed to start, and keyctl, add_key and request_key
+		// are refused by the seccomp profile anyway.
+		NoNewKeyring: true,
 	})
 	if err != nil {
 		claimW.Close()
