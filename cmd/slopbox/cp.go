@@ -59,15 +59,20 @@ bits are dropped.`,
 					}
 					return nil
 				}
+				// The host's side: no symlink followed in DEST (a sandbox
+				// may have planted one), and everything extracted through
+				// descriptors beneath it.
+				o := copytar.Options{UID: os.Getuid(), GID: os.Getgid(), NoSymlinks: true}
 				_, name := copytar.Source(src)
-				into, rename, err := copytar.Into(dst, name == ".")
+				into, rename, err := copytar.Into(dst, name == ".", o)
 				if err != nil {
 					return fail(err)
 				}
+				defer into.Close()
 				pr, pw := io.Pipe()
 				done := make(chan error, 1)
 				go func() {
-					err := copytar.Extract(pr, into, rename, copytar.Options{UID: os.Getuid(), GID: os.Getgid()})
+					err := copytar.Extract(pr, into, rename, o)
 					pr.CloseWithError(err)
 					done <- err
 				}()
@@ -93,7 +98,7 @@ bits are dropped.`,
 				return fail(err)
 			}
 			pr, pw := io.Pipe()
-			go func() { pw.CloseWithError(copytar.Write(pw, dir, name)) }()
+			go func() { pw.CloseWithError(copytar.Write(pw, dir, name, copytar.Options{NoSymlinks: true})) }()
 			if err := sb.CopyIn(ctx, pr, dst, name == "."); err != nil {
 				pr.CloseWithError(err)
 				return fail(err)
