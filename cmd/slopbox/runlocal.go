@@ -25,7 +25,9 @@ func runLocal(cmd *cobra.Command, sf spawnFlags, ef execFlags, args []string) er
 	ws := sf.workspace
 	if ws == "" {
 		var err error
-		if ws, err = os.Getwd(); err != nil {
+		// The kernel's path of the current directory, not $PWD (which
+		// may name it through a symlink that can change afterwards).
+		if ws, err = os.Readlink("/proc/self/cwd"); err != nil {
 			return err
 		}
 	}
