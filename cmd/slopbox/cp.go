@@ -29,9 +29,10 @@ func cpCmd() *cobra.Command {
 an existing directory receives the copy under its own name; otherwise the copy
 takes the destination's name; SRC ending in /. copies a directory's contents;
 - reads or writes a tar stream. Symlinks are copied as symlinks and never
-followed, and nothing is written outside the destination; as with docker cp,
-an existing directory is never replaced by a file, nor a file by a directory
-or a symlink (the copy fails and nothing is removed). Files copied out
+followed, on the host not even in the paths given (a sandbox may have
+planted them), and nothing is written outside the destination; as with docker
+cp, an existing directory is never replaced by a file, nor a file by a
+directory (the copy fails and nothing is removed). Files copied out
 are owned by you, files copied in by the sandbox's root; setuid and setgid
 bits are dropped.`,
 		Args: cobra.ExactArgs(2),

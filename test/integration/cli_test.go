@@ -396,6 +396,7 @@ func TestWorkspaceAndVolumes(t *testing.T) {
 
 // A symlink an earlier run planted in its workspace is not followed by a
 // later run's absolute -v or --mount source (the CLI reproduction),
+// nor its --workspace,
 // and as root a workspace and -v source below a 0700 directory (mkdtemp,
 // pytest's tmp_path) mount.
 func TestBindSourcesThroughTheCLI(t *testing.T) {
@@ -411,6 +412,15 @@ func TestBindSourcesThroughTheCLI(t *testing.T) {
 		out, code := e.run("", append(append([]string{"run", "--rm", "--workspace", ws}, args...), e.ref, "sh", "-c", "echo sandbox >> /data/key")...)
 		if code != 125 || !strings.Contains(out, "symlink") || !strings.Contains(out, victim) {
 			t.Errorf("run %v through a planted symlink: exit %d %q, want it refused naming the real path", args, code, out)
+		}
+	}
+	// Nor by a later run's --workspace (attack B2): it is opened as a -v
+	// source is, and refused the same way. It used to be resolved with
+	// EvalSymlinks: the run read and wrote the victim's directory.
+	for _, w := range []string{ws + "/data", ws + "/data/"} {
+		out, code := e.run("", "run", "--rm", "--workspace", w, e.ref, "sh", "-c", "cat /workspace/key; echo sandbox >> /workspace/key")
+		if code != 125 || !strings.Contains(out, "symlink") || !strings.Contains(out, victim) || strings.Contains(out, "owner") {
+			t.Errorf("--workspace %s through a planted symlink: exit %d %q, want it refused naming the real path", w, code, out)
 		}
 	}
 	if b, _ := os.ReadFile(filepath.Join(victim, "key")); string(b) != "owner\n" {
