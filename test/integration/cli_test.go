@@ -634,3 +634,27 @@ func TestVolumeOwnership(t *testing.T) {
 	}
 	e.expect125(`option "bogus" is not supported`, "run", "--rm", "-v", tmp+":/x:bogus", e.ref, "true")
 }
+
+// TestRelativeWorkspaceFromKernelCwd: a relative --workspace (".") is the
+// kernel's current directory (/proc/self/cwd), whatever $PWD says: a shell
+// that entered it through a symlink has $PWD name the link, which a
+// sandbox writing the link's directory could repoint; the directory the
+// shell is in cannot change. (Through $PWD the run is refused as going
+// through a symlink.)
+func TestRelativeWorkspaceFromKernelCwd(t *testing.T) {
+	e := newEnv(t)
+	dir := searchable(t, t.TempDir())
+	real := filepath.Join(dir, "real")
+	os.Mkdir(real, 0o755)
+	os.WriteFile(filepath.Join(real, "f"), []byte("real\n"), 0o644)
+	os.Symlink(real, filepath.Join(dir, "link"))
+	cmd := exec.Command(e.bin, "--root", e.root, "run", "--rm", "--workspace", ".", e.ref, "cat", "/workspace/f")
+	cmd.Dir = filepath.Join(dir, "link")
+	cmd.Env = append(os.Environ(), "PWD="+cmd.Dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil || string(out) != "real\n" {
+		t.Errorf("run --workspace . in %s: %v: %q %s", cmd.Dir, err, out, stderr.String())
+	}
+}
