@@ -931,3 +931,145 @@ func TestSandboxInotifyNotChargedToHostRoot(t *testing.T) {
 	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	t.Logf("sandbox PID 1 %d: %s", pid, strings.Join(strings.Fields(string(status[strings.Index(string(status), "Uid:"):]))[:5], " "))
 }
+
+// Attack B2: a sandbox plants symlinks in its workspace's parent (here its
+// workspace holds the next jobs' workspaces); a run whose --workspace names
+// one must not mount what it points to (another project, another user's
+// directory): the workspace is opened as a mount source is, no symlink
+// followed, and refused naming the link. It used to be resolved with
+// EvalSymlinks and the real path mounted: the run wrote into the target.
+func TestPlantedSymlinkWorkspaceNotFollowed(t *testing.T) {
+	b, ref := testBackend(t)
+	victim := filepath.Join(searchableTempDir(t), "victim")
+	os.Mkdir(victim, 0o755)
+	os.WriteFile(filepath.Join(victim, "secret"), []byte("SECRET\n"), 0o644)
+	jobs := workspaceDir(t)
+	first := spawnT(t, b, backend.SpawnSpec{Image: ref, Workspace: jobs, DisableSetup: true})
+	if res := run(t, first, "ln -s "+victim+" job3 && mkdir real && ln -s real job4"); res.ExitCode != 0 {
+		t.Fatalf("%+v", res)
+	}
+	for _, ws := range []string{filepath.Join(jobs, "job3"), filepath.Join(jobs, "job4"), filepath.Join(jobs, "job3") + "/"} {
+		sb, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true})
+		if err == nil {
+			res, _ := sb.(*Sandbox).Exec(context.Background(), backend.ExecRequest{Shell: "cat /workspace/secret; echo pwned > /workspace/conf"})
+			sb.Cleanup()
+			t.Errorf("--workspace %s followed the planted symlink: %+v", ws, res)
+			continue
+		}
+		if !strings.Contains(err.Error(), "symlink") {
+			t.Errorf("--workspace %s: err = %v, want a refusal naming the symlink", ws, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(victim, "conf")); err == nil {
+		t.Error("the run wrote into the symlink's target")
+	}
+	// The real path still works.
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, Workspace: filepath.Join(jobs, "real"), DisableSetup: true})
+	if res := run(t, sb, "echo ok > /workspace/f && cat /workspace/f"); res.Stdout != "ok\n" {
+		t.Errorf("a real workspace: %+v", res)
+	}
+}
+
+// Review 3: the inode a bind source resolved to when the sandbox was made
+// is the one its start mounts: a source whose name now holds another
+// directory (renamed in by whoever writes its parent, a sandbox
+// included) is refused, not mounted. As root the source used to be
+// reopened by name at start.
+func TestReplacedSourceRefusedAtStart(t *testing.T) {
+	b, ref := testBackend(t)
+	ws := workspaceDir(t)
+	data := filepath.Join(ws, "data")
+	os.Mkdir(data, 0o755)
+	os.WriteFile(filepath.Join(data, "f"), []byte("first\n"), 0o644)
+	other := filepath.Join(ws, "other")
+	os.Mkdir(other, 0o755)
+	os.WriteFile(filepath.Join(other, "f"), []byte("other\n"), 0o644)
+	for _, src := range []string{data, "data"} {
+		sb := spawnT(t, b, backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true,
+			Mounts: []backend.Mount{{Source: src, Target: "/data"}}})
+		if res := run(t, sb, "cat /data/f"); res.Stdout != "first\n" {
+			t.Fatalf("%+v", res)
+		}
+		if err := sb.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Renameat2(unix.AT_FDCWD, data, unix.AT_FDCWD, other, unix.RENAME_EXCHANGE); err != nil {
+			t.Fatal(err)
+		}
+		err := sb.Start(context.Background())
+		if err == nil {
+			res := run(t, sb, "cat /data/f")
+			t.Errorf("source %s: start mounted the directory renamed in since create: %+v", src, res)
+		} else if !strings.Contains(err.Error(), "not the directory or file it was") {
+			t.Errorf("source %s: start: %v, want a refusal", src, err)
+		}
+		// Put back: the original starts again.
+		unix.Renameat2(unix.AT_FDCWD, data, unix.AT_FDCWD, other, unix.RENAME_EXCHANGE)
+		if err := sb.Start(context.Background()); err != nil {
+			t.Fatalf("start with the original source: %v", err)
+		}
+		if res := run(t, sb, "cat /data/f"); res.Stdout != "first\n" {
+			t.Errorf("%+v", res)
+		}
+	}
+}
+
+// Review 5: as root every bind source is passed to the spawn server as a
+// descriptor; up to the kernel's SCM_MAX_FD (253) in one start work, as
+// Docker allows that many binds; past it is a clear error. It used to
+// stop at 64.
+func TestManyBindMounts(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("rootless the spawn server opens the sources itself")
+	}
+	b, ref := testBackend(t)
+	dir := searchableTempDir(t)
+	var ms []backend.Mount
+	for i := range 254 {
+		src := filepath.Join(dir, fmt.Sprintf("d%d", i))
+		os.Mkdir(src, 0o755)
+		os.WriteFile(filepath.Join(src, "n"), []byte(strconv.Itoa(i)), 0o644)
+		ms = append(ms, backend.Mount{Source: src, Target: fmt.Sprintf("/m/%d", i), ReadOnly: true})
+	}
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, Mounts: ms[:100]})
+	if res := run(t, sb, "cat /m/0/n /m/99/n"); res.Stdout != "099" {
+		t.Errorf("100 binds: %+v", res)
+	}
+	_, err := b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, Workspace: workspaceDir(t), DisableSetup: true, Mounts: ms})
+	if err == nil || !strings.Contains(err.Error(), "more than 253 bind mounts") {
+		t.Errorf("254 binds: err = %v, want a clear refusal", err)
+	}
+}
+
+// failingWriter takes the first n bytes, then fails.
+type failingWriter struct{ n int }
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	if len(p) > w.n {
+		return 0, errors.New("host side failed")
+	}
+	w.n -= len(p)
+	return len(p), nil
+}
+
+// Attack B6: a copy out whose host side fails mid-stream (a directory
+// where a file lands) returns that error. The copy used to stop reading
+// the helper's output and wait for it forever, the helper blocked
+// writing.
+func TestCopyOutHostFailureReturns(t *testing.T) {
+	b, ref := testBackend(t)
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
+	if res := run(t, sb, "mkdir /tmp/big && head -c 4000000 /dev/zero > /tmp/big/f"); res.ExitCode != 0 {
+		t.Fatalf("%+v", res)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sb.CopyOut(context.Background(), "/tmp/big", &failingWriter{n: 100000}) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "host side failed") {
+			t.Errorf("CopyOut: %v, want the writer's error", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("CopyOut hung after its writer failed")
+	}
+}

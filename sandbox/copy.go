@@ -51,6 +51,7 @@ func (s *Sandbox) copyHelper(ctx context.Context, args []string, in io.Reader, o
 	}()
 	copies := make(chan error, 3)
 	pending := 0
+	var outErr error // a failure to take what the helper writes
 	if in != nil {
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -80,6 +81,13 @@ func (s *Sandbox) copyHelper(ctx context.Context, args []string, in io.Reader, o
 		pending++
 		go func() {
 			_, err := io.Copy(dst, r)
+			if err != nil {
+				// The helper would block writing to a pipe nobody
+				// reads, and Attach never return: closing it ends
+				// the helper (EPIPE), and err is what is reported.
+				r.Close()
+				err = outError{err}
+			}
 			copies <- err
 		}()
 	}
@@ -90,13 +98,20 @@ func (s *Sandbox) copyHelper(ctx context.Context, args []string, in io.Reader, o
 	}
 	var copyErr error
 	for range pending {
-		if e := <-copies; e != nil && copyErr == nil {
+		e := <-copies
+		if oe, ok := e.(outError); ok && outErr == nil {
+			outErr, e = oe.error, nil
+		}
+		if e != nil && copyErr == nil {
 			copyErr = e
 		}
 	}
 	switch {
 	case err != nil:
 		return err
+	case outErr != nil:
+		// The helper's own failure, if any, follows from this one.
+		return outErr
 	case code != 0:
 		msg := strings.TrimSpace(stderr.String())
 		if msg == "" {
@@ -106,3 +121,6 @@ func (s *Sandbox) copyHelper(ctx context.Context, args []string, in io.Reader, o
 	}
 	return copyErr
 }
+
+// outError marks a failure to take the helper's output.
+type outError struct{ error }

@@ -20,9 +20,19 @@ const resolveRetries = 1024
 // inside are followed. The spawn server later opens the result with no
 // symlinks allowed at all, so nothing swapped in between is followed.
 func resolveBeneath(root, rel string) (string, error) {
+	fd, err := openBeneath(root, rel)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(fd)
+	return fdPath(fd)
+}
+
+// openBeneath opens (O_PATH) what resolveBeneath names.
+func openBeneath(root, rel string) (int, error) {
 	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", fmt.Errorf("workspace %s: %w", root, err)
+		return -1, fmt.Errorf("workspace %s: %w", root, err)
 	}
 	defer unix.Close(rfd)
 	how := &unix.OpenHow{
@@ -38,12 +48,11 @@ func resolveBeneath(root, rel string) (string, error) {
 	}
 	switch {
 	case errors.Is(err, unix.EXDEV), errors.Is(err, unix.ELOOP):
-		return "", fmt.Errorf("%q leads out of the workspace %s through a symlink or \"..\": refused (mount a path inside the workspace, or give an absolute source)", rel, root)
+		return -1, fmt.Errorf("%q leads out of the workspace %s through a symlink or \"..\": refused (mount a path inside the workspace, or give an absolute source)", rel, root)
 	case err != nil:
-		return "", fmt.Errorf("%s in the workspace %s: %w", rel, root, err)
+		return -1, fmt.Errorf("%s in the workspace %s: %w", rel, root, err)
 	}
-	defer unix.Close(fd)
-	return fdPath(fd)
+	return fd, nil
 }
 
 // openSource opens the absolute mount source src (O_PATH) with no symlink
@@ -73,14 +82,21 @@ func openSource(src string) (int, error) {
 	return fd, nil
 }
 
-// resolveSource is MountPlan.EvalSource: src, opened as openSource does,
-// by the path the kernel opened.
-func resolveSource(src string) (string, error) {
-	fd, err := openSource(src)
+// workspacePath is the real path of the workspace directory ws, opened
+// as openSource opens a mount source.
+func workspacePath(ws string) (string, error) {
+	fd, err := openSource(ws)
 	if err != nil {
 		return "", err
 	}
 	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "", err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return "", fmt.Errorf("%s is not a directory", ws)
+	}
 	return fdPath(fd)
 }
 

@@ -125,18 +125,14 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 	if ws != "" {
 		abs, err := filepath.Abs(ws)
 		if err == nil {
-			// The real path: mount sources are compared and reopened by it.
-			abs, err = filepath.EvalSymlinks(abs)
+			// Opened as a mount source is, no symlink followed (an
+			// earlier sandbox may have planted one where this one's
+			// workspace is named), and known by the path the kernel
+			// opened: mount sources are compared and reopened by it.
+			abs, err = workspacePath(abs)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("spawn: workspace: %w", err)
-		}
-		fi, err := os.Stat(abs)
-		if err != nil {
-			return nil, fmt.Errorf("spawn: workspace: %w", err)
-		}
-		if !fi.IsDir() {
-			return nil, fmt.Errorf("spawn: workspace %s is not a directory", abs)
 		}
 		ws = abs
 	} else if !spec.NoWorkspaceMount {
@@ -156,7 +152,7 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 	if workdir == "" {
 		workdir = oci.DefaultWorkdir
 	}
-	mounts, err := b.mounts(spec, ws, workdir)
+	mounts, sourceIDs, err := b.mounts(spec, ws, workdir)
 	if err != nil {
 		return nil, fmt.Errorf("spawn: %w", err)
 	}
@@ -193,6 +189,7 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 	}
 
 	rec := &record{
+		SourceIDs: sourceIDs,
 		ID:        newID(),
 		Name:      spec.Name,
 		Hostname:  spec.Hostname,
@@ -296,14 +293,32 @@ func envMap(kv []string) map[string]string {
 }
 
 // mounts resolves the bind mounts by container path (SPEC "Mounts").
-func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mount, error) {
+func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mount, map[string]fileID, error) {
+	// The inode each source resolved to, by its real path: claim mounts
+	// that inode or nothing.
+	ids := map[string]fileID{}
+	opened := func(fd int, err error) (string, error) {
+		if err != nil {
+			return "", err
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return "", err
+		}
+		p, err := fdPath(fd)
+		if err == nil {
+			ids[p] = fileID{Dev: st.Dev, Ino: st.Ino}
+		}
+		return p, err
+	}
 	plan := oci.MountPlan{
 		Workspace:      ws,
 		Workdir:        workdir,
 		MountWorkspace: !spec.NoWorkspaceMount,
 		AllowedRoots:   spec.AllowedMountRoots,
-		EvalSource:     resolveSource,
-		EvalBeneath:    resolveBeneath,
+		EvalSource:     func(src string) (string, error) { return opened(openSource(src)) },
+		EvalBeneath:    func(root, rel string) (string, error) { return opened(openBeneath(root, rel)) },
 		AnyTarget:      spec.NoWorkspaceMount && spec.Workdir == "",
 	}
 	for _, m := range spec.Mounts {
@@ -314,7 +329,7 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 	}
 	ms, err := plan.Resolve()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	handOver := map[string]bool{}
 	if !spec.NoWorkspaceMount {
@@ -325,17 +340,20 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 			handOver[path.Clean(m.Target)] = true
 		}
 	}
+	byDest := map[string]fileID{}
 	for _, m := range ms {
-		if _, err := os.Stat(m.Source); err != nil {
-			return nil, fmt.Errorf("mount %s: %w", m.Destination, err)
+		id, ok := ids[m.Source]
+		if !ok {
+			return nil, nil, fmt.Errorf("mount %s: %s was not opened", m.Destination, m.Source)
 		}
+		byDest[m.Destination] = id
 		// Again on what is mounted: the resolved source.
 		bm := backend.Mount{Source: m.Source, Target: m.Destination, ReadOnly: slices.Contains(m.Options, "ro"), HandOver: handOver[m.Destination]}
 		if err := backend.CheckMountSource(bm, spec.Unsafe); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return ms, nil
+	return ms, byDest, nil
 }
 
 // recordNamed claims rec's name and runs place, which puts rec's directory
@@ -604,7 +622,7 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 		if f != nil {
 			if len(fds) == spawnd.MaxFDs {
 				f.Close()
-				return fmt.Errorf("start: more than %d bind mounts", spawnd.MaxFDs)
+				return fmt.Errorf("start: %w", backend.InvalidValue("more than %d bind mounts: as root each is passed as a descriptor, and the kernel passes at most %d in one message; bind a common parent directory instead", spawnd.MaxFDs, spawnd.MaxFDs))
 			}
 			defer f.Close()
 			fds, lm.FD = append(fds, int(f.Fd())), true
@@ -696,6 +714,13 @@ func (b *Backend) bindSource(rec *record, m specs.Mount, lm *spawnd.Mount) (*os.
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, err
+	}
+	// The inode checked when the sandbox was made, or nothing: a name
+	// swapped since (a rename inside a directory some sandbox writes)
+	// must not bring another directory in. (A record written before
+	// inodes were kept has none.)
+	if id, ok := rec.SourceIDs[m.Destination]; ok && (id.Dev != st.Dev || id.Ino != st.Ino) {
+		return nil, fmt.Errorf("%s is not the directory or file it was when the sandbox was created (replaced since, inode %d, was %d): refused; create the sandbox again to mount what is there now", m.Source, st.Ino, id.Ino)
 	}
 	if os.Geteuid() != 0 {
 		lm.Dev, lm.Ino = st.Dev, st.Ino

@@ -81,11 +81,14 @@ type record struct {
 	// Scope names the systemd user scope (slopbox-SCOPE.scope) holding
 	// the cgroup, when the user's manager made it: it is stopped through
 	// systemd, which would keep a unit whose cgroup went behind its back.
-	Scope    string        `json:"scope,omitempty"`
-	Command  []string      `json:"command,omitempty"` // the run command, for `ps` and `start`
-	Mounts   []specs.Mount `json:"mounts,omitempty"`
-	HandOver []string      `json:"hand_over,omitempty"` // mount destinations whose root-owned entries go to the user
-	Detach   DetachOptions `json:"detach,omitempty"`    // how the main command was last attached
+	Scope   string        `json:"scope,omitempty"`
+	Command []string      `json:"command,omitempty"` // the run command, for `ps` and `start`
+	Mounts  []specs.Mount `json:"mounts,omitempty"`
+	// SourceIDs are the inodes the bind mounts' sources (by destination)
+	// were opened as at create: start mounts those or refuses.
+	SourceIDs map[string]fileID `json:"source_ids,omitempty"`
+	HandOver  []string          `json:"hand_over,omitempty"` // mount destinations whose root-owned entries go to the user
+	Detach    DetachOptions     `json:"detach,omitempty"`    // how the main command was last attached
 	// Owner is the slopbox process a foreground `run` or `env run` is
 	// attached through (its pid and start time), from spawn until the
 	// sandbox is next started: a running sandbox whose owner is gone was
@@ -475,4 +478,10 @@ func (rec *record) killInit(wait time.Duration) error {
 		time.Sleep(time.Millisecond)
 	}
 	return nil
+}
+
+// fileID names an inode.
+type fileID struct {
+	Dev uint64 `json:"dev"`
+	Ino uint64 `json:"ino"`
 }

@@ -29,9 +29,10 @@ func cpCmd() *cobra.Command {
 an existing directory receives the copy under its own name; otherwise the copy
 takes the destination's name; SRC ending in /. copies a directory's contents;
 - reads or writes a tar stream. Symlinks are copied as symlinks and never
-followed, and nothing is written outside the destination; as with docker cp,
-an existing directory is never replaced by a file, nor a file by a directory
-or a symlink (the copy fails and nothing is removed). Files copied out
+followed, on the host not even in the paths given (a sandbox may have
+planted them), and nothing is written outside the destination; as with docker
+cp, an existing directory is never replaced by a file, nor a file by a
+directory (the copy fails and nothing is removed). Files copied out
 are owned by you, files copied in by the sandbox's root; setuid and setgid
 bits are dropped.`,
 		Args: cobra.ExactArgs(2),
@@ -59,15 +60,20 @@ bits are dropped.`,
 					}
 					return nil
 				}
+				// The host's side: no symlink followed in DEST (a sandbox
+				// may have planted one), and everything extracted through
+				// descriptors beneath it.
+				o := copytar.Options{UID: os.Getuid(), GID: os.Getgid(), NoSymlinks: true}
 				_, name := copytar.Source(src)
-				into, rename, err := copytar.Into(dst, name == ".")
+				into, rename, err := copytar.Into(dst, name == ".", o)
 				if err != nil {
 					return fail(err)
 				}
+				defer into.Close()
 				pr, pw := io.Pipe()
 				done := make(chan error, 1)
 				go func() {
-					err := copytar.Extract(pr, into, rename, copytar.Options{UID: os.Getuid(), GID: os.Getgid()})
+					err := copytar.Extract(pr, into, rename, o)
 					pr.CloseWithError(err)
 					done <- err
 				}()
@@ -93,7 +99,7 @@ bits are dropped.`,
 				return fail(err)
 			}
 			pr, pw := io.Pipe()
-			go func() { pw.CloseWithError(copytar.Write(pw, dir, name)) }()
+			go func() { pw.CloseWithError(copytar.Write(pw, dir, name, copytar.Options{NoSymlinks: true})) }()
 			if err := sb.CopyIn(ctx, pr, dst, name == "."); err != nil {
 				pr.CloseWithError(err)
 				return fail(err)

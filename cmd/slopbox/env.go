@@ -93,7 +93,7 @@ func (f *envFlags) open(cmd *cobra.Command, file string) (*dockercompat.Spec, ba
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	ws, err := filepath.Abs(f.workspace)
+	ws, err := workspaceAbs(f.workspace)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
@@ -294,7 +294,7 @@ func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command [
 			backend.ErrUnsafe, file, roots, op.File, op.AllowedMountRoots)
 	}
 	globals.rlmPolicy = &dockercompat.Policy{AllowedMountRoots: narrowed, AllowUnsafe: op.AllowUnsafe, File: op.File}
-	ws, err := filepath.Abs(f.workspace)
+	ws, err := workspaceAbs(f.workspace)
 	if err != nil {
 		return err
 	}

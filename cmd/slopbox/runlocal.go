@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -25,7 +26,7 @@ func runLocal(cmd *cobra.Command, sf spawnFlags, ef execFlags, args []string) er
 	ws := sf.workspace
 	if ws == "" {
 		var err error
-		if ws, err = os.Getwd(); err != nil {
+		if ws, err = workspaceAbs("."); err != nil {
 			return err
 		}
 	}
@@ -126,4 +127,19 @@ func refuseLocal(cmd *cobra.Command, sf spawnFlags) error {
 		return fmt.Errorf("run --backend local: --network %s is not supported: the local backend runs the command on the host, with the host's network (only --network host is accepted; use the sandbox backend)", sf.network)
 	}
 	return nil
+}
+
+// workspaceAbs makes a workspace path absolute against the kernel's path
+// of the current directory (/proc/self/cwd), not $PWD as filepath.Abs
+// may: $PWD can name it through a symlink, which a sandbox writing the
+// directory it lies in could point elsewhere afterwards.
+func workspaceAbs(p string) (string, error) {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p), nil
+	}
+	cwd, err := os.Readlink("/proc/self/cwd")
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(cwd, p), nil
 }

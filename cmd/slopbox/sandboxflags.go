@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -115,7 +114,7 @@ func (f *spawnFlags) options(fs *pflag.FlagSet, img string, args []string) (dock
 		o.Entrypoint = []string{f.entrypoint} // one word, as docker's: "" clears it
 	}
 	if f.workspace != "" {
-		ws, err := filepath.Abs(f.workspace)
+		ws, err := workspaceAbs(f.workspace)
 		if err != nil {
 			return o, err
 		}

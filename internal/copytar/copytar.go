@@ -19,8 +19,6 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/slopbox/slopbox/image/archive"
 )
 
 // Source splits a docker cp source into the path to read and the name its
@@ -43,18 +41,16 @@ func Source(p string) (dir, name string) {
 // relative to its parent directory's descriptor with O_NOFOLLOW, and its
 // header and contents come from that descriptor: a name swapped for a
 // symlink while the tree is read (by a sandbox sharing it) is stored as
-// the symlink, never followed. src's own parent is resolved as given.
+// the symlink, never followed. src's parent (and, for DIR/., DIR) is
+// opened as o says: on the host with no symlink followed in any component.
 // Sockets and devices are skipped.
-func Write(w io.Writer, src, name string) error {
+func Write(w io.Writer, src, name string, o Options) error {
 	tw := tar.NewWriter(w)
 	var err error
 	if name == "." {
-		// DIR/. names DIR's contents: DIR is resolved as given.
+		// DIR/. names DIR's contents.
 		var d *os.File
-		if d, err = os.OpenFile(src, os.O_RDONLY|unix.O_DIRECTORY, 0); err != nil {
-			if errors.Is(err, unix.ENOTDIR) {
-				return fmt.Errorf("%s is not a directory (it ends in /.)", src)
-			}
+		if d, err = openDir(src, o); err != nil {
 			return err
 		}
 		defer d.Close()
@@ -68,7 +64,7 @@ func Write(w io.Writer, src, name string) error {
 			parent = "."
 		}
 		var d *os.File
-		if d, err = os.OpenFile(parent, os.O_RDONLY|unix.O_DIRECTORY, 0); err != nil {
+		if d, err = openDir(parent, o); err != nil {
 			return err
 		}
 		defer d.Close()
@@ -78,6 +74,39 @@ func Write(w io.Writer, src, name string) error {
 		return err
 	}
 	return tw.Close()
+}
+
+// openDir opens the directory p for reading: with o.NoSymlinks (the
+// host's side of a copy) no component of p may be a symlink, which a
+// sandbox that can write the directory it lies in may have planted; in the
+// sandbox, p resolves as the sandbox's own paths do.
+func openDir(p string, o Options) (*os.File, error) {
+	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC
+	var fd int
+	var err error
+	if o.NoSymlinks {
+		how := &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+		fd, err = unix.Openat2(unix.AT_FDCWD, p, how)
+		// EAGAIN: a concurrent rename raced the lookup; openat2(2) says retry.
+		for i := 0; i < 1024 && errors.Is(err, unix.EAGAIN); i++ {
+			fd, err = unix.Openat2(unix.AT_FDCWD, p, how)
+		}
+	} else {
+		fd, err = unix.Open(p, flags, 0)
+	}
+	switch {
+	case errors.Is(err, unix.ELOOP) && o.NoSymlinks:
+		real, rerr := filepath.EvalSymlinks(p)
+		if rerr != nil {
+			real = "?"
+		}
+		return nil, fmt.Errorf("%s goes through a symlink (it leads to %s): cp does not follow symlinks on the host, which a sandbox may have planted; give the real path if that is what you mean", p, real)
+	case errors.Is(err, unix.ENOTDIR):
+		return nil, fmt.Errorf("%s is not a directory", p)
+	case err != nil:
+		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	return os.NewFile(uintptr(fd), p), nil
 }
 
 // writeEntry writes the entry base of the directory dir as name, opening
@@ -196,98 +225,319 @@ func readlinkFD(fd int) (string, error) {
 	}
 }
 
-// Target resolves a docker cp destination: an existing directory receives
-// the copy under its own name (into: dest, rename ""); otherwise the copy
-// becomes dest itself (into: dest's parent, which must exist, and the top
-// entry is renamed to dest's base name).
-func Target(dest string) (into, rename string, err error) {
-	dest = filepath.Clean(dest)
-	fi, err := os.Lstat(dest)
-	if err == nil && fi.IsDir() {
-		return dest, "", nil
-	}
-	if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-		return "", "", fmt.Errorf("%s is a symbolic link: copy to the directory it names instead", dest)
-	}
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", "", err
-	}
-	parent := filepath.Dir(filepath.Clean(dest))
-	if pfi, err := os.Stat(parent); err != nil || !pfi.IsDir() {
-		return "", "", fmt.Errorf("destination directory %s does not exist", parent)
-	}
-	return parent, filepath.Base(filepath.Clean(dest)), nil
-}
-
-// Into prepares dest to receive a copy (contents: the stream holds a
+// Into opens where a copy to dest lands (contents: the stream holds a
 // directory's entries, not the directory) and returns Extract's dir and
-// rename.
-func Into(dest string, contents bool) (dir, rename string, err error) {
-	if !contents {
-		return Target(dest)
+// rename. An existing directory receives the copy under its own name
+// (rename ""); otherwise the copy becomes dest itself: dir is dest's
+// parent, which must exist, and the top entry is renamed to dest's base
+// name. dest's parent is opened as o says (on the host, no symlink
+// followed), dest itself never through a symlink. The caller closes dir.
+func Into(dest string, contents bool, o Options) (dir *os.File, rename string, err error) {
+	trailing := strings.HasSuffix(dest, "/") || strings.HasSuffix(dest, "/.")
+	clean := filepath.Clean(dest)
+	parent, base := filepath.Split(clean)
+	if base == "" || base == "." || base == ".." {
+		d, err := openDir(clean, o)
+		return d, "", err
 	}
-	dest = filepath.Clean(dest)
-	fi, err := os.Lstat(dest)
+	if parent == "" {
+		parent = "."
+	}
+	pd, err := openDir(parent, o)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, "", fmt.Errorf("destination directory %s does not exist", parent)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	var st unix.Stat_t
+	err = unix.Fstatat(int(pd.Fd()), base, &st, unix.AT_SYMLINK_NOFOLLOW)
+	kind := st.Mode & unix.S_IFMT
 	switch {
-	case err == nil && fi.IsDir():
-		return dest, "", nil
-	case err == nil && fi.Mode()&fs.ModeSymlink != 0:
-		return "", "", fmt.Errorf("%s is a symbolic link: copy to the directory it names instead", dest)
+	case err == nil && kind == unix.S_IFDIR:
+		defer pd.Close()
+		d, err := openBeneath(pd, base)
+		return d, "", err
+	case err == nil && kind == unix.S_IFLNK:
+		pd.Close()
+		return nil, "", fmt.Errorf("%s is a symbolic link: copy to the directory it names instead", clean)
+	case err == nil && contents:
+		pd.Close()
+		return nil, "", fmt.Errorf("%s is not a directory: cannot copy a directory's contents into it", clean)
+	case err == nil && trailing:
+		pd.Close()
+		return nil, "", fmt.Errorf("%s is not a directory", dest)
 	case err == nil:
-		return "", "", fmt.Errorf("%s is not a directory: cannot copy a directory's contents into it", dest)
-	case !errors.Is(err, fs.ErrNotExist):
-		return "", "", err
+		return pd, base, nil
+	case !errors.Is(err, unix.ENOENT):
+		pd.Close()
+		return nil, "", &fs.PathError{Op: "stat", Path: clean, Err: err}
+	case !contents:
+		return pd, base, nil
 	}
-	if err := os.Mkdir(dest, 0o755); err != nil {
-		return "", "", fmt.Errorf("create %s: %w", dest, err)
+	defer pd.Close()
+	if err := unix.Mkdirat(int(pd.Fd()), base, 0o755); err != nil {
+		return nil, "", fmt.Errorf("create %s: %w", clean, err)
 	}
-	return dest, "", nil
+	d, err := openBeneath(pd, base)
+	return d, "", err
 }
 
-// Options say how extracted entries are owned.
+// openBeneath opens the directory rel beneath dir, one component at a
+// time, none of them followed if it is a symlink.
+func openBeneath(dir *os.File, rel string) (*os.File, error) {
+	fd, err := unix.Dup(int(dir.Fd()))
+	if err != nil {
+		return nil, err
+	}
+	unix.CloseOnExec(fd)
+	for _, c := range strings.Split(rel, "/") {
+		if c == "" || c == "." {
+			continue
+		}
+		nfd, err := unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return nil, fmt.Errorf("%s: %s is not a directory (a symlink or file is in the way): refused, not followed", rel, c)
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "open", Path: rel, Err: err}
+		}
+		fd = nfd
+	}
+	return os.NewFile(uintptr(fd), rel), nil
+}
+
+// Options say how extracted entries are owned and how the path given is
+// opened.
 type Options struct {
 	// UID and GID own every extracted entry (docker cp: the caller on the
 	// host, root in a sandbox).
 	UID, GID int
+	// NoSymlinks: the path given (Write's source, Into's destination) is
+	// opened with no symlink followed in any component, as mount sources
+	// are: the host's side of a copy, whose paths may lie in a directory a
+	// sandbox writes.
+	NoSymlinks bool
 }
 
 // Extract reads a tar stream into dir. With rename, the stream's top entry
-// (its first path component) takes that name. Every path is resolved
-// inside dir: "..", absolute names and symlinks met on the way (planted in
-// dir, or earlier in the stream) are refused, not followed; an existing
-// symlink in the way of a file is replaced, never written through. As
-// docker cp, an existing directory is never replaced by a non-directory
-// nor a file by a directory, and nothing but a symlink becomes a symlink:
-// such an entry is an error, with nothing removed. Setuid and setgid bits
-// are dropped and devices refused.
-func Extract(r io.Reader, dir, rename string, o Options) error {
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		_, err := archive.ApplyLayer(dir, pr, archive.ApplyOptions{
-			IDs:                  func(int, int) (int, int) { return o.UID, o.GID },
-			NoOverwriteDirNonDir: true,
-		})
-		pr.CloseWithError(err)
-		done <- err
-	}()
-	err := filter(tar.NewReader(r), tar.NewWriter(pw), rename)
-	pw.CloseWithError(err)
-	if aerr := <-done; err == nil || errors.Is(err, io.ErrClosedPipe) {
-		if aerr != nil {
-			return aerr
+// (its first path component) takes that name. Every entry is created
+// through descriptors: its parent is opened beneath dir one component at a
+// time, none followed if it is a symlink (planted in dir, sent earlier in
+// the stream, or swapped in while the copy runs), and the entry is made
+// in that parent by name with O_NOFOLLOW semantics, its owner, mode and
+// contents set through its own descriptor. ".." and absolute names stay
+// inside dir. As docker cp, an existing directory is never replaced by a
+// non-directory nor a file by a directory: such an entry is an error,
+// with nothing removed; any other existing entry (a symlink included) is
+// replaced, never followed. Setuid and setgid bits are dropped and
+// devices refused.
+func Extract(r io.Reader, dir *os.File, rename string, o Options) error {
+	x := &extractor{root: dir, o: o, buf: make([]byte, 1<<20)}
+	if err := filter(tar.NewReader(r), x.entry, rename); err != nil {
+		return err
+	}
+	// Directories' modes and times last, deepest first: a read-only
+	// directory takes its entries first, and no mtime is disturbed.
+	for i := len(x.dirs) - 1; i >= 0; i-- {
+		if err := x.dirMeta(x.dirs[i]); err != nil {
+			return err
 		}
 	}
-	return err
+	return nil
 }
 
-// filter passes the entries a copy may create, renamed and with safe modes.
-func filter(tr *tar.Reader, tw *tar.Writer, rename string) error {
+type extractor struct {
+	root *os.File
+	o    Options
+	buf  []byte
+	dirs []*tar.Header
+}
+
+// parent opens the directory an entry named rel lands in, creating those
+// missing with create (the stream may name no parent), and returns it with
+// rel's base name.
+func (x *extractor) parent(rel string, create bool) (*os.File, string, error) {
+	dir, base := path.Split(rel)
+	fd, err := unix.Dup(int(x.root.Fd()))
+	if err != nil {
+		return nil, "", err
+	}
+	unix.CloseOnExec(fd)
+	for _, c := range strings.Split(strings.TrimSuffix(dir, "/"), "/") {
+		if c == "" {
+			continue
+		}
+		nfd, err := unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if create && errors.Is(err, unix.ENOENT) {
+			if err = unix.Mkdirat(fd, c, 0o755); err == nil || errors.Is(err, unix.EEXIST) {
+				if err = unix.Fchownat(fd, c, x.o.UID, x.o.GID, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+					nfd, err = unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+				}
+			}
+		}
+		unix.Close(fd)
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return nil, "", fmt.Errorf("%s: %s is not a directory (a symlink or file is in the way): refused, not followed", rel, c)
+		}
+		if err != nil {
+			return nil, "", &fs.PathError{Op: "open", Path: rel, Err: err}
+		}
+		fd = nfd
+	}
+	return os.NewFile(uintptr(fd), dir), base, nil
+}
+
+func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
+	pd, base, err := x.parent(hdr.Name, true)
+	if err != nil {
+		return err
+	}
+	defer pd.Close()
+	p := int(pd.Fd())
+	var st unix.Stat_t
+	exists := true
+	if err := unix.Fstatat(p, base, &st, unix.AT_SYMLINK_NOFOLLOW); errors.Is(err, unix.ENOENT) {
+		exists = false
+	} else if err != nil {
+		return &fs.PathError{Op: "stat", Path: hdr.Name, Err: err}
+	}
+	kind := st.Mode & unix.S_IFMT
+	isDir := hdr.Typeflag == tar.TypeDir
+	switch {
+	case exists && kind == unix.S_IFDIR && !isDir:
+		return fmt.Errorf("cannot overwrite directory %q with a non-directory: remove it first if that is meant", hdr.Name)
+	case exists && kind != unix.S_IFDIR && kind != unix.S_IFLNK && isDir:
+		return fmt.Errorf("cannot overwrite non-directory %q with a directory: remove it first if that is meant", hdr.Name)
+	case exists && kind != unix.S_IFDIR:
+		// A file or symlink gives way, as with docker cp; unlinking a
+		// name never follows it.
+		if err := unix.Unlinkat(p, base, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return &fs.PathError{Op: "remove", Path: hdr.Name, Err: err}
+		}
+	}
+	mode := uint32(hdr.Mode) & 0o1777
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if err := unix.Mkdirat(p, base, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+			return &fs.PathError{Op: "mkdir", Path: hdr.Name, Err: err}
+		}
+		d, err := openBeneath(pd, base)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		if err := d.Chown(x.o.UID, x.o.GID); err != nil {
+			return err
+		}
+		x.dirs = append(x.dirs, hdr)
+		return nil
+	case tar.TypeReg:
+		fd, err := unix.Openat(p, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return &fs.PathError{Op: "create", Path: hdr.Name, Err: err}
+		}
+		f := os.NewFile(uintptr(fd), hdr.Name)
+		defer f.Close()
+		if _, err := io.CopyBuffer(f, io.LimitReader(r, hdr.Size), x.buf); err != nil {
+			return err
+		}
+		return x.meta(f, p, base, hdr, mode)
+	case tar.TypeFifo:
+		if err := unix.Mkfifoat(p, base, 0o600); err != nil {
+			return &fs.PathError{Op: "mkfifo", Path: hdr.Name, Err: err}
+		}
+		// Opened to set its owner and mode through a descriptor: a FIFO
+		// opens for reading without blocking with O_NONBLOCK.
+		fd, err := unix.Openat(p, base, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &fs.PathError{Op: "open", Path: hdr.Name, Err: err}
+		}
+		f := os.NewFile(uintptr(fd), hdr.Name)
+		defer f.Close()
+		if fi, err := f.Stat(); err != nil || fi.Mode().Type() != fs.ModeNamedPipe {
+			return fmt.Errorf("%s changed while being copied", hdr.Name)
+		}
+		return x.meta(f, p, base, hdr, mode)
+	case tar.TypeSymlink:
+		if err := unix.Symlinkat(hdr.Linkname, p, base); err != nil {
+			return &fs.PathError{Op: "symlink", Path: hdr.Name, Err: err}
+		}
+		if err := unix.Fchownat(p, base, x.o.UID, x.o.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return &fs.PathError{Op: "chown", Path: hdr.Name, Err: err}
+		}
+		return x.times(p, base, hdr)
+	case tar.TypeLink:
+		od, obase, err := x.parent(hdr.Linkname, false)
+		if err != nil {
+			return err
+		}
+		defer od.Close()
+		// linkat without AT_SYMLINK_FOLLOW links a symlink itself.
+		if err := unix.Linkat(int(od.Fd()), obase, p, base, 0); err != nil {
+			return &fs.PathError{Op: "link", Path: hdr.Name, Err: err}
+		}
+		return nil
+	}
+	return fmt.Errorf("%s: only files, directories, links and FIFOs can be copied", hdr.Name)
+}
+
+// meta sets the owner and mode of the entry open as f, and its times.
+func (x *extractor) meta(f *os.File, parent int, base string, hdr *tar.Header, mode uint32) error {
+	if err := f.Chown(x.o.UID, x.o.GID); err != nil {
+		return err
+	}
+	if err := f.Chmod(fs.FileMode(mode&0o777) | unixSticky(mode)); err != nil {
+		return err
+	}
+	return x.times(parent, base, hdr)
+}
+
+func unixSticky(mode uint32) fs.FileMode {
+	if mode&unix.S_ISVTX != 0 {
+		return fs.ModeSticky
+	}
+	return 0
+}
+
+// times sets base's times in the open directory parent, not following it.
+func (x *extractor) times(parent int, base string, hdr *tar.Header) error {
+	ts := []unix.Timespec{unix.NsecToTimespec(hdr.ModTime.UnixNano()), unix.NsecToTimespec(hdr.ModTime.UnixNano())}
+	if err := unix.UtimesNanoAt(parent, base, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &fs.PathError{Op: "chtimes", Path: hdr.Name, Err: err}
+	}
+	return nil
+}
+
+// dirMeta gives the directory hdr names its mode and times, reopened
+// beneath the root as every entry is.
+func (x *extractor) dirMeta(hdr *tar.Header) error {
+	pd, base, err := x.parent(hdr.Name, false)
+	if err != nil {
+		return err
+	}
+	defer pd.Close()
+	d, err := openBeneath(pd, base)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	mode := uint32(hdr.Mode) & 0o1777
+	if err := d.Chmod(fs.FileMode(mode&0o777) | unixSticky(mode)); err != nil {
+		return err
+	}
+	return x.times(int(pd.Fd()), base, hdr)
+}
+
+// filter passes the entries a copy may create to emit, renamed, with
+// safe modes and names inside the destination.
+func filter(tr *tar.Reader, emit func(*tar.Header, io.Reader) error, rename string) error {
 	top := ""
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
-			return tw.Close()
+			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("reading the copied tree: %w", err)
@@ -324,10 +574,7 @@ func filter(tr *tar.Reader, tw *tar.Writer, rename string) error {
 		// setuid or setgid file where it lands.
 		out := &tar.Header{Typeflag: hdr.Typeflag, Name: name, Linkname: hdr.Linkname, Size: hdr.Size,
 			Mode: hdr.Mode &^ 0o6000, ModTime: hdr.ModTime, Format: tar.FormatPAX}
-		if err := tw.WriteHeader(out); err != nil {
-			return err
-		}
-		if _, err := io.Copy(tw, tr); err != nil {
+		if err := emit(out, tr); err != nil {
 			return err
 		}
 	}

@@ -396,6 +396,7 @@ func TestWorkspaceAndVolumes(t *testing.T) {
 
 // A symlink an earlier run planted in its workspace is not followed by a
 // later run's absolute -v or --mount source (the issue's CLI reproduction),
+// nor its --workspace,
 // and as root a workspace and -v source below a 0700 directory (mkdtemp,
 // pytest's tmp_path) mount.
 func TestBindSourcesThroughTheCLI(t *testing.T) {
@@ -411,6 +412,15 @@ func TestBindSourcesThroughTheCLI(t *testing.T) {
 		out, code := e.run("", append(append([]string{"run", "--rm", "--workspace", ws}, args...), e.ref, "sh", "-c", "echo sandbox >> /data/key")...)
 		if code != 125 || !strings.Contains(out, "symlink") || !strings.Contains(out, victim) {
 			t.Errorf("run %v through a planted symlink: exit %d %q, want it refused naming the real path", args, code, out)
+		}
+	}
+	// Nor by a later run's --workspace (attack B2): it is opened as a -v
+	// source is, and refused the same way. It used to be resolved with
+	// EvalSymlinks: the run read and wrote the victim's directory.
+	for _, w := range []string{ws + "/data", ws + "/data/"} {
+		out, code := e.run("", "run", "--rm", "--workspace", w, e.ref, "sh", "-c", "cat /workspace/key; echo sandbox >> /workspace/key")
+		if code != 125 || !strings.Contains(out, "symlink") || !strings.Contains(out, victim) || strings.Contains(out, "owner") {
+			t.Errorf("--workspace %s through a planted symlink: exit %d %q, want it refused naming the real path", w, code, out)
 		}
 	}
 	if b, _ := os.ReadFile(filepath.Join(victim, "key")); string(b) != "owner\n" {
@@ -623,4 +633,28 @@ func TestVolumeOwnership(t *testing.T) {
 		t.Errorf("a directory outside the temporary directories changed owner")
 	}
 	e.expect125(`option "bogus" is not supported`, "run", "--rm", "-v", tmp+":/x:bogus", e.ref, "true")
+}
+
+// TestRelativeWorkspaceFromKernelCwd: a relative --workspace (".") is the
+// kernel's current directory (/proc/self/cwd), whatever $PWD says: a shell
+// that entered it through a symlink has $PWD name the link, which a
+// sandbox writing the link's directory could repoint; the directory the
+// shell is in cannot change. (Through $PWD the run is refused as going
+// through a symlink.)
+func TestRelativeWorkspaceFromKernelCwd(t *testing.T) {
+	e := newEnv(t)
+	dir := searchable(t, t.TempDir())
+	real := filepath.Join(dir, "real")
+	os.Mkdir(real, 0o755)
+	os.WriteFile(filepath.Join(real, "f"), []byte("real\n"), 0o644)
+	os.Symlink(real, filepath.Join(dir, "link"))
+	cmd := exec.Command(e.bin, "--root", e.root, "run", "--rm", "--workspace", ".", e.ref, "cat", "/workspace/f")
+	cmd.Dir = filepath.Join(dir, "link")
+	cmd.Env = append(os.Environ(), "PWD="+cmd.Dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil || string(out) != "real\n" {
+		t.Errorf("run --workspace . in %s: %v: %q %s", cmd.Dir, err, out, stderr.String())
+	}
 }

@@ -25,11 +25,14 @@ func copyMain() int {
 	switch {
 	case len(args) == 2 && args[0] == "out":
 		dir, name := copytar.Source(args[1])
-		err = copytar.Write(os.Stdout, dir, name)
+		err = copytar.Write(os.Stdout, dir, name, copytar.Options{})
 	case len(args) == 3 && args[0] == "in":
-		var dir, rename string
-		if dir, rename, err = copytar.Into(args[1], args[2] == "contents"); err == nil {
-			err = copytar.Extract(os.Stdin, dir, rename, copytar.Options{UID: os.Getuid(), GID: os.Getgid()})
+		o := copytar.Options{UID: os.Getuid(), GID: os.Getgid()}
+		var dir *os.File
+		var rename string
+		if dir, rename, err = copytar.Into(args[1], args[2] == "contents", o); err == nil {
+			err = copytar.Extract(os.Stdin, dir, rename, o)
+			dir.Close()
 		}
 	default:
 		err = fmt.Errorf("usage: out PATH | in DEST item|contents")

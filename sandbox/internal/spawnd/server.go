@@ -47,8 +47,9 @@ const Handler = "sandbox-spawn-server"
 const ConnFD = 4
 
 // MaxFDs: a request carries PID 1's listener, or (claim, as root) the
-// detached bind mounts the host opened and cloned (SCM_MAX_FD is 253).
-const MaxFDs = 64
+// detached bind mounts the host opened and cloned, in one message: the
+// kernel's SCM_MAX_FD, 253.
+const MaxFDs = 253
 
 func init() {
 	reexec.Register(Handler, serve)
