@@ -1,0 +1,120 @@
+package integration
+
+import (
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// buildContext writes a build context over base: a file COPY takes and a
+// RUN that writes another; the image's CMD prints both.
+func buildContext(t *testing.T, base string) string {
+	dir := searchable(t, t.TempDir())
+	files := map[string]string{
+		"Dockerfile": "FROM " + base + "\nCOPY hello.txt /hello.txt\nRUN echo built-by-run > /built\nCMD cat /hello.txt /built\n",
+		"hello.txt":  "hello-from-context\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestServeBuild: docker build through slopbox serve with each docker CLI
+// (the classic builder: /_ping says Builder-Version 1, so docker 28 uses
+// POST /build with DOCKER_BUILDKIT unset as with =0), then docker run of
+// the image shows what the build put there. A failing RUN fails docker
+// build with docker's message. docker build also works with slopbox
+// invoked as docker (no server).
+func TestServeBuild(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	dir := buildContext(t, e.ref)
+
+	req, _ := http.NewRequest(http.MethodHead, "http://slopbox/_ping", nil)
+	resp, err := engineClient(sock).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if v := resp.Header.Get("Builder-Version"); v != "1" {
+		t.Errorf("HEAD /_ping: Builder-Version %q, want 1", v)
+	}
+
+	failing := searchable(t, t.TempDir())
+	os.WriteFile(filepath.Join(failing, "Dockerfile"), []byte("FROM "+e.ref+"\nRUN exit 3\n"), 0o644)
+	for name, bin := range dockerClients(t) {
+		for _, buildkit := range []string{"unset", "0"} {
+			t.Run(name+"/DOCKER_BUILDKIT="+buildkit, func(t *testing.T) {
+				if buildkit == "unset" {
+					t.Setenv("DOCKER_BUILDKIT", "")
+					os.Unsetenv("DOCKER_BUILDKIT")
+				} else {
+					t.Setenv("DOCKER_BUILDKIT", buildkit)
+				}
+				cmd := exec.Command(bin, "build", "-t", "x", ".")
+				cmd.Dir = dir
+				cmd.Env = append(os.Environ(), "DOCKER_HOST=unix://"+sock, "DOCKER_CONFIG="+t.TempDir())
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("docker build: %v\n%s", err, out)
+				}
+				for _, want := range []string{"Step 1/4 : FROM ", "Step 3/4 : RUN echo built-by-run > /built", "Successfully built ", "Successfully tagged x:latest"} {
+					if !strings.Contains(string(out), want) {
+						t.Errorf("docker build output lacks %q:\n%s", want, out)
+					}
+				}
+				if out, code := dockerCLI(t, bin, sock, "", "run", "--rm", "x"); code != 0 || out != "hello-from-context\nbuilt-by-run\n" {
+					t.Errorf("docker run --rm x: exit %d: %q", code, out)
+				}
+				out2, code := dockerCLI(t, bin, sock, "", "build", "-t", "broken", failing)
+				if code == 0 || !strings.Contains(out2, "The command '/bin/sh -c exit 3' returned a non-zero code: 3") {
+					t.Errorf("failing build: exit %d:\n%s", code, out2)
+				}
+			})
+		}
+	}
+	if out, code := dockerCLI(t, debianDocker, sock, "", "image", "inspect", "broken"); code == 0 {
+		t.Errorf("a failed build tagged its image: %s", out)
+	}
+
+	// slopbox invoked as docker: the same build, no server.
+	if out, code := e.docker("", "build", "-t", "argv-built", dir); code != 0 || !strings.Contains(out, "Successfully tagged argv-built") {
+		t.Fatalf("docker build (argv): exit %d:\n%s", code, out)
+	}
+	if out, code := e.docker("", "run", "--rm", "argv-built"); code != 0 || out != "hello-from-context\nbuilt-by-run\n" {
+		t.Errorf("docker run --rm argv-built: exit %d: %q", code, out)
+	}
+	for _, n := range []string{"x", "argv-built"} {
+		e.run("", "rmi", "-f", n)
+	}
+	e.run("", "image", "prune", "-a", "-f")
+}
+
+// TestServeBuildDockerPy: SlopCodeBench's build through docker-py
+// (images.build with a tar fileobj, custom_context, tag, rm), the image
+// run as 1000:1000 with its copied files 1000's, and the second build all
+// cache hits (testdata/dockerpy_build.py).
+func TestServeBuildDockerPy(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	script, err := filepath.Abs("testdata/dockerpy_build.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/usr/bin/python3", script, e.ref, "scb-sub")
+	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix://"+sock)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.HasSuffix(string(out), "OK cache\n") {
+		t.Fatalf("docker-py: %v\n%s", err, out)
+	}
+	e.run("", "rmi", "-f", "scb-sub")
+	e.run("", "image", "prune", "-a", "-f")
+}
