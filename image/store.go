@@ -498,6 +498,7 @@ func (s *Store) Inspect(ref string) (map[string]any, error) {
 		"RootFS":       cfg.RootFS,
 		"Size":         size,
 		"Layers":       m.Layers,
+		"Container":    cfg.Container, // the sandbox a commit made it from
 	}, nil
 }
 

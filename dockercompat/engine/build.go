@@ -154,3 +154,33 @@ func (e errStream) Write(p []byte) (int, error) {
 	e.b.message(map[string]string{"stream": "\x1b[91m" + string(p) + "\x1b[0m"})
 	return len(p), nil
 }
+
+// imageCommit is POST /commit?container=&repo=&tag=&changes=&comment=&author=&pause=:
+// the container's changes as an image; 201 {"Id": …}.
+func (s *Server) imageCommit(w http.ResponseWriter, r *request) {
+	q := r.URL.Query()
+	o := build.CommitOptions{Container: q.Get("container"), Comment: q.Get("comment"), Author: q.Get("author"),
+		NoPause: q.Has("pause") && !boolParam(r, "pause")}
+	if o.Container == "" {
+		writeError(w, http.StatusBadRequest, "container is required")
+		return
+	}
+	if repo := q.Get("repo"); repo != "" {
+		o.Name = repo
+		if t := q.Get("tag"); t != "" {
+			o.Name += ":" + t
+		}
+	}
+	// docker-py sends each change as its own changes=; the docker CLI
+	// joins them with newlines.
+	for _, c := range q["changes"] {
+		o.Changes = append(o.Changes, strings.Split(c, "\n")...)
+	}
+	res, err := build.Commit(r.Context(), s.b, o)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	s.events.emit("container", "commit", o.Container, map[string]string{"comment": o.Comment})
+	writeJSON(w, http.StatusCreated, map[string]string{"Id": res.ID})
+}

@@ -157,6 +157,8 @@ func (s *Server) route(w http.ResponseWriter, r *request) {
 		s.imagePull(w, r)
 	case p == "/build" && m == http.MethodPost:
 		s.imageBuild(w, r)
+	case p == "/commit" && m == http.MethodPost:
+		s.imageCommit(w, r)
 	case p == "/images/load" && m == http.MethodPost:
 		s.imageLoad(w, r)
 	case p == "/images/get" && m == http.MethodGet:

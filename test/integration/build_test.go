@@ -118,3 +118,44 @@ func TestServeBuildDockerPy(t *testing.T) {
 	e.run("", "rmi", "-f", "scb-sub")
 	e.run("", "image", "prune", "-a", "-f")
 }
+
+// TestCommit: a sandbox's changes (a new file, a removed one) become an
+// image with slopbox commit (argv mode and --change CMD) and with docker
+// commit through serve; running the image shows them and runs the CMD.
+func TestCommit(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	e.must("run", "-d", "--name", "tocommit", e.ref, "sleep", "1000")
+	e.must("exec", "tocommit", "sh", "-c", "echo committed > /data.txt && rm /bin/ls")
+	if out, code := e.docker("", "commit", "--change", `CMD ["cat", "/data.txt"]`, "tocommit", "committed"); code != 0 || !strings.HasPrefix(out, "sha256:") {
+		t.Fatalf("commit: exit %d: %s", code, out)
+	}
+	if out := e.must("run", "--rm", "committed"); out != "committed\n" {
+		t.Errorf("run of the committed image (CMD from --change): %q", out)
+	}
+	if out := e.must("run", "--rm", "committed", "sh", "-c", "test -e /bin/ls || echo ls-gone"); out != "ls-gone\n" {
+		t.Errorf("a file removed in the sandbox is in the image: %q", out)
+	}
+	if out := e.must("inspect", "-f", "{{.State.Paused}}", "tocommit"); strings.TrimSpace(out) != "false" {
+		t.Errorf("the sandbox stayed paused after commit: %q", out)
+	}
+	if out, code := e.docker("", "commit", "--change", "RUN true", "tocommit", "nope"); code == 0 || !strings.Contains(out, "RUN cannot be changed by commit") {
+		t.Errorf("commit --change RUN: exit %d: %s", code, out)
+	}
+
+	// Through serve, with Debian's docker CLI.
+	if out, code := dockerCLI(t, debianDocker, sock, "", "commit", "-c", "CMD cat /data.txt", "-c", "ENV K=V", "tocommit", "committed2:v1"); code != 0 {
+		t.Fatalf("docker commit: exit %d: %s", code, out)
+	}
+	if out, code := dockerCLI(t, debianDocker, sock, "", "run", "--rm", "committed2:v1"); code != 0 || out != "committed\n" {
+		t.Errorf("docker run committed2:v1: exit %d: %q", code, out)
+	}
+	if out, code := dockerCLI(t, debianDocker, sock, "", "run", "--rm", "committed2:v1", "sh", "-c", "echo $K"); code != 0 || out != "V\n" {
+		t.Errorf("ENV from --change: exit %d: %q", code, out)
+	}
+	e.must("rm", "-f", "tocommit")
+	for _, n := range []string{"committed", "committed2:v1"} {
+		e.run("", "rmi", "-f", n)
+	}
+}
