@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/slopbox/slopbox/build"
+	"github.com/slopbox/slopbox/image"
 )
 
 // imageBuild is POST /build, docker's classic builder over HTTP: the body
@@ -183,4 +184,39 @@ func (s *Server) imageCommit(w http.ResponseWriter, r *request) {
 	}
 	s.events.emit("container", "commit", o.Container, map[string]string{"comment": o.Comment})
 	writeJSON(w, http.StatusCreated, map[string]string{"Id": res.ID})
+}
+
+// imagePush is POST /images/{name}/push?tag=: docker's push stream
+// (Pushing with progressDetail per layer, Pushed, the digest line and
+// aux), an error after the head as its last message. Credentials are the
+// server user's (its docker config), not X-Registry-Auth.
+func (s *Server) imagePush(w http.ResponseWriter, r *request, name string) {
+	ref := name
+	if t := r.URL.Query().Get("tag"); t != "" {
+		ref += ":" + t
+	}
+	if _, err := s.b.Store().Get(ref); err != nil {
+		s.imageError(w, ref, err)
+		return
+	}
+	sw := &buildStream{w: w}
+	repo := ref
+	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i]
+	}
+	sw.message(map[string]string{"status": "The push refers to repository [" + repo + "]"})
+	dgst, err := s.b.Store().Push(r.Context(), ref, "", func(u image.PushUpdate) {
+		if u.Done {
+			sw.message(map[string]any{"status": "Pushed", "progressDetail": map[string]any{}, "id": u.Layer})
+			return
+		}
+		sw.message(map[string]any{"status": "Pushing", "progressDetail": map[string]int64{"current": u.Complete, "total": u.Total}, "id": u.Layer})
+	})
+	if err != nil {
+		sw.message(map[string]any{"errorDetail": map[string]string{"message": err.Error()}, "error": err.Error()})
+		return
+	}
+	s.events.emit("image", "push", ref, nil)
+	sw.message(map[string]string{"status": tagOf(ref) + ": digest: " + dgst})
+	sw.message(map[string]any{"progressDetail": map[string]any{}, "aux": map[string]string{"Tag": tagOf(ref), "Digest": dgst}})
 }

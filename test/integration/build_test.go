@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -156,6 +158,71 @@ func TestCommit(t *testing.T) {
 	}
 	e.must("rm", "-f", "tocommit")
 	for _, n := range []string{"committed", "committed2:v1"} {
+		e.run("", "rmi", "-f", n)
+	}
+}
+
+// imageDigest is the manifest digest slopbox image inspect shows.
+func (e *env) imageDigest(ref string) string {
+	e.t.Helper()
+	var info []map[string]any
+	if err := json.Unmarshal([]byte(e.must("image", "inspect", ref)), &info); err != nil || len(info) != 1 {
+		e.t.Fatalf("image inspect %s: %v", ref, err)
+	}
+	d, _ := info[0]["Digest"].(string)
+	if !strings.HasPrefix(d, "sha256:") {
+		e.t.Fatalf("image inspect %s: digest %q", ref, d)
+	}
+	return d
+}
+
+// TestPush: an image built here goes to the (in-process, loopback, plain
+// HTTP) registry with slopbox push, slopbox push NAME REF and docker push
+// through serve; a second, empty store pulls each with the same digest.
+func TestPush(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	reg := strings.SplitN(e.ref, "/", 2)[0]
+	built := reg + "/it/built:v1"
+	e.must("build", "-q", "-t", built, buildContext(t, e.ref))
+	want := e.imageDigest(built)
+
+	if out := e.must("push", built); !strings.Contains(out, "digest: "+want) {
+		t.Errorf("push: %s", out)
+	}
+	e.must("push", built, reg+"/it/renamed:v2")
+	e.must("tag", built, reg+"/it/viaserve:v3")
+	if out, code := dockerCLI(t, debianDocker, sock, "", "push", reg+"/it/viaserve:v3"); code != 0 || !strings.Contains(out, "digest: "+want) {
+		t.Errorf("docker push through serve: exit %d: %s", code, out)
+	}
+
+	// The API's JSON progress: a Pushed line per layer, then aux.
+	resp, err := engineClient(sock).Post("http://slopbox/v1.41/images/"+reg+"/it/viaserve/push?tag=v3", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || strings.Count(string(body), `"status":"Pushed"`) != 3 || !strings.Contains(string(body), `"aux":{"Digest":"`+want) {
+		t.Errorf("POST /images/…/push: %d\n%s", resp.StatusCode, body)
+	}
+
+	e2 := &env{t: t, bin: e.bin, root: filepath.Join(searchable(t, t.TempDir()), "root2"), ref: e.ref}
+	for _, ref := range []string{built, reg + "/it/renamed:v2", reg + "/it/viaserve:v3"} {
+		e2.must("pull", "-q", ref)
+		if got := e2.imageDigest(ref); got != want {
+			t.Errorf("%s pulled into an empty store: digest %s, pushed %s", ref, got, want)
+		}
+		if ref != built {
+			e2.must("rmi", ref)
+		}
+	}
+	if out := e2.must("run", "--rm", reg+"/it/built:v1"); out != "hello-from-context\nbuilt-by-run\n" {
+		t.Errorf("run of the pulled image: %q", out)
+	}
+	e2.run("", "rmi", "-f", built)
+	for _, n := range []string{built, reg + "/it/viaserve:v3"} {
 		e.run("", "rmi", "-f", n)
 	}
 }
