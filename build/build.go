@@ -63,6 +63,8 @@ type Options struct {
 	// Out receives the classic builder's progress ("Step 1/3 : …") and the
 	// output of RUN; nil discards it.
 	Out io.Writer
+	// Err receives RUN's standard error; nil: Out.
+	Err io.Writer
 }
 
 // Result is a built image.
@@ -93,6 +95,7 @@ func (e *StepError) Unwrap() error { return e.Err }
 type Builder struct {
 	b   *sandbox.Backend
 	out io.Writer
+	err io.Writer
 	o   Options
 	lex *shell.Lex
 	// noBridge is set once a bridge step could not start.
@@ -119,6 +122,10 @@ func (bl *Builder) Build(ctx context.Context, o Options) (*Result, error) {
 	bl.o, bl.out = o, o.Out
 	if bl.out == nil {
 		bl.out = io.Discard
+	}
+	bl.err = o.Err
+	if bl.err == nil {
+		bl.err = bl.out
 	}
 	df, err := bl.dockerfile()
 	if err != nil {
@@ -491,6 +498,13 @@ func (bl *Builder) run(ctx context.Context, s *stage, c *instructions.RunCommand
 		return errors.New("RUN needs a base image with a shell (FROM scratch has no files)")
 	}
 	env := map[string]string{}
+	// Docker's predefined ARGs reach RUN without an ARG line, and stay out
+	// of the cache key and the image.
+	for _, k := range proxyArgs {
+		if v, ok := bl.o.BuildArgs[k]; ok && !hasEnv(s.cfg.Config.Env, k) {
+			env[k] = v
+		}
+	}
 	for k, v := range s.args {
 		if !hasEnv(s.cfg.Config.Env, k) {
 			env[k] = v
@@ -524,8 +538,10 @@ func (bl *Builder) run(ctx context.Context, s *stage, c *instructions.RunCommand
 	code := -1
 	for ev := range events {
 		switch ev.Kind {
-		case backend.EventStdout, backend.EventStderr:
+		case backend.EventStdout:
 			io.WriteString(bl.out, ev.Data)
+		case backend.EventStderr:
+			io.WriteString(bl.err, ev.Data)
 		case backend.EventFinished:
 			if ev.Result != nil {
 				code = ev.Result.ExitCode
@@ -536,7 +552,7 @@ func (bl *Builder) run(ctx context.Context, s *stage, c *instructions.RunCommand
 		return err
 	}
 	if code != 0 {
-		return &StepError{ExitCode: code, Err: fmt.Errorf("the command %q returned a non-zero code: %d", strings.Join(argv, " "), code)}
+		return &StepError{ExitCode: code, Err: fmt.Errorf("The command '%s' returned a non-zero code: %d", strings.Join(argv, " "), code)}
 	}
 	// Nothing the step started runs on while its layer is read.
 	if err := sb.Stop(); err != nil {
@@ -550,6 +566,9 @@ func (bl *Builder) run(ctx context.Context, s *stage, c *instructions.RunCommand
 	s.chain = key
 	return nil
 }
+
+// proxyArgs are docker's predefined build args.
+var proxyArgs = []string{"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "FTP_PROXY", "ftp_proxy", "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"}
 
 func cmpOr(a, b string) string {
 	if a != "" {

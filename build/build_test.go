@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/image"
@@ -193,5 +194,56 @@ func TestBuildRefusesBadInput(t *testing.T) {
 				t.Errorf("a failed build tagged bad-%s", c.name)
 			}
 		})
+	}
+}
+
+// TestBuildCopyCacheIgnoresTimes: a context sent again (a tar unpacked
+// anew, docker build's and docker-py's) has new modification times; its
+// COPY is still a cache hit, as docker's TarSum key makes it, and a change
+// of content is not.
+func TestBuildCopyCacheIgnoresTimes(t *testing.T) {
+	b := testBackend(t)
+	ctx := context.Background()
+	dir := writeContext(t, map[string]string{"Dockerfile": "FROM base\nCOPY sub /sub\n", "sub/a.txt": "a\n"})
+	build := func() string {
+		var out bytes.Buffer
+		if _, err := New(b).Build(ctx, Options{ContextDir: dir, Tags: []string{"copy-cache"}, Out: &out, Network: "none"}); err != nil {
+			t.Fatalf("%v\n%s", err, out.String())
+		}
+		return out.String()
+	}
+	build()
+	later := time.Now().Add(time.Hour)
+	for _, p := range []string{"sub/a.txt", "sub"} {
+		if err := os.Chtimes(filepath.Join(dir, p), later, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := build(); !strings.Contains(out, "Using cache") {
+		t.Errorf("new times only, yet COPY ran again:\n%s", out)
+	}
+	os.WriteFile(filepath.Join(dir, "sub/a.txt"), []byte("b\n"), 0o644)
+	if out := build(); strings.Contains(out, "Using cache") {
+		t.Errorf("new content, yet COPY came from the cache:\n%s", out)
+	}
+}
+
+// TestBuildDockerignoreException: a file a "!" pattern takes back inside
+// an excluded directory is copied (docker-py's test_build_with_dockerignore).
+func TestBuildDockerignoreException(t *testing.T) {
+	b := testBackend(t)
+	dir := writeContext(t, map[string]string{
+		"Dockerfile":                   "FROM base\nCOPY . /test\n",
+		".dockerignore":                "ignored\nDockerfile\n.dockerignore\n!ignored/subdir/excepted-file\n",
+		"kept":                         "k\n",
+		"ignored/subdir/file":          "no\n",
+		"ignored/subdir/excepted-file": "yes\n",
+	})
+	var out bytes.Buffer
+	if _, err := New(b).Build(context.Background(), Options{ContextDir: dir, Tags: []string{"ignore-exc"}, Out: &out, Network: "none"}); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if got := runIn(t, b, "ignore-exc", "0:0", "find /test -type f | sort"); got != "/test/ignored/subdir/excepted-file\n/test/kept\n" {
+		t.Errorf("copied files: %q", got)
 	}
 }

@@ -8,11 +8,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	stdhash "hash"
 	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -78,10 +80,12 @@ func (bl *Builder) copy(ctx context.Context, s *stage, c copySpec, done map[stri
 	}
 	os.Remove(tmp.Name())
 	defer tmp.Close()
+	// The cache key sums what is copied without modification times, as
+	// docker's (TarSum) does: a context sent again is the same.
 	h := sha256.New()
-	bw := bufio.NewWriter(io.MultiWriter(tmp, h))
+	bw := bufio.NewWriter(tmp)
 	tw := tar.NewWriter(bw)
-	w := &copyWriter{root: root, tw: tw, uid: uid, gid: gid, mode: mode, ignore: ignore, layers: s.layers, written: map[string]bool{}}
+	w := &copyWriter{root: root, tw: tw, sum: h, uid: uid, gid: gid, mode: mode, ignore: ignore, layers: s.layers, written: map[string]bool{}}
 	for _, pat := range c.sources {
 		if strings.Contains(pat, "://") {
 			return fmt.Errorf("%s: remote sources are not supported by slopbox build", pat)
@@ -209,6 +213,7 @@ func (bl *Builder) copyTar(ctx context.Context, s *stage, src string, write func
 type copyWriter struct {
 	root     *os.Root
 	tw       *tar.Writer
+	sum      stdhash.Hash // of the entries, without their times
 	uid, gid int
 	mode     *fs.FileMode
 	ignore   []string
@@ -236,7 +241,9 @@ func (w *copyWriter) tree(rel, target string, isDir bool) error {
 			return nil
 		}
 		if w.ignored(p) {
-			if d.IsDir() {
+			// An excluded directory may hold a file a "!" pattern
+			// takes back (docker's exceptions): walk on.
+			if d.IsDir() && !w.hasExceptions() {
 				return fs.SkipDir
 			}
 			return nil
@@ -266,14 +273,14 @@ func (w *copyWriter) entry(rel, name string) error {
 	switch {
 	case fi.IsDir():
 		hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
-		return w.tw.WriteHeader(hdr)
+		return w.header(hdr)
 	case fi.Mode()&fs.ModeSymlink != 0:
 		target, err := w.root.Readlink(rel)
 		if err != nil {
 			return err
 		}
 		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
-		return w.tw.WriteHeader(hdr)
+		return w.header(hdr)
 	case fi.Mode().IsRegular():
 	default:
 		return nil // sockets, devices, fifos: not copied
@@ -291,11 +298,17 @@ func (w *copyWriter) entry(rel, name string) error {
 		return fmt.Errorf("%s changed while being copied", rel)
 	}
 	hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size()
-	if err := w.tw.WriteHeader(hdr); err != nil {
+	if err := w.header(hdr); err != nil {
 		return err
 	}
-	_, err = io.CopyN(w.tw, f, st.Size())
+	_, err = io.CopyN(io.MultiWriter(w.tw, w.sum), f, st.Size())
 	return err
+}
+
+// header writes hdr, and all of it but its times to the cache key's sum.
+func (w *copyWriter) header(hdr *tar.Header) error {
+	fmt.Fprintf(w.sum, "%q %c %o %d:%d %q %d %d:%d\n", hdr.Name, hdr.Typeflag, hdr.Mode, hdr.Uid, hdr.Gid, hdr.Linkname, hdr.Size, hdr.Devmajor, hdr.Devminor)
+	return w.tw.WriteHeader(hdr)
 }
 
 // addArchive extracts a local tar archive (plain or gzip) for ADD under
@@ -331,10 +344,10 @@ func (w *copyWriter) addArchive(rel, dest string) (bool, error) {
 		if hdr.Typeflag == tar.TypeLink {
 			hdr.Linkname = path.Join(strings.TrimPrefix(dest, "/"), hdr.Linkname)
 		}
-		if err := w.tw.WriteHeader(hdr); err != nil {
+		if err := w.header(hdr); err != nil {
 			return false, err
 		}
-		if _, err := io.Copy(w.tw, tr); err != nil {
+		if _, err := io.Copy(io.MultiWriter(w.tw, w.sum), tr); err != nil {
 			return false, err
 		}
 	}
@@ -376,6 +389,10 @@ func (w *copyWriter) ignored(rel string) bool {
 		}
 	}
 	return out
+}
+
+func (w *copyWriter) hasExceptions() bool {
+	return slices.ContainsFunc(w.ignore, func(p string) bool { return strings.HasPrefix(p, "!") })
 }
 
 func matchAny(p, q string) bool {

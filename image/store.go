@@ -237,6 +237,13 @@ func writeFileAtomic(s *Store, path string, b []byte) error {
 // allowed by WithInsecureRegistries.
 func (s *Store) ParseReference(ref string) (name.Reference, error) {
 	r, err := name.ParseReference(ref)
+	if err != nil && !strings.Contains(ref, "/") {
+		// go-containerregistry wants two characters in a repository
+		// name; docker takes x as docker.io/library/x.
+		if lr, lerr := name.ParseReference("library/" + ref); lerr == nil {
+			r, err, ref = lr, nil, "library/"+ref
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w %q: %v", ErrBadRef, ref, err)
 	}
@@ -491,6 +498,7 @@ func (s *Store) Inspect(ref string) (map[string]any, error) {
 		"RootFS":       cfg.RootFS,
 		"Size":         size,
 		"Layers":       m.Layers,
+		"Container":    cfg.Container, // the sandbox a commit made it from
 	}, nil
 }
 

@@ -16,7 +16,7 @@ func (s *Server) imageRoute(w http.ResponseWriter, r *request, rest string) {
 	name, verb := rest, ""
 	if i := strings.LastIndex(rest, "/"); i > 0 {
 		switch rest[i+1:] {
-		case "json", "tag", "get", "history":
+		case "json", "tag", "get", "history", "push":
 			name, verb = rest[:i], rest[i+1:]
 		}
 	}
@@ -33,6 +33,8 @@ func (s *Server) imageRoute(w http.ResponseWriter, r *request, rest string) {
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
+	case verb == "push" && r.Method == http.MethodPost:
+		s.imagePush(w, r, name)
 	case verb == "get" && r.Method == http.MethodGet:
 		s.imageSave(w, []string{name})
 	case verb == "" && r.Method == http.MethodDelete:

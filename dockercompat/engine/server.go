@@ -238,6 +238,10 @@ func (s *Server) route(w http.ResponseWriter, r *request) {
 		s.imageList(w, r)
 	case p == "/images/create" && m == http.MethodPost:
 		s.imagePull(w, r)
+	case p == "/build" && m == http.MethodPost:
+		s.imageBuild(w, r)
+	case p == "/commit" && m == http.MethodPost:
+		s.imageCommit(w, r)
 	case p == "/images/load" && m == http.MethodPost:
 		s.imageLoad(w, r)
 	case p == "/images/get" && m == http.MethodGet:
@@ -264,6 +268,8 @@ func (s *Server) ping(w http.ResponseWriter, r *request) {
 	h.Set("Cache-Control", "no-cache, no-store, must-revalidate")
 	h.Set("Pragma", "no-cache")
 	h.Set("Swarm", "inactive")
+	// The classic builder (POST /build): docker's CLI then builds with it.
+	h.Set("Builder-Version", "1")
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	if r.Method == http.MethodHead {
 		h.Set("Content-Length", "0")

@@ -1,0 +1,222 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/slopbox/slopbox/build"
+	"github.com/slopbox/slopbox/image"
+)
+
+// imageBuild is POST /build, docker's classic builder over HTTP: the body
+// is the context (a tar, maybe compressed, or a bare Dockerfile), the
+// answer a stream of JSON messages ({"stream": …} lines, {"aux": {"ID":
+// …}}, "Successfully built/tagged"). A failure before the first message is
+// an HTTP error; after it, the stream's last message (errorDetail), as
+// moby does.
+func (s *Server) imageBuild(w http.ResponseWriter, r *request) {
+	q := r.URL.Query()
+	if q.Get("remote") != "" {
+		writeError(w, http.StatusBadRequest, "remote build contexts (remote="+q.Get("remote")+") are not supported by slopbox: send the context as the request body")
+		return
+	}
+	if v := q.Get("version"); v == "2" {
+		writeError(w, http.StatusBadRequest, "BuildKit (version=2) is not supported by slopbox: use the classic builder (DOCKER_BUILDKIT=0)")
+		return
+	}
+	o := build.Options{Dockerfile: q.Get("dockerfile"), Target: q.Get("target"), NoCache: boolParam(r, "nocache"),
+		Pull: q.Get("pull") != "" && q.Get("pull") != "0" && !strings.EqualFold(q.Get("pull"), "false"), Network: q.Get("networkmode")}
+	if o.Network == "default" {
+		o.Network = ""
+	}
+	for _, t := range q["t"] {
+		if _, err := s.b.Store().ParseReference(t); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid tag %q: %v", t, err))
+			return
+		}
+		o.Tags = append(o.Tags, withLatest(t))
+	}
+	if v := q.Get("buildargs"); v != "" {
+		var args map[string]*string
+		if err := json.Unmarshal([]byte(v), &args); err != nil {
+			writeError(w, http.StatusBadRequest, "buildargs: not a JSON object of strings: "+err.Error())
+			return
+		}
+		o.BuildArgs = map[string]string{}
+		for k, v := range args {
+			if v != nil {
+				o.BuildArgs[k] = *v
+			}
+		}
+	}
+	if v := q.Get("labels"); v != "" {
+		if err := json.Unmarshal([]byte(v), &o.Labels); err != nil {
+			writeError(w, http.StatusBadRequest, "labels: not a JSON object of strings: "+err.Error())
+			return
+		}
+	}
+	dir, df, remove, err := build.ContextFromTar(r.Body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	defer remove()
+	o.ContextDir, o.DockerfileContent = dir, df
+
+	sw := &buildStream{w: w}
+	if !boolParam(r, "q") {
+		o.Out = sw
+		o.Err = errStream{sw}
+	}
+	res, err := build.New(s.b).Build(r.Context(), o)
+	if err != nil {
+		msg := err.Error()
+		detail := map[string]any{"message": msg}
+		var se *build.StepError
+		if errors.As(err, &se) && se.ExitCode != 0 {
+			msg = se.Err.Error()
+			detail = map[string]any{"message": msg, "code": se.ExitCode}
+		}
+		if !sw.started() {
+			status := statusOf(err)
+			if status == http.StatusInternalServerError && se == nil {
+				status = http.StatusBadRequest // the Dockerfile or the options
+			}
+			writeError(w, status, msg)
+			return
+		}
+		sw.message(map[string]any{"errorDetail": detail, "error": msg})
+		return
+	}
+	s.events.emit("image", "build", res.ID, nil)
+	sw.message(map[string]any{"aux": map[string]string{"ID": res.ID}})
+	if boolParam(r, "q") {
+		sw.message(map[string]string{"stream": res.ID + "\n"})
+		return
+	}
+	sw.message(map[string]string{"stream": "Successfully built " + strings.TrimPrefix(res.ID, "sha256:")[:12] + "\n"})
+	for _, t := range res.Tags {
+		sw.message(map[string]string{"stream": "Successfully tagged " + t + "\n"})
+	}
+}
+
+// withLatest is a tag as docker prints it: :latest added to a name
+// without a tag or digest.
+func withLatest(ref string) string {
+	if strings.Contains(ref, "@") || strings.LastIndex(ref, ":") > strings.LastIndex(ref, "/") {
+		return ref
+	}
+	return ref + ":latest"
+}
+
+// buildStream writes the JSON messages of a build, each ended by \r\n and
+// flushed; the status line goes out with the first.
+type buildStream struct {
+	w    http.ResponseWriter
+	mu   sync.Mutex
+	sent bool
+}
+
+func (b *buildStream) started() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sent
+}
+
+func (b *buildStream) message(v any) {
+	raw, _ := json.Marshal(v)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.sent {
+		b.w.Header().Set("Content-Type", "application/json")
+		b.w.WriteHeader(http.StatusOK)
+		b.sent = true
+	}
+	b.w.Write(append(raw, '\r', '\n'))
+	if f, ok := b.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Write sends p as one {"stream": …} message.
+func (b *buildStream) Write(p []byte) (int, error) {
+	b.message(map[string]string{"stream": string(p)})
+	return len(p), nil
+}
+
+// errStream is RUN's standard error, coloured as the classic builder does.
+type errStream struct{ b *buildStream }
+
+func (e errStream) Write(p []byte) (int, error) {
+	e.b.message(map[string]string{"stream": "\x1b[91m" + string(p) + "\x1b[0m"})
+	return len(p), nil
+}
+
+// imageCommit is POST /commit?container=&repo=&tag=&changes=&comment=&author=&pause=:
+// the container's changes as an image; 201 {"Id": …}.
+func (s *Server) imageCommit(w http.ResponseWriter, r *request) {
+	q := r.URL.Query()
+	o := build.CommitOptions{Container: q.Get("container"), Comment: q.Get("comment"), Author: q.Get("author"),
+		NoPause: q.Has("pause") && !boolParam(r, "pause")}
+	if o.Container == "" {
+		writeError(w, http.StatusBadRequest, "container is required")
+		return
+	}
+	if repo := q.Get("repo"); repo != "" {
+		o.Name = repo
+		if t := q.Get("tag"); t != "" {
+			o.Name += ":" + t
+		}
+	}
+	// docker-py sends each change as its own changes=; the docker CLI
+	// joins them with newlines.
+	for _, c := range q["changes"] {
+		o.Changes = append(o.Changes, strings.Split(c, "\n")...)
+	}
+	res, err := build.Commit(r.Context(), s.b, o)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	s.events.emit("container", "commit", o.Container, map[string]string{"comment": o.Comment})
+	writeJSON(w, http.StatusCreated, map[string]string{"Id": res.ID})
+}
+
+// imagePush is POST /images/{name}/push?tag=: docker's push stream
+// (Pushing with progressDetail per layer, Pushed, the digest line and
+// aux), an error after the head as its last message. Credentials are the
+// server user's (its docker config), not X-Registry-Auth.
+func (s *Server) imagePush(w http.ResponseWriter, r *request, name string) {
+	ref := name
+	if t := r.URL.Query().Get("tag"); t != "" {
+		ref += ":" + t
+	}
+	if _, err := s.b.Store().Get(ref); err != nil {
+		s.imageError(w, ref, err)
+		return
+	}
+	sw := &buildStream{w: w}
+	repo := ref
+	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i]
+	}
+	sw.message(map[string]string{"status": "The push refers to repository [" + repo + "]"})
+	dgst, err := s.b.Store().Push(r.Context(), ref, "", func(u image.PushUpdate) {
+		if u.Done {
+			sw.message(map[string]any{"status": "Pushed", "progressDetail": map[string]any{}, "id": u.Layer})
+			return
+		}
+		sw.message(map[string]any{"status": "Pushing", "progressDetail": map[string]int64{"current": u.Complete, "total": u.Total}, "id": u.Layer})
+	})
+	if err != nil {
+		sw.message(map[string]any{"errorDetail": map[string]string{"message": err.Error()}, "error": err.Error()})
+		return
+	}
+	s.events.emit("image", "push", ref, nil)
+	sw.message(map[string]string{"status": tagOf(ref) + ": digest: " + dgst})
+	sw.message(map[string]any{"progressDetail": map[string]any{}, "aux": map[string]string{"Tag": tagOf(ref), "Digest": dgst}})
+}

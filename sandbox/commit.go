@@ -1,0 +1,32 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// WithUpperDir calls f with the sandbox's upper directory (what it wrote
+// to its root filesystem, in overlay form), for slopbox commit. A running
+// sandbox is paused meanwhile (as docker commit does), unless noPause, so
+// no process writes the tree as it is read; it reads through an os.Root
+// (archive.WriteLayer), never by name. Rootless, a sandbox whose user has
+// a nested id mapping is refused: its files' owners are not the image's.
+func (s *Sandbox) WithUpperDir(noPause bool, f func(upper string) error) (err error) {
+	if s.rec.MapKey != "" {
+		return fmt.Errorf("commit %s: its user %d has an id mapping of its own (rootless, not root): slopbox cannot commit it; run it as root (--user 0) to commit", cmpName(s.rec), s.rec.User.UID)
+	}
+	if !noPause && s.rec.running() && !s.rec.Paused {
+		if err := s.Pause(); err != nil {
+			return err
+		}
+		defer func() {
+			if uerr := s.Unpause(); uerr != nil && !errors.Is(uerr, ErrNotPaused) {
+				err = errors.Join(err, uerr)
+			}
+		}()
+	}
+	return f(s.UpperDir())
+}
+
+// ImageID is the id of the image the sandbox was made from.
+func (s *Sandbox) ImageID() string { return s.rec.ImageID }
