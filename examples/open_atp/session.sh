@@ -20,6 +20,7 @@ $DOCKER run --rm -d --name "$name" -v "$wd:/workspace/wd" -e SESSION=1 "$IMAGE" 
 trap '$DOCKER kill "$name" >/dev/null' EXIT
 
 # Each command: its own exec, its own env, a timeout inside, its exit code.
+# shellcheck disable=SC2016 # expanded in the container
 $DOCKER exec -e CMD=2 "$name" sh -lc 'timeout 30 sh -c "echo session \$SESSION command \$CMD > /workspace/wd/out.txt"'
 cat "$wd/out.txt"
 # State persists between the execs of one session.
