@@ -21,8 +21,8 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/image"
-	"github.com/slopbox/slopbox/internal/reexec"
 	"github.com/slopbox/slopbox/internal/backendkit"
+	"github.com/slopbox/slopbox/internal/reexec"
 	"github.com/slopbox/slopbox/internal/userns"
 	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
