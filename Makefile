@@ -22,7 +22,7 @@ STATICCHECK := .work/bin/staticcheck-$(STATICCHECK_VERSION)
 GOTESTSUM_VERSION := v1.13.0
 GOTESTSUM := .work/bin/gotestsum-$(GOTESTSUM_VERSION)
 
-.PHONY: all deps helper build test test-one demo bench vet lint fmt clean vm-box vm-test
+.PHONY: all deps helper build install deb test test-one demo bench vet lint fmt clean vm-box vm-test
 
 all: build
 
@@ -37,6 +37,20 @@ helper:
 build: deps helper
 	$(GO) build -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/slopbox
 
+# The binary, completions (bash, zsh, fish), one man page per verb and
+# the systemd units (slopbox.socket starts `serve` on the first
+# connection: user units for rootless use, system units for root):
+#   make install [PREFIX=/usr/local] [DESTDIR=]
+PREFIX  ?= /usr/local
+DESTDIR ?=
+install: build
+	@PREFIX=$(PREFIX) DESTDIR=$(DESTDIR) SLOPBOX=$(BIN) scripts/install.sh
+
+# The same files as a Debian package, bin/slopbox_VERSION_ARCH.deb
+# (apt-get install ./bin/slopbox_*.deb).
+deb: build
+	@SLOPBOX=$(BIN) scripts/deb.sh bin
+
 vet: helper
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet -tags "$(TAGS)" ./...
@@ -48,7 +62,7 @@ lint: vet $(STATICCHECK)
 	$(GO) mod tidy -diff
 	$(STATICCHECK) -tags "$(TAGS)" ./...
 	$(STATICCHECK) -tags "$(TAGS) vmsuite" ./test/vm/
-	shellcheck scripts/*.sh .ci/run bench/*.sh
+	shellcheck scripts/*.sh .ci/run bench/*.sh examples/open_atp/*.sh
 
 $(STATICCHECK):
 	mkdir -p .work/bin

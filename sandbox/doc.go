@@ -29,8 +29,9 @@
 // one created, as root and rootless alike. A command's whole session is
 // killed on timeout, on Kill, and when the caller disappears.
 //
-// Programs that use this package must call reexec.Init (the slopbox CLI does
-// it in cmd/slopbox/init.go; tests in TestMain), and must be linked
+// Programs that use this package must call Init first thing in main (the
+// slopbox CLI does it in cmd/slopbox/init.go; tests in TestMain; New
+// refuses to open a Backend otherwise), and must be linked
 // statically: the spawn server's binary (the embedded slopbox-spawn, or the
 // program itself) is bind-mounted into each sandbox as its init. Close the
 // Backend when done: it stops the sandboxes kept ready.

@@ -93,7 +93,9 @@ func (b *Backend) Doctor() []Check {
 	case err != nil:
 		add("subordinate ids", Fail, err.Error(), "give the user a range in /etc/subuid and /etc/subgid")
 	case m.Degraded:
-		add("subordinate ids", Warn, m.Warning, "usermod --add-subuids 100000-165535 --add-subgids 100000-165535 "+currentUser())
+		start := userns.FreeRange(userns.DefaultSize) // overlaps no range already given
+		r := fmt.Sprintf("%d-%d", start, start+userns.DefaultSize-1)
+		add("subordinate ids", Warn, m.Warning, "usermod --add-subuids "+r+" --add-subgids "+r+" "+currentUser())
 	default:
 		add("subordinate ids", Pass, fmt.Sprintf("uids %s, gids %s", idRange(m.UIDs), idRange(m.GIDs)), "")
 	}

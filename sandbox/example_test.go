@@ -26,7 +26,7 @@ import (
 
 // A harness written in Go: pull an image, spawn a sandbox over a workspace,
 // run a command through the setup script, read the result, clean up. (The
-// program's main must call reexec.Init first, and the binary must be linked
+// program's main must call sandbox.Init first, and the binary must be linked
 // statically; see the package documentation.)
 func Example() {
 	ctx := context.Background()

@@ -22,6 +22,7 @@ import (
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/internal/backendkit"
+	"github.com/slopbox/slopbox/internal/reexec"
 	"github.com/slopbox/slopbox/internal/userns"
 	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
@@ -93,6 +94,9 @@ var _ backend.Backend = (*Backend)(nil)
 // New opens the backend over the store at root (image.DefaultRoot() for the
 // user's default).
 func New(root string, opts ...image.Option) (*Backend, error) {
+	if !reexec.Initialized() {
+		return nil, errors.New("sandbox: call sandbox.Init() first thing in main (and in TestMain): slopbox re-executes the program for its user-namespace and spawn helpers")
+	}
 	s, err := image.Open(root, opts...)
 	if err != nil {
 		return nil, err

@@ -59,19 +59,34 @@ for _ in $(seq 100); do curl -sf "http://$REG/v2/" >/dev/null 2>&1 && break; sle
 go run ./test/cmd/mkimage -ref "$REG/demo/busybox:latest" -cmd sh "$WORK/busybox"
 go run ./test/cmd/mkimage -ref "$REG/demo/python:3" -cmd python3 "$WORK/python"
 
-export XDG_DATA_HOME=$WORK/home
-ROOT=$WORK/store
-rm -rf "$ROOT"
+# The images stay in the default store (root's: /var/lib/slopbox), under
+# short names, so that `slopbox images` and `slopbox run` find them after
+# the demo's registry has stopped.
+ROOT=/var/lib/slopbox # root's default store (image.DefaultRoot)
+for img in busybox:latest python:3; do
+	"$SLOPBOX" rmi -f "slopbox-demo/$img" "$REG/demo/$img" >/dev/null 2>&1 || true
+done
 say "slopbox pull (cold)"
-"$SLOPBOX" --root "$ROOT" pull "$REG/demo/busybox:latest"
-"$SLOPBOX" --root "$ROOT" pull "$REG/demo/python:3"
+"$SLOPBOX" pull "$REG/demo/busybox:latest"
+"$SLOPBOX" pull "$REG/demo/python:3"
 say "slopbox pull (already present: one manifest check)"
-time "$SLOPBOX" --root "$ROOT" pull "$REG/demo/python:3"
+time "$SLOPBOX" pull "$REG/demo/python:3"
+"$SLOPBOX" tag "$REG/demo/busybox:latest" slopbox-demo/busybox:latest
+"$SLOPBOX" tag "$REG/demo/python:3" slopbox-demo/python:3
 say "slopbox images"
-"$SLOPBOX" --root "$ROOT" images
+"$SLOPBOX" images
 
 if "$SLOPBOX" run --help >/dev/null 2>&1; then
 	say "a sandbox over an example workspace"
-	scripts/demo-sandbox.sh "$SLOPBOX" "$ROOT" "$REG/demo/python:3" "$WORK/workspace"
+	scripts/demo-sandbox.sh "$SLOPBOX" "$ROOT" slopbox-demo/python:3 "$WORK/workspace"
 fi
 say "done"
+cat <<EOF
+The demo's images stay in the default store ($ROOT) after its registry
+has stopped; as root:
+  $SLOPBOX images
+  $SLOPBOX run --rm slopbox-demo/python:3 python3 -c 'print("hello")'
+  $SLOPBOX run --rm -it slopbox-demo/busybox:latest sh
+Remove them with:
+  $SLOPBOX rmi slopbox-demo/busybox:latest slopbox-demo/python:3 $REG/demo/busybox:latest $REG/demo/python:3
+EOF

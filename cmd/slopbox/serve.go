@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
@@ -28,16 +29,27 @@ func serveCmd() *cobra.Command {
 		Short: "Serve the Docker Engine API on a unix socket (DOCKER_HOST=unix://PATH for docker-py and the docker CLI)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if socket == "" {
-				socket = defaultSocket()
-			}
-			// First, while nothing else runs: listenUnix sets the umask.
-			ln, lock, err := listenUnix(socket)
+			// Socket activation (slopbox.socket, systemd-socket-activate):
+			// the socket is systemd's, passed as fd 3, and stays when we exit.
+			ln, err := activatedListener()
 			if err != nil {
 				return err
 			}
-			defer lock.Close()
-			defer ln.Close() // which removes the socket (and only ours)
+			if ln != nil {
+				socket = ln.Addr().String()
+			} else {
+				if socket == "" {
+					socket = defaultSocket()
+				}
+				// First, while nothing else runs: listenUnix sets the umask.
+				var lock *os.File
+				ln, lock, err = listenUnix(socket)
+				if err != nil {
+					return err
+				}
+				defer lock.Close()
+			}
+			defer ln.Close() // which removes the socket if it is ours (not an activated one)
 			b, err := openBackend()
 			if err != nil {
 				return err
@@ -92,10 +104,38 @@ func serveCmd() *cobra.Command {
 			}
 		},
 	}
-	c.Flags().StringVar(&socket, "socket", "", "unix socket to listen on (default $XDG_RUNTIME_DIR/slopbox.sock, else slopbox.sock in the state root)")
+	c.Flags().StringVar(&socket, "socket", "", "unix socket to listen on (default $XDG_RUNTIME_DIR/slopbox.sock, else slopbox.sock in the state root; a socket systemd passes (LISTEN_FDS, slopbox.socket) wins)")
 	c.Flags().BoolVar(&debug, "debug", false, "log every request to stderr")
 	c.Flags().DurationVar(&idle, "idle-exit", 0, "exit after this long without a request (0: never)")
 	return c
+}
+
+// activatedListener returns the unix socket systemd passed by socket
+// activation (LISTEN_PID is ours, LISTEN_FDS=1, fd 3), or nil when none
+// was passed.
+func activatedListener() (net.Listener, error) {
+	if os.Getenv("LISTEN_FDS") == "" {
+		return nil, nil
+	}
+	lns, err := activation.Listeners() // also unsets LISTEN_*: helpers must not see them
+	if err != nil {
+		return nil, fmt.Errorf("serve: socket activation: %w", err)
+	}
+	switch {
+	case len(lns) == 0:
+		return nil, nil // LISTEN_PID names another process
+	case len(lns) != 1 || lns[0] == nil:
+		for _, l := range lns {
+			if l != nil {
+				l.Close()
+			}
+		}
+		return nil, fmt.Errorf("serve: socket activation passed %d file descriptors: want one listening stream socket (ListenStream= in the .socket unit)", len(lns))
+	case lns[0].Addr().Network() != "unix":
+		lns[0].Close()
+		return nil, fmt.Errorf("serve: socket activation passed a %s socket (%s): want a unix socket (ListenStream=/path)", lns[0].Addr().Network(), lns[0].Addr())
+	}
+	return lns[0], nil
 }
 
 // defaultSocket is the per-user socket path.

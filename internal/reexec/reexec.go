@@ -16,6 +16,14 @@ const Env = "_SLOPBOX_REEXEC"
 
 var handlers = map[string]func() int{}
 
+// initialized records that Init ran in this process.
+var initialized bool
+
+// Initialized reports whether the program called Init: without it the
+// user-namespace helper and the spawn server, which re-execute the
+// program, would run its main instead of their own work.
+func Initialized() bool { return initialized }
+
 // Register makes f runnable as handler name. It panics on duplicates.
 func Register(name string, f func() int) {
 	if _, dup := handlers[name]; dup {
@@ -27,6 +35,7 @@ func Register(name string, f func() int) {
 // Init completes user namespace set-up and, in a child started for a
 // handler, runs it and exits. In every other process it returns at once.
 func Init() {
+	initialized = true
 	userns.Init()
 	name := os.Getenv(Env)
 	if name == "" {

@@ -125,7 +125,8 @@ func Current() (Mapping, error) {
 	}
 	if errU != nil || errG != nil {
 		m.Degraded = true
-		m.Warning = fmt.Sprintf("no subordinate id range for user %s: image file ownership cannot be preserved and only uid 0 exists in containers; add \"%s:100000:65536\" to /etc/subuid and /etc/subgid", name, name)
+		start := FreeRange(DefaultSize)
+		m.Warning = fmt.Sprintf("no subordinate id range for user %s: image file ownership cannot be preserved and only uid 0 exists in containers; add \"%s:%d:%d\" to /etc/subuid and /etc/subgid (a range no other entry uses)", name, name, start, DefaultSize)
 		return m, nil
 	}
 	if _, err := exec.LookPath("newuidmap"); err != nil {
@@ -159,6 +160,45 @@ func readSubID(file, name string, uid uint32) (IDMap, error) {
 		return IDMap{HostID: uint32(start), Size: uint32(size)}, nil
 	}
 	return IDMap{}, fmt.Errorf("no entry for %s in %s", name, file)
+}
+
+// FreeRange returns the start of a range of size subordinate ids, from
+// 100000 up, that overlaps no entry of /etc/subuid or /etc/subgid (any
+// user's): the range to suggest to a user who has none.
+func FreeRange(size uint32) uint32 {
+	return freeRange(size, "/etc/subuid", "/etc/subgid")
+}
+
+func freeRange(size uint32, files ...string) uint32 {
+	type span struct{ start, end uint64 } // end exclusive
+	var used []span
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			fields := strings.Split(strings.TrimSpace(line), ":")
+			if len(fields) != 3 {
+				continue
+			}
+			start, err1 := strconv.ParseUint(fields[1], 10, 32)
+			n, err2 := strconv.ParseUint(fields[2], 10, 32)
+			if err1 == nil && err2 == nil && n > 0 {
+				used = append(used, span{start, start + n})
+			}
+		}
+	}
+	start := uint64(100000)
+	for moved := true; moved; {
+		moved = false
+		for _, u := range used {
+			if start < u.end && u.start < start+uint64(size) {
+				start, moved = u.end, true
+			}
+		}
+	}
+	return uint32(start)
 }
 
 // ToHost translates a container id through maps; ok is false when unmapped.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -109,5 +110,37 @@ func TestStageOneHandOver(t *testing.T) {
 				t.Fatalf("aborted stage 1: %v, stdout %q, stderr %q; want exit 125 and the reason", err, stdout.String(), stderr.String())
 			}
 		})
+	}
+}
+
+// The range suggested to a user without one overlaps no range of
+// /etc/subuid or /etc/subgid (doctor used to propose 100000-165535, the
+// range useradd gives the first user).
+func TestFreeRange(t *testing.T) {
+	dir := t.TempDir()
+	uid, gid := filepath.Join(dir, "subuid"), filepath.Join(dir, "subgid")
+	os.WriteFile(uid, []byte("alice:100000:65536\nroot:1000000000:65536\n# comment\nbad line\n"), 0o644)
+	os.WriteFile(gid, []byte("alice:100000:65536\nbob:165536:70000\n"), 0o644)
+	if got := freeRange(65536, uid, gid); got != 235536 {
+		t.Errorf("freeRange = %d, want 235536 (after bob's gids)", got)
+	}
+	if got := freeRange(65536, filepath.Join(dir, "none")); got != 100000 {
+		t.Errorf("freeRange with no files = %d, want 100000", got)
+	}
+	os.WriteFile(uid, []byte("carol:300000:65536\n"), 0o644)
+	if got := freeRange(65536, uid); got != 100000 {
+		t.Errorf("freeRange below a range = %d, want 100000", got)
+	}
+	// This host's files: the suggestion overlaps none of their entries.
+	start := uint64(FreeRange(DefaultSize))
+	for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
+		b, _ := os.ReadFile(f)
+		for _, line := range strings.Split(string(b), "\n") {
+			var name string
+			var s, n uint64
+			if _, err := fmt.Sscanf(strings.ReplaceAll(line, ":", " "), "%s %d %d", &name, &s, &n); err == nil && start < s+n && s < start+DefaultSize {
+				t.Errorf("FreeRange() = %d overlaps %s's range %d:%d in %s", start, name, s, n, f)
+			}
+		}
 	}
 }
