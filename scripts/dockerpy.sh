@@ -8,7 +8,8 @@
 # MODE is root or rootless (the caller runs it as that user). Every test
 # that fails must be listed for MODE in test/dockerpy/expected-failures.txt
 # with its reason; a failure not listed fails, and so does a listed test
-# that passes (the list only ever shrinks).
+# that passes (the list only ever shrinks). An entry whose MODES start with
+# ~ was seen both passing and failing here: either result is accepted.
 set -euo pipefail
 mode=$1 bin=$2 out=$3
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,15 +47,20 @@ python3 - "$out" "$mode" "$expected" <<'EOF'
 import glob, os, sys
 import xml.etree.ElementTree as ET
 out, mode, listfile = sys.argv[1:]
-expected = {}
+expected, flakes = {}, set()
 for line in open(listfile):
     line = line.split("#", 1)
     test, reason = line[0].split(), line[1].strip() if len(line) > 1 else ""
     if not test:
         continue
     modes, tid = test[0], test[1]
-    if mode in modes.split(","):
+    # "~MODES": seen both passing and failing here; either result is
+    # accepted, and the reason says why it varies.
+    flaky = modes.startswith("~")
+    if mode in modes.lstrip("~").split(","):
         expected[tid] = reason
+        if flaky:
+            flakes.add(tid)
 passed, failed, skipped = set(), {}, set()
 files = glob.glob(os.path.join(out, "junit", "*.xml"))
 if len(files) < 11:
@@ -72,7 +78,7 @@ for path in files:
         else:
             passed.add(tid)
 new = sorted(t for t in failed if t not in expected)
-stale = sorted(t for t in expected if t in passed)
+stale = sorted(t for t in expected if t in passed and t not in flakes)
 total = len(passed) + len(failed)
 print(f"docker-py ({mode}): {len(passed)} of {total} passed, {len(failed)} failed "
       f"({len(failed) - len(new)} of them listed as expected), {len(skipped)} skipped by the suite")
