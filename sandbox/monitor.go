@@ -593,6 +593,7 @@ type LogOptions struct {
 	Tail       int // lines from the end; <0: all
 	Timestamps bool
 	Since      time.Time
+	Until      time.Time // zero: no end; with Follow, it stops once Until has passed
 }
 
 // Logs writes the sandbox's log (the main command's output): stdout lines
@@ -600,7 +601,7 @@ type LogOptions struct {
 // sandbox stops, ctx ends or a write fails.
 func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writer) error {
 	emit := func(l logLine) error {
-		if !o.Since.IsZero() && l.Time.Before(o.Since) {
+		if !o.Since.IsZero() && l.Time.Before(o.Since) || !o.Until.IsZero() && l.Time.After(o.Until) {
 			return nil
 		}
 		w := stdout
@@ -653,6 +654,9 @@ func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writ
 		stopped := !s.rec.running()
 		if err := tail.poll(emit); err != nil {
 			return err
+		}
+		if !o.Until.IsZero() && time.Now().After(o.Until) {
+			return nil
 		}
 		if stopped {
 			// The monitor may still be writing the last lines: give it

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -18,6 +19,20 @@ type createdConfig struct {
 	Binds      []string          `json:",omitempty"`
 	Mounts     []map[string]any  `json:",omitempty"`
 	Tmpfs      map[string]string `json:",omitempty"`
+	// EnvNames are the request's Env entries without "=": Docker keeps
+	// them as given in Config.Env, and does not set them.
+	EnvNames []string `json:",omitempty"`
+	// Image is the image as the request named it (Docker's Config.Image).
+	Image string `json:",omitempty"`
+}
+
+// imageName is the container's image as Docker shows it: as its create
+// named it, else (made by the slopbox CLI) its name in Docker's form.
+func imageName(i sandbox.Info, cc createdConfig) string {
+	if cc.Image != "" {
+		return cc.Image
+	}
+	return image.DockerName(i.Image)
 }
 
 const createdConfigFile = "engine-create.json"
@@ -40,12 +55,17 @@ func loadCreatedConfig(dir string) createdConfig {
 	return c
 }
 
-// envList is an environment in Docker's KEY=VALUE form, sorted.
-func envList(env map[string]string) []string {
+// envList is an environment in Docker's KEY=VALUE form, sorted, with the
+// names given without a value as they were given (in place of a value the
+// image may set).
+func envList(env map[string]string, names []string) []string {
 	out := []string{}
 	for k, v := range env {
-		out = append(out, k+"="+v)
+		if !slices.Contains(names, k) {
+			out = append(out, k+"="+v)
+		}
 	}
+	out = append(out, names...)
 	sort.Strings(out)
 	return out
 }

@@ -150,9 +150,14 @@ func (s *Server) spawnSpec(c *createBody, name string) (backend.SpawnSpec, error
 	}
 	env := map[string]string{}
 	for _, kv := range c.Env {
-		k, v, _ := strings.Cut(kv, "=")
+		k, v, ok := strings.Cut(kv, "=")
 		if k == "" {
 			return spec, badRequest("Env %q: want KEY=VALUE", kv)
+		}
+		if !ok {
+			// As dockerd: a name alone stays in Config.Env as given and
+			// is not set in the process (createdConfig.EnvNames).
+			continue
 		}
 		env[k] = v
 	}
@@ -280,7 +285,12 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 			return
 		}
 	}
-	cc := createdConfig{Binds: c.HostConfig.Binds, Tmpfs: c.HostConfig.Tmpfs, Entrypoint: img.Config.Config.Entrypoint}
+	cc := createdConfig{Binds: c.HostConfig.Binds, Tmpfs: c.HostConfig.Tmpfs, Entrypoint: img.Config.Config.Entrypoint, Image: c.Image}
+	for _, kv := range c.Env {
+		if !strings.Contains(kv, "=") {
+			cc.EnvNames = append(cc.EnvNames, kv)
+		}
+	}
 	if c.Entrypoint != nil {
 		cc.Entrypoint = *c.Entrypoint
 	}
@@ -627,10 +637,20 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *request, sb *sandbox.Sa
 		}
 		o.Tail = n
 	}
-	if v := q.Get("since"); v != "" && v != "0" {
-		if sec, err := strconv.ParseFloat(v, 64); err == nil {
-			o.Since = time.Unix(0, int64(sec*1e9))
+	for _, t := range []struct {
+		name string
+		to   *time.Time
+	}{{"since", &o.Since}, {"until", &o.Until}} {
+		v := q.Get(t.name)
+		if v == "" || v == "0" {
+			continue
 		}
+		ts, err := logTime(v, time.Now())
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid value for %q: %v", t.name, err))
+			return
+		}
+		*t.to = ts
 	}
 	tty := sb.Info().Tty
 	if tty {
@@ -640,8 +660,28 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *request, sb *sandbox.Sa
 	}
 	w.WriteHeader(http.StatusOK)
 	fl, _ := w.(http.Flusher)
+	if fl != nil {
+		// The headers go out now: a followed log may have no line for a
+		// while, and the client waits for its response before reading.
+		fl.Flush()
+	}
 	stdout, stderr := outputStreams(r, &flushWriter{w: w, f: fl}, tty)
 	sb.Logs(r.Context(), o, stdout, stderr)
+}
+
+// logTime reads a logs since/until value as dockerd does: Unix seconds
+// (with a fraction), an RFC 3339 time, or a duration before now ("10m").
+func logTime(v string, now time.Time) (time.Time, error) {
+	if sec, err := strconv.ParseFloat(v, 64); err == nil {
+		return time.Unix(0, int64(sec*1e9)), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q is not Unix seconds, an RFC 3339 time nor a duration (10m)", v)
 }
 
 // outputStreams are the stdout and stderr an attach or logs request gets
@@ -692,7 +732,7 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 		}
 		st := state(i)
 		out = append(out, map[string]any{
-			"Id": i.ID, "Names": []string{"/" + i.Name}, "Image": i.Image, "ImageID": i.ImageID,
+			"Id": i.ID, "Names": []string{"/" + i.Name}, "Image": imageName(i, loadCreatedConfig(i.StateDir)), "ImageID": i.ImageID,
 			"Command": strings.Join(i.Command, " "), "Created": i.Created.Unix(), "Ports": listPorts(i),
 			"Labels": nonNil(i.Labels), "State": st, "Status": status(i, st),
 			"HostConfig":      map[string]string{"NetworkMode": i.Network},
@@ -819,7 +859,7 @@ func inspect(i sandbox.Info) map[string]any {
 			"SecurityOpt": []string{"seccomp=" + i.SeccompProfile, "no-new-privileges"},
 		},
 		"Config": map[string]any{
-			"Hostname": i.Hostname, "User": i.User, "Env": envList(i.Env), "Cmd": cmdOf(i.Command, cc.Entrypoint), "Image": i.Image, "WorkingDir": i.Workdir,
+			"Hostname": i.Hostname, "User": i.User, "Env": envList(i.Env, cc.EnvNames), "Cmd": cmdOf(i.Command, cc.Entrypoint), "Image": imageName(i, cc), "WorkingDir": i.Workdir,
 			"Entrypoint": entrypoint, "Labels": nonNil(i.Labels), "Tty": i.Tty, "OpenStdin": i.OpenStdin,
 			"AttachStdin": false, "AttachStdout": true, "AttachStderr": true,
 		},

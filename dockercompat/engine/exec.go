@@ -195,7 +195,9 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	conn, in, err := hijack(w, r, e.Tty)
+	// The stream's framing is the start request's Tty, as dockerd's: raw
+	// with it, multiplexed frames without it, whichever the command has.
+	conn, in, err := hijack(w, r, body.Tty)
 	if err != nil {
 		finish(126)
 		return
@@ -212,8 +214,10 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 		if err != nil {
 			var se *sandbox.StartError
 			if errors.As(err, &se) {
+				// dockerd's exec: 126 for a command that cannot run,
+				// not found included.
 				io.WriteString(conn, se.Msg+"\r\n")
-				finish(se.Code)
+				finish(126)
 				return
 			}
 			io.WriteString(conn, err.Error()+"\r\n")
@@ -232,8 +236,12 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 			dst = t.Master
 		}
 		go watchClient(ctx, conn, in, dst, nil, cancel)
+		var out io.Writer = conn
+		if !body.Tty {
+			out, _ = frames(conn)
+		}
 		copied := make(chan struct{})
-		go func() { io.Copy(conn, t.Master); close(copied) }()
+		go func() { io.Copy(out, t.Master); close(copied) }()
 		code, _, _ := t.Wait(ctx, 0)
 		// What the command wrote last is still in the terminal: it goes
 		// to the client before the stream ends (the Done channel, closed
@@ -279,7 +287,10 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 		finish(126)
 		return
 	}
-	stdout, stderr := frames(conn)
+	var stdout, stderr io.Writer = conn, conn
+	if !body.Tty {
+		stdout, stderr = frames(conn)
+	}
 	if !e.AttachOut {
 		stdout = io.Discard
 	}
@@ -298,12 +309,20 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 			c.r.Close()
 		}()
 	}
-	code, err := sb.Attach(ctx, req, stdin, outW, errW, false)
+	code, err := sb.AttachStrict(ctx, req, stdin, outW, errW, false)
+	var se *sandbox.StartError
+	if errors.As(err, &se) {
+		// As dockerd's exec: 126 for a command that cannot run, not
+		// found included (a shell's 127 is the CLI's).
+		errW.Write([]byte(se.Msg + "\n"))
+	}
 	outW.Close()
 	errW.Close()
 	wg.Wait()
 	if err != nil {
-		stderr.Write([]byte(err.Error() + "\n"))
+		if se == nil {
+			stderr.Write([]byte(err.Error() + "\n"))
+		}
 		code = 126
 	}
 	finish(code)

@@ -2,12 +2,17 @@ package engine
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/slopbox/slopbox/image"
 )
 
 // imageRoute serves /images/{name}[/json|/tag|/get|/history]; names have
@@ -65,25 +70,37 @@ func (s *Server) imageError(w http.ResponseWriter, ref string, err error) {
 	fail(w, err)
 }
 
+// imageList is GET /images/json, names as Docker prints them; the
+// reference filter (docker images NAME, docker-py's images(name)) keeps
+// the images with a matching name, and only those names.
 func (s *Server) imageList(w http.ResponseWriter, r *request) {
 	list, err := s.b.Store().List()
 	if err != nil {
 		fail(w, err)
 		return
 	}
+	filters, err := filterArgs(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	byID := map[string]map[string]any{}
 	var out []map[string]any
 	for _, i := range list {
-		if e, ok := byID[i.ID]; ok {
-			e["RepoTags"] = append(e["RepoTags"].([]string), i.Name)
+		name := image.DockerName(i.Name)
+		if refs, ok := filters["reference"]; ok && !slices.ContainsFunc(refs, func(p string) bool { return referenceMatch(p, name) }) {
 			continue
 		}
-		repo := i.Name
+		if e, ok := byID[i.ID]; ok {
+			e["RepoTags"] = append(e["RepoTags"].([]string), name)
+			continue
+		}
+		repo := name
 		if j := strings.LastIndexAny(repo, ":@"); j > strings.LastIndex(repo, "/") {
 			repo = repo[:j]
 		}
 		e := map[string]any{
-			"Id": i.ID, "ParentId": "", "RepoTags": []string{i.Name}, "RepoDigests": []string{repo + "@" + i.Digest},
+			"Id": i.ID, "ParentId": "", "RepoTags": []string{name}, "RepoDigests": []string{repo + "@" + i.Digest},
 			"Created": i.Created.Unix(), "Size": i.Size, "SharedSize": -1, "VirtualSize": i.Size,
 			"Labels": map[string]string{}, "Containers": -1,
 		}
@@ -94,6 +111,43 @@ func (s *Server) imageList(w http.ResponseWriter, r *request) {
 		out = []map[string]any{}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// filterArgs reads the filters query parameter: {"key":["value"]}, or the
+// older {"key":{"value":true}}.
+func filterArgs(r *request) (map[string][]string, error) {
+	f := r.URL.Query().Get("filters")
+	if f == "" {
+		return nil, nil
+	}
+	var filters map[string][]string
+	if err := json.Unmarshal([]byte(f), &filters); err != nil {
+		var old map[string]map[string]bool
+		if json.Unmarshal([]byte(f), &old) != nil {
+			return nil, fmt.Errorf("invalid filters: %v", err)
+		}
+		filters = map[string][]string{}
+		for k, vs := range old {
+			for v := range vs {
+				filters[k] = append(filters[k], v)
+			}
+		}
+	}
+	return filters, nil
+}
+
+// referenceMatch is dockerd's reference filter: the shell pattern matches
+// the name with its tag (alpine:3.10), or without it (alpine).
+func referenceMatch(pattern, name string) bool {
+	if ok, _ := path.Match(pattern, name); ok {
+		return true
+	}
+	repo := name
+	if j := strings.LastIndexAny(repo, ":@"); j > strings.LastIndex(repo, "/") {
+		repo = repo[:j]
+	}
+	ok, _ := path.Match(pattern, repo)
+	return ok
 }
 
 func (s *Server) imageInspect(w http.ResponseWriter, r *request, name string) {
@@ -109,6 +163,11 @@ func (s *Server) imageInspect(w http.ResponseWriter, r *request, name string) {
 	m["ContainerConfig"] = m["Config"]
 	m["VirtualSize"] = m["Size"]
 	m["GraphDriver"] = map[string]any{"Name": "overlay", "Data": map[string]string{}}
+	if tags, ok := m["RepoTags"].([]string); ok {
+		for i, t := range tags {
+			tags[i] = image.DockerName(t)
+		}
+	}
 	if d, ok := m["Digest"].(string); ok {
 		m["RepoDigests"] = []string{strings.SplitN(name, ":", 2)[0] + "@" + d}
 	}
@@ -138,8 +197,6 @@ func (s *Server) imagePull(w http.ResponseWriter, r *request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
 	msg := func(v map[string]any) {
 		b, _ := json.Marshal(v)
 		w.Write(append(b, '\r', '\n'))
@@ -147,15 +204,68 @@ func (s *Server) imagePull(w http.ResponseWriter, r *request) {
 			f.Flush()
 		}
 	}
-	msg(map[string]any{"status": "Pulling from " + ref, "id": tagOf(ref)})
-	img, err := s.b.Store().Pull(r.Context(), ref)
+	type pulled struct {
+		img *image.Image
+		err error
+	}
+	done := make(chan pulled, 1)
+	go func() {
+		img, err := s.b.Store().Pull(r.Context(), ref)
+		done <- pulled{img, err}
+	}()
+	// As dockerd: a pull that fails before its stream has begun (no such
+	// repository or tag, a registry that refuses) answers with its status
+	// code; the stream begins once the pull takes longer than a lookup.
+	var res pulled
+	select {
+	case res = <-done:
+		if res.err != nil {
+			code, m := pullError(ref, res.err)
+			writeError(w, code, m)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		msg(map[string]any{"status": "Pulling from " + ref, "id": tagOf(ref)})
+	case <-time.After(pullHeaderWait):
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		msg(map[string]any{"status": "Pulling from " + ref, "id": tagOf(ref)})
+		res = <-done
+	}
+	img, err := res.img, res.err
 	if err != nil {
-		msg(map[string]any{"errorDetail": map[string]string{"message": err.Error()}, "error": err.Error()})
+		_, m := pullError(ref, err)
+		msg(map[string]any{"errorDetail": map[string]string{"message": m}, "error": m})
 		return
 	}
 	s.events.emit("image", "pull", ref, nil)
 	msg(map[string]any{"status": "Digest: " + img.Digest})
 	msg(map[string]any{"status": "Status: Image is up to date for " + ref})
+}
+
+// pullHeaderWait is how long a pull may take before its stream begins
+// (and a failure can no longer change the status code).
+const pullHeaderWait = 3 * time.Second
+
+// pullError is dockerd's status and message for a failed pull: 404 for a
+// repository or tag the registry does not have (or will not show), 500
+// for the rest.
+func pullError(ref string, err error) (int, string) {
+	name := image.DockerName(ref)
+	repo := name
+	if j := strings.LastIndexAny(repo, ":@"); j > strings.LastIndex(repo, "/") {
+		repo = repo[:j]
+	}
+	switch {
+	case errors.Is(err, image.ErrUnauthorized):
+		return http.StatusNotFound, fmt.Sprintf("pull access denied for %s, repository does not exist or may require 'docker login': denied: requested access to the resource is denied", repo)
+	case errors.Is(err, image.ErrNotFound) && strings.Contains(err.Error(), "NAME_UNKNOWN"):
+		return http.StatusNotFound, fmt.Sprintf("repository %s not found: name unknown: repository name not known to registry", repo)
+	case errors.Is(err, image.ErrNotFound):
+		return http.StatusNotFound, fmt.Sprintf("manifest for %s not found: manifest unknown: manifest unknown", name)
+	}
+	return http.StatusInternalServerError, err.Error()
 }
 
 func tagOf(ref string) string {
@@ -212,7 +322,7 @@ func (s *Server) imageLoad(w http.ResponseWriter, r *request) {
 		return
 	}
 	for _, n := range names {
-		b, _ := json.Marshal(map[string]string{"stream": "Loaded image: " + n + "\n"})
+		b, _ := json.Marshal(map[string]string{"stream": "Loaded image: " + image.DockerName(n) + "\n"})
 		w.Write(append(b, '\r', '\n'))
 	}
 }

@@ -215,7 +215,12 @@ func (s *Server) info(w http.ResponseWriter, r *request) {
 			running++
 		}
 	}
-	images, _ := s.b.Store().List()
+	// Images, not names: an image with two tags counts once, as dockerd's.
+	stored, _ := s.b.Store().List()
+	images := map[string]bool{}
+	for _, i := range stored {
+		images[i.ID] = true
+	}
 	host, _ := os.Hostname()
 	writeJSON(w, http.StatusOK, map[string]any{
 		"ID": "slopbox", "Containers": len(list), "ContainersRunning": running, "ContainersPaused": paused,
