@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -29,7 +30,9 @@ func engineDo(t *testing.T, sock, method, path string, body any) (int, []byte) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := engineClient(sock).Do(req)
+	client := engineClient(sock)
+	client.Timeout = time.Minute
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -285,4 +288,96 @@ func TestServeImageNames(t *testing.T) {
 	if code != http.StatusNotFound || !strings.Contains(string(b), "manifest for "+missing+":nosuchtag not found") {
 		t.Errorf("pull of a missing tag: %d %s, want 404 manifest for ... not found", code, b)
 	}
+}
+
+// hijacked sends a POST whose response becomes a raw stream (attach, exec
+// start) and returns the connection, past the response's head.
+func hijacked(t *testing.T, sock, path string, body any) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, "http://slopbox/v1.41"+path, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	if err := req.Write(c); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: %v %v", path, resp, err)
+	}
+	return c, br
+}
+
+// endsWithin reports whether the stream on br ends (EOF or a reset)
+// within d, discarding what it carries.
+func endsWithin(c net.Conn, br *bufio.Reader, d time.Duration) bool {
+	c.SetReadDeadline(time.Now().Add(d))
+	_, err := io.Copy(io.Discard, br)
+	var ne net.Error
+	return !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// TestServeDetachKeys: the detach keys end an attach or a terminal exec
+// and leave the container and the command running, as dockerd's: ctrl-p
+// ctrl-q by default, detachKeys (attach's query, exec create's body)
+// otherwise; other input, a lone ctrl-p included, does not end them; a
+// bad sequence is a 400. docker-py's AttachContainerTest::
+// test_detach_with_* and ExecTest::test_detach_with_*. Before: the keys
+// were ignored and the streams went on until the client gave up.
+func TestServeDetachKeys(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	must := dockerMust(t, sock)
+	must("pull", "-q", e.ref)
+	must("run", "-d", "-i", "-t", "--name", "cat", e.ref, "cat")
+	for _, c := range []struct {
+		query string
+		keys  []byte
+	}{
+		{"", []byte{0x10, 0x11}},
+		{"&detachKeys=ctrl-x", []byte{0x18}},
+		{"&detachKeys=ctrl-p,a", []byte{0x10, 'a'}},
+	} {
+		conn, br := hijacked(t, sock, "/containers/cat/attach?stdin=1&stdout=1&stream=1"+c.query, nil)
+		conn.Write([]byte("hello\n\x10x"))
+		if endsWithin(conn, br, 500*time.Millisecond) {
+			t.Errorf("attach%s: ended before its detach keys", c.query)
+		}
+		conn.Write(c.keys)
+		if !endsWithin(conn, br, 5*time.Second) {
+			t.Errorf("attach%s: still attached 5s after its detach keys", c.query)
+		}
+	}
+	if out := must("inspect", "-f", "{{.State.Running}}", "cat"); out != "true\n" {
+		t.Errorf("container after detaching: running %q", out)
+	}
+	if code, b := engineDo(t, sock, http.MethodPost, "/containers/cat/attach?stdin=1&stream=1&detachKeys=ctrl-", nil); code != http.StatusBadRequest || !strings.Contains(string(b), "detach keys") {
+		t.Errorf("attach with bad detach keys: %d %s", code, b)
+	}
+
+	for _, keys := range []string{"", "ctrl-p"} {
+		var r struct{ Id string }
+		engineJSON(t, sock, http.MethodPost, "/containers/cat/exec", map[string]any{"Cmd": []string{"cat"}, "Tty": true,
+			"AttachStdin": true, "AttachStdout": true, "detachKeys": keys}, http.StatusCreated, &r)
+		conn, br := hijacked(t, sock, "/exec/"+r.Id+"/start", map[string]any{"Tty": true})
+		conn.Write([]byte("hi\n"))
+		if endsWithin(conn, br, 500*time.Millisecond) {
+			t.Errorf("exec with keys %q: ended before its detach keys", keys)
+		}
+		conn.Write([]byte{0x10, 0x11})
+		if !endsWithin(conn, br, 5*time.Second) {
+			t.Errorf("exec with keys %q: still attached 5s after its detach keys", keys)
+		}
+		var st struct{ Running bool }
+		engineJSON(t, sock, http.MethodGet, "/exec/"+r.Id+"/json", nil, http.StatusOK, &st)
+		if !st.Running {
+			t.Errorf("exec with keys %q: not running after its client detached", keys)
+		}
+	}
+	must("rm", "-f", "cat")
 }
