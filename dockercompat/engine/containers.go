@@ -452,6 +452,22 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		w.WriteHeader(http.StatusNoContent)
 	case verb == "archive":
 		s.containerArchive(w, r, sb)
+	case verb == "changes" && m == http.MethodGet:
+		ch, err := sb.Changes()
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		out := []map[string]any{}
+		for _, c := range ch {
+			out = append(out, map[string]any{"Path": c.Path, "Kind": c.Kind})
+		}
+		writeJSON(w, http.StatusOK, out)
+	case verb == "export" && m == http.MethodGet:
+		lw := &lazyWriter{w: w, contentType: "application/x-tar"}
+		if err := sb.Export(lw); err != nil && !lw.started {
+			fail(w, err) // once the tar has begun, a failure can only cut it short
+		}
 	case (verb == "pause" || verb == "unpause") && m == http.MethodPost:
 		do := sb.Pause
 		if verb == "unpause" {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
 	"github.com/slopbox/slopbox/image"
 )
 
@@ -40,6 +42,8 @@ func (s *Server) imageRoute(w http.ResponseWriter, r *request, rest string) {
 		w.WriteHeader(http.StatusCreated)
 	case verb == "get" && r.Method == http.MethodGet:
 		s.imageSave(w, []string{name})
+	case verb == "history" && r.Method == http.MethodGet:
+		s.imageHistory(w, name)
 	case verb == "" && r.Method == http.MethodDelete:
 		rm := s.b.Store().Remove
 		if boolParam(r, "force") {
@@ -325,4 +329,51 @@ func (s *Server) imageLoad(w http.ResponseWriter, r *request) {
 		b, _ := json.Marshal(map[string]string{"stream": "Loaded image: " + image.DockerName(n) + "\n"})
 		w.Write(append(b, '\r', '\n'))
 	}
+}
+
+// imageHistory is GET /images/{name}/history: the image config's history,
+// newest first, as dockerd answers it: the newest entry has the image's id
+// and names, the others "<missing>" (their images are not in the store);
+// Size is that of the entry's layer (compressed), 0 for one that made none.
+func (s *Server) imageHistory(w http.ResponseWriter, name string) {
+	img, err := s.b.Store().Get(name)
+	if err != nil {
+		s.imageError(w, name, err)
+		return
+	}
+	m, err := s.b.Store().Inspect(name)
+	if err != nil {
+		s.imageError(w, name, err)
+		return
+	}
+	var sizes []int64
+	if layers, ok := m["Layers"].([]ocispec.Descriptor); ok {
+		for _, l := range layers {
+			sizes = append(sizes, l.Size)
+		}
+	}
+	var tags []string
+	if t, ok := m["RepoTags"].([]string); ok {
+		for _, n := range t {
+			tags = append(tags, image.DockerName(n))
+		}
+	}
+	hist := img.Config.History
+	out := []map[string]any{}
+	layer := 0
+	for _, h := range hist {
+		var size int64
+		if !h.EmptyLayer && layer < len(sizes) {
+			size = sizes[layer]
+			layer++
+		}
+		out = append(out, map[string]any{"Id": "<missing>", "Created": h.Created.Unix(), "CreatedBy": h.CreatedBy,
+			"Tags": nil, "Size": size, "Comment": h.Comment})
+	}
+	if len(out) == 0 {
+		out = append(out, map[string]any{"Created": img.Config.Created.Unix(), "CreatedBy": "", "Size": int64(0), "Comment": ""})
+	}
+	slices.Reverse(out)
+	out[0]["Id"], out[0]["Tags"] = img.ID, tags
+	writeJSON(w, http.StatusOK, out)
 }

@@ -8,6 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -380,4 +383,87 @@ func TestServeDetachKeys(t *testing.T) {
 		}
 	}
 	must("rm", "-f", "cat")
+}
+
+// TestServeDiffExportHistory: /containers/{id}/changes (docker diff),
+// /containers/{id}/export (docker export) and /images/{name}/history,
+// and the CLI's diff; the container's files are read on the host through
+// its layers, a running container's too. The race: while the sandbox
+// keeps swapping a directory for a symlink to a host directory (which
+// exists on the host, not in the sandbox), export and diff never list
+// what is in that host directory: every name is opened under its
+// parent's descriptor with RESOLVE_NO_SYMLINKS. Before: 404 for all three
+// (docker-py's DiffTest and ExportTest).
+func TestServeDiffExportHistory(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	must := dockerMust(t, sock)
+	must("pull", "-q", e.ref)
+	must("run", "--name", "ch", e.ref, "sh", "-c", "touch /test; mkdir -p /a/b; echo x > /a/b/c; rm /bin/ls; ln -s /etc/shadow /a/link; echo y >> /etc/passwd")
+	want := "A /a\nA /a/b\nA /a/b/c\nA /a/link\nC /bin\nD /bin/ls\nC /etc\nC /etc/passwd\nA /test\n"
+	if out := must("diff", "ch"); out != want {
+		t.Errorf("docker diff:\n%s\nwant:\n%s", out, want)
+	}
+	if out, code := e.run("", "diff", "ch"); code != 0 || out != want {
+		t.Errorf("slopbox diff: %d\n%s", code, out)
+	}
+	tarball := t.TempDir() + "/ch.tar"
+	must("export", "-o", tarball, "ch")
+	list, err := exec.Command("tar", "tvf", tarball).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tar tvf of the export: %v\n%s", err, list)
+	}
+	for _, w := range []string{" a/b/c\n", " a/link -> /etc/shadow\n", " test\n", " bin/sh -> busybox\n", " bin/busybox\n"} {
+		if !strings.Contains(string(list), w) {
+			t.Errorf("export has no%s", w)
+		}
+	}
+	if strings.Contains(string(list), " bin/ls") {
+		t.Errorf("export has the deleted bin/ls")
+	}
+	if out, _ := exec.Command("tar", "xOf", tarball, "etc/passwd").Output(); !strings.HasSuffix(string(out), "\ny\n") {
+		t.Errorf("export's etc/passwd does not end with the line the container added: %q", out)
+	}
+	var hist []struct {
+		Id        string
+		CreatedBy string
+		Tags      []string
+	}
+	engineJSON(t, sock, http.MethodGet, "/images/"+e.ref+"/history", nil, http.StatusOK, &hist)
+	if len(hist) == 0 || !strings.HasPrefix(hist[0].Id, "sha256:") || len(hist[0].Tags) != 1 {
+		t.Errorf("history: %+v", hist)
+	}
+	if code, _ := engineDo(t, sock, http.MethodGet, "/images/nosuch:image/history", nil); code != http.StatusNotFound {
+		t.Errorf("history of a missing image: %d", code)
+	}
+
+	// The race: the container's upper layer holds a directory d and a
+	// symlink s to a host directory; the names are swapped with
+	// renameat2(RENAME_EXCHANGE) meanwhile, as the sandbox could.
+	host := searchable(t, t.TempDir())
+	if err := os.WriteFile(host+"/host-marker", []byte("host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	must("run", "--name", "flip", e.ref, "sh", "-c", "mkdir -p /x/d && touch /x/d/inner && ln -s "+host+" /x/s")
+	id := strings.TrimSpace(must("inspect", "-f", "{{.Id}}", "flip"))
+	stop := flipNames(t, filepath.Join(e.root, "c", id, "upper", "x"), "d", "s")
+	deadline := time.Now().Add(4 * time.Second)
+	tries, inner := 0, 0
+	for time.Now().Before(deadline) {
+		tries++
+		code, b := engineDo(t, sock, http.MethodGet, "/containers/flip/export", nil)
+		if bytes.Contains(b, []byte("host-marker")) {
+			t.Fatalf("export %d followed the sandbox's symlink to the host directory", tries)
+		}
+		if code == http.StatusOK && bytes.Contains(b, []byte("x/d/inner")) {
+			inner++
+		}
+		_, b = engineDo(t, sock, http.MethodGet, "/containers/flip/changes", nil)
+		if bytes.Contains(b, []byte("host-marker")) {
+			t.Fatalf("diff %d followed the sandbox's symlink to the host directory", tries)
+		}
+	}
+	stop()
+	t.Logf("%d exports and diffs while the sandbox swapped, %d saw the directory", tries, inner)
+	must("rm", "-f", "flip", "ch")
 }
