@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -314,7 +315,11 @@ func (s *Sandbox) exportDir(tw *tar.Writer, d *mergedDir, p string) error {
 	sort.Strings(names)
 	for _, n := range names {
 		e := ents[n]
-		if err := s.exportEntry(tw, d, n, e, path.Join(p, n)); err != nil {
+		name := n
+		if p != "" {
+			name = p + "/" + n // "./x" stays so, for an archive of DIR/.
+		}
+		if err := s.exportEntry(tw, d, n, e, name); err != nil {
 			return err
 		}
 	}
@@ -398,4 +403,145 @@ func containerID(maps []userns.IDMap, h uint32) int {
 		}
 	}
 	return 65534
+}
+
+// maxViewSymlinks bounds the symlinks one lookup in the merged view
+// follows (as the kernel's 40).
+const maxViewSymlinks = 40
+
+// lookup finds path p of the merged view from its root: the directory
+// holding its last component, that component's name and entry. Symlinks
+// on the way are resolved inside the view, by slopbox reading them, never
+// by the kernel; the last component is not followed. The caller closes
+// the directory.
+func lookup(root *mergedDir, p string) (*mergedDir, string, entry, error) {
+	rest := strings.Split(strings.Trim(path.Clean("/"+p), "/"), "/")
+	cur, curPath := root, "/"
+	own := false // cur is ours to close
+	links := 0
+	closeCur := func() {
+		if own {
+			cur.close()
+		}
+	}
+	for len(rest) > 0 {
+		n := rest[0]
+		rest = rest[1:]
+		if n == "" || n == "." {
+			continue
+		}
+		if n == ".." {
+			// Up: resolve the parent again from the root.
+			rest = append(strings.Split(strings.Trim(path.Dir(curPath), "/"), "/"), rest...)
+			closeCur()
+			cur, curPath, own = root, "/", false
+			continue
+		}
+		ents, err := cur.entries()
+		if err != nil {
+			closeCur()
+			return nil, "", entry{}, err
+		}
+		e, ok := ents[n]
+		if !ok || e.deleted {
+			closeCur()
+			return nil, "", entry{}, fmt.Errorf("%s: %w", path.Join(curPath, n), os.ErrNotExist)
+		}
+		if len(rest) == 0 {
+			return cur, n, e, nil
+		}
+		switch e.st.Mode & unix.S_IFMT {
+		case unix.S_IFLNK:
+			if links++; links > maxViewSymlinks {
+				closeCur()
+				return nil, "", entry{}, fmt.Errorf("%s: %w", p, unix.ELOOP)
+			}
+			buf := make([]byte, unix.PathMax)
+			k, err := unix.Readlinkat(cur.fds[e.layer], n, buf)
+			if err != nil {
+				closeCur()
+				return nil, "", entry{}, err
+			}
+			target := string(buf[:k])
+			if !path.IsAbs(target) {
+				target = path.Join(curPath, target)
+			}
+			rest = append(strings.Split(strings.Trim(path.Clean(target), "/"), "/"), rest...)
+			closeCur()
+			cur, curPath, own = root, "/", false
+		case unix.S_IFDIR:
+			c, err := cur.child(n, e)
+			closeCur()
+			if err != nil {
+				return nil, "", entry{}, err
+			}
+			cur, curPath, own = c, path.Join(curPath, n), true
+		default:
+			closeCur()
+			return nil, "", entry{}, fmt.Errorf("%s: %w", path.Join(curPath, n), unix.ENOTDIR)
+		}
+	}
+	// p is the root itself.
+	return nil, "", entry{}, errRootPath
+}
+
+var errRootPath = errors.New("the root directory")
+
+// ReadFiles writes path src of a sandbox that is not running as a tar
+// stream, as CopyOut does for a running one (docker cp SANDBOX:SRC of a
+// created or stopped container): its top entry named as copytar.Source
+// names it, symlinks on the way resolved inside the sandbox's filesystem,
+// the last one stored; read on the host through its layers.
+func (s *Sandbox) ReadFiles(src string, w io.Writer) error {
+	merged, image, err := s.rootDirs()
+	if err != nil {
+		return err
+	}
+	defer merged.close()
+	image.close()
+	contents := src == "." || strings.HasSuffix(src, "/.") || path.Clean("/"+src) == "/"
+	tw := tar.NewWriter(w)
+	if contents {
+		d := merged
+		if path.Clean("/"+src) != "/" {
+			parent, n, e, err := lookup(merged, strings.TrimSuffix(src, "."))
+			if err != nil {
+				return fmt.Errorf("copy from %s: %w", cmpName(s.rec), err)
+			}
+			if parent != merged {
+				defer parent.close()
+			}
+			if e.st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				return fmt.Errorf("copy from %s: %s is not a directory (it ends in /.)", cmpName(s.rec), src)
+			}
+			if d, err = parent.child(n, e); err != nil {
+				return err
+			}
+			defer d.close()
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(d.fds[0], &st); err != nil {
+			return err
+		}
+		h := s.header(&st, "./")
+		h.Typeflag = tar.TypeDir
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if err := s.exportDir(tw, d, "."); err != nil {
+			return err
+		}
+		return tw.Close()
+	}
+	parent, n, e, err := lookup(merged, src)
+	if err != nil {
+		return fmt.Errorf("copy from %s: %w", cmpName(s.rec), err)
+	}
+	if parent != merged {
+		defer parent.close()
+	}
+	if err := s.exportEntry(tw, parent, n, e, path.Base(path.Clean("/"+src))); err != nil {
+		return err
+	}
+	return tw.Close()
 }

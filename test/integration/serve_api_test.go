@@ -467,3 +467,72 @@ func TestServeDiffExportHistory(t *testing.T) {
 	t.Logf("%d exports and diffs while the sandbox swapped, %d saw the directory", tries, inner)
 	must("rm", "-f", "flip", "ch")
 }
+
+// TestServeArchiveStopped: GET and HEAD /containers/{id}/archive (docker
+// cp out of a container) of a created or stopped container, read on the
+// host through its layers: a file, a directory, DIR/., a symlink stored
+// as one, symlinks on the way resolved inside the container (a relative
+// one and one to an absolute path), 404 for a missing path. The race:
+// while the upper layer's directory and a symlink to a host directory
+// swap names (renameat2 RENAME_EXCHANGE), no copy ever holds the host
+// directory's file. Before: 409 (docker-py's ArchiveTest::
+// test_get_file_archive_from_container, test_get_file_stat_from_container).
+func TestServeArchiveStopped(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	must := dockerMust(t, sock)
+	must("pull", "-q", e.ref)
+	must("run", "--name", "st", e.ref, "sh", "-c", "mkdir -p /a/b && echo x > /a/b/c && ln -s /etc/shadow /a/link && ln -s b /a/rel && ln -s /a /abs")
+	dst := t.TempDir()
+	must("cp", "st:/a/b/c", dst+"/c")
+	must("cp", "st:/a", dst+"/a")
+	must("cp", "st:/a/.", dst+"/dot")
+	must("cp", "st:/a/rel/c", dst+"/relc")
+	must("cp", "st:/abs/b/c", dst+"/absc")
+	for _, f := range []string{"c", "a/b/c", "dot/b/c", "relc", "absc"} {
+		if b, err := os.ReadFile(dst + "/" + f); err != nil || string(b) != "x\n" {
+			t.Errorf("cp of a stopped container: %s: %q %v", f, b, err)
+		}
+	}
+	for _, l := range []string{"a/link", "dot/link"} {
+		if target, err := os.Readlink(dst + "/" + l); err != nil || target != "/etc/shadow" {
+			t.Errorf("cp of a stopped container: %s: not the symlink: %q %v", l, target, err)
+		}
+	}
+	if out, code := dockerCLI(t, debianDocker, sock, "", "cp", "st:/nonexistent", dst+"/n"); code == 0 || !strings.Contains(out, "Could not find the file") && !strings.Contains(out, "No such container:path") {
+		t.Errorf("cp of a missing path: %d %q", code, out)
+	}
+	must("create", "--name", "cr", e.ref, "true")
+	must("cp", "cr:/etc/passwd", dst+"/passwd")
+	if b, _ := os.ReadFile(dst + "/passwd"); !strings.HasPrefix(string(b), "root:") {
+		t.Errorf("cp of a created container: %q", b)
+	}
+	if code, _ := engineDo(t, sock, http.MethodHead, "/containers/cr/archive?path=/etc/passwd", nil); code != http.StatusOK {
+		t.Errorf("HEAD archive of a created container: %d", code)
+	}
+
+	host := searchable(t, t.TempDir())
+	if err := os.WriteFile(host+"/host-marker", []byte("host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	must("run", "--name", "flip", e.ref, "sh", "-c", "mkdir -p /x/d && touch /x/d/inner && ln -s "+host+" /x/s")
+	id := strings.TrimSpace(must("inspect", "-f", "{{.Id}}", "flip"))
+	stop := flipNames(t, filepath.Join(e.root, "c", id, "upper", "x"), "d", "s")
+	deadline := time.Now().Add(4 * time.Second)
+	tries, inner := 0, 0
+	for time.Now().Before(deadline) {
+		for _, p := range []string{"/x", "/x/d", "/x/d/.", "/x/d/inner", "/x/d/host-marker"} {
+			tries++
+			code, b := engineDo(t, sock, http.MethodGet, "/containers/flip/archive?path="+p, nil)
+			if bytes.Contains(b, []byte("host-marker")) && code == http.StatusOK {
+				t.Fatalf("archive of %s (try %d) followed the sandbox's symlink to the host directory", p, tries)
+			}
+			if code == http.StatusOK && bytes.Contains(b, []byte("inner")) {
+				inner++
+			}
+		}
+	}
+	stop()
+	t.Logf("%d copies while the names swapped, %d saw the directory", tries, inner)
+	must("rm", "-f", "flip", "st", "cr")
+}
