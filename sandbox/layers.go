@@ -545,3 +545,43 @@ func (s *Sandbox) ReadFiles(src string, w io.Writer) error {
 	}
 	return tw.Close()
 }
+
+// WritableSize is the size in bytes of what the sandbox wrote (the
+// regular files of its upper layer, as Docker's SizeRw), counted through
+// descriptors as the rest of this file reads it; 0 when it has none the
+// host can see.
+func (s *Sandbox) WritableSize() int64 {
+	if s.rec.Limits.RootfsBytes > 0 {
+		return 0
+	}
+	fd, err := unix.Open(filepath.Join(s.dir, "upper"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(fd)
+	return dirSize(fd, 0)
+}
+
+func dirSize(fd, depth int) int64 {
+	names, err := readNames(fd)
+	if err != nil || depth > 256 {
+		return 0
+	}
+	var total int64
+	for _, n := range names {
+		var st unix.Stat_t
+		if unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			continue
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			total += st.Size
+		case unix.S_IFDIR:
+			if sub, err := openBeneath(fd, n, unix.O_RDONLY|unix.O_DIRECTORY); err == nil {
+				total += dirSize(sub, depth+1)
+				unix.Close(sub)
+			}
+		}
+	}
+	return total
+}

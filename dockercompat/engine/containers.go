@@ -885,6 +885,19 @@ func inspect(i sandbox.Info) map[string]any {
 }
 
 func (s *Server) containerPrune(w http.ResponseWriter, r *request) {
+	// What each stopped container wrote, measured before it goes: the
+	// space the prune reclaims, as dockerd reports it.
+	sizes := map[string]int64{}
+	if list, err := s.b.List(); err == nil {
+		for _, i := range list {
+			if i.Running {
+				continue
+			}
+			if sb, err := s.b.Open(i.ID); err == nil {
+				sizes[i.ID] = sb.WritableSize()
+			}
+		}
+	}
 	removed, err := s.b.Prune(false)
 	if err != nil {
 		fail(w, err)
@@ -893,7 +906,11 @@ func (s *Server) containerPrune(w http.ResponseWriter, r *request) {
 	if removed == nil {
 		removed = []string{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ContainersDeleted": removed, "SpaceReclaimed": 0})
+	var reclaimed int64
+	for _, id := range removed {
+		reclaimed += sizes[id]
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ContainersDeleted": removed, "SpaceReclaimed": reclaimed})
 }
 
 func (s *Server) containerTop(w http.ResponseWriter, sb *sandbox.Sandbox) {

@@ -536,3 +536,24 @@ func TestServeArchiveStopped(t *testing.T) {
 	t.Logf("%d copies while the names swapped, %d saw the directory", tries, inner)
 	must("rm", "-f", "flip", "st", "cr")
 }
+
+// TestServeContainerPruneSpace: /containers/prune reports the bytes the
+// removed containers had written (docker-py's PruneTest::
+// test_prune_containers). Before: always 0.
+func TestServeContainerPruneSpace(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	must := dockerMust(t, sock)
+	must("pull", "-q", e.ref)
+	must("run", "--name", "wrote", e.ref, "sh", "-c", "echo hello > /data.txt")
+	must("run", "-d", "--name", "runs", e.ref, "sleep", "1000")
+	var r struct {
+		ContainersDeleted []string
+		SpaceReclaimed    int64
+	}
+	engineJSON(t, sock, http.MethodPost, "/containers/prune", nil, http.StatusOK, &r)
+	if len(r.ContainersDeleted) != 1 || r.SpaceReclaimed < int64(len("hello\n")) {
+		t.Errorf("prune: %+v, want one container and at least 6 bytes", r)
+	}
+	must("rm", "-f", "runs")
+}
