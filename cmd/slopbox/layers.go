@@ -8,8 +8,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+
+	"github.com/slopbox/slopbox/image"
 )
 
 func diffCmd() *cobra.Command {
@@ -94,4 +97,48 @@ func historyCmd() *cobra.Command {
 			return tw.Flush()
 		},
 	}
+}
+
+func importCmd() *cobra.Command {
+	var changes []string
+	var message string
+	c := &cobra.Command{
+		Use:   "import [-c CHANGE]... FILE|- [REPOSITORY[:TAG]]",
+		Short: "Make an image of a root filesystem tarball (plain or gzip; - reads stdin)",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var cfg v1.Config
+			if err := image.ApplyChanges(&cfg, changes); err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			st, err := openStore()
+			if err != nil {
+				return err
+			}
+			var r io.Reader = os.Stdin
+			if args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return &exitError{code: 1, err: err}
+				}
+				defer f.Close()
+				r = f
+			}
+			ref := ""
+			if len(args) == 2 {
+				ref = args[1]
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			id, err := st.Import(ctx, r, ref, cfg, message)
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			fmt.Println(id)
+			return nil
+		},
+	}
+	c.Flags().StringArrayVarP(&changes, "change", "c", nil, "apply a Dockerfile instruction to the image's config (CMD, ENTRYPOINT, ENV, LABEL, USER, WORKDIR, EXPOSE, STOPSIGNAL)")
+	c.Flags().StringVarP(&message, "message", "m", "", "the comment of the image's history entry")
+	return c
 }

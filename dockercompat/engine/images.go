@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path"
 	"slices"
 	"strings"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/slopbox/slopbox/image"
@@ -185,9 +188,13 @@ func (s *Server) imageInspect(w http.ResponseWriter, r *request, name string) {
 // last message (errorDetail), as the docker CLI expects.
 func (s *Server) imagePull(w http.ResponseWriter, r *request) {
 	q := r.URL.Query()
+	if q.Has("fromSrc") {
+		s.imageImport(w, r)
+		return
+	}
 	ref := q.Get("fromImage")
 	if ref == "" {
-		writeError(w, http.StatusBadRequest, "fromImage is required (image import is not supported)")
+		writeError(w, http.StatusBadRequest, "fromImage or fromSrc is required")
 		return
 	}
 	if tag := q.Get("tag"); tag != "" {
@@ -376,4 +383,70 @@ func (s *Server) imageHistory(w http.ResponseWriter, name string) {
 	slices.Reverse(out)
 	out[0]["Id"], out[0]["Tags"] = img.ID, tags
 	writeJSON(w, http.StatusOK, out)
+}
+
+// imageImport is POST /images/create?fromSrc=: docker import of a root
+// filesystem tarball, the request body (fromSrc=-) or fetched from a URL
+// on this host's loopback (a remote one is refused: the server would
+// fetch for its client), named repo:tag, with the changes (Dockerfile
+// instructions) applied to its config. Its stream ends with the image's
+// id as the status, as dockerd's.
+func (s *Server) imageImport(w http.ResponseWriter, r *request) {
+	q := r.URL.Query()
+	ref := q.Get("repo")
+	if t := q.Get("tag"); ref != "" && t != "" {
+		ref += ":" + t
+	}
+	var cfg v1.Config
+	if err := image.ApplyChanges(&cfg, q["changes"]); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	src := q.Get("fromSrc")
+	var body io.Reader = r.Body
+	if src != "-" {
+		u, err := url.Parse(src)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || !loopbackHost(u.Hostname()) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("fromSrc %q: want - (the request body) or an http(s) URL on this host's loopback (127.0.0.1, ::1, localhost)", src))
+			return
+		}
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u.String(), nil)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "import: "+err.Error())
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			writeError(w, http.StatusInternalServerError, fmt.Sprintf("import: GET %s: %s", u, resp.Status))
+			return
+		}
+		body = resp.Body
+	}
+	id, err := s.b.Store().Import(r.Context(), body, ref, cfg, q.Get("message"))
+	if err != nil {
+		code := statusOf(err)
+		if errors.Is(err, image.ErrBadRef) || errors.Is(err, image.ErrBadArchive) {
+			code = http.StatusBadRequest
+		}
+		writeError(w, code, err.Error())
+		return
+	}
+	s.events.emit("image", "import", id, nil)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	b, _ := json.Marshal(map[string]string{"status": id})
+	w.Write(append(b, '\r', '\n'))
+}
+
+func loopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }

@@ -557,3 +557,79 @@ func TestServeContainerPruneSpace(t *testing.T) {
 	}
 	must("rm", "-f", "runs")
 }
+
+// TestServeImport: POST /images/create?fromSrc=- (docker import) makes an
+// image of the request body's root filesystem, with changes applied to
+// its config, and answers the image's id as the last status; fromSrc may
+// be a URL on the loopback, not elsewhere; slopbox import does the same
+// from a file. Before: 400 "fromImage is required" (docker-py's
+// ImportImageTest).
+func TestServeImport(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	must := dockerMust(t, sock)
+	must("pull", "-q", e.ref)
+	must("run", "--name", "src", e.ref, "sh", "-c", "echo imported > /marker")
+	tarball := t.TempDir() + "/fs.tar"
+	must("export", "-o", tarball, "src")
+	fs, err := os.ReadFile(tarball)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, `http://slopbox/v1.41/images/create?fromSrc=-&repo=test/imported&tag=v1&changes=USER+foobar&changes=CMD+["echo"]`, bytes.NewReader(fs))
+	req.Header.Set("Content-Type", "application/tar")
+	resp, err := engineClient(sock).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	lines := strings.Split(strings.TrimSpace(string(body)), "\n")
+	var last struct{ Status, Error string }
+	json.Unmarshal([]byte(lines[len(lines)-1]), &last)
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(last.Status, "sha256:") {
+		t.Fatalf("import: %d %s", resp.StatusCode, body)
+	}
+	var img struct {
+		Id     string
+		Config struct {
+			Cmd  []string
+			User string
+		}
+	}
+	engineJSON(t, sock, http.MethodGet, "/images/test/imported:v1/json", nil, http.StatusOK, &img)
+	if img.Id != last.Status || strings.Join(img.Config.Cmd, " ") != "echo" || img.Config.User != "foobar" {
+		t.Errorf("imported image: %+v, want id %s, Cmd [echo], User foobar", img, last.Status)
+	}
+	if out := must("run", "--rm", "-u", "0", "test/imported:v1", "cat", "/marker"); out != "imported\n" {
+		t.Errorf("a container of the imported image: %q", out)
+	}
+
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(fs) })}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	code, b := engineDo(t, sock, http.MethodPost, "/images/create?fromSrc=http://"+ln.Addr().String()+"/fs.tar&repo=test/fromurl", nil)
+	if code != http.StatusOK || !strings.Contains(string(b), `"status":"sha256:`) {
+		t.Errorf("import from a loopback URL: %d %s", code, b)
+	}
+	must("image", "inspect", "test/fromurl")
+	if code, b := engineDo(t, sock, http.MethodPost, "/images/create?fromSrc=http://192.0.2.1/fs.tar", nil); code != http.StatusBadRequest {
+		t.Errorf("import from a remote URL: %d %s, want 400", code, b)
+	}
+	if code, b := engineDo(t, sock, http.MethodPost, "/images/create?fromSrc=-&changes=RUN+true", nil); code != http.StatusBadRequest {
+		t.Errorf("import with RUN: %d %s, want 400", code, b)
+	}
+
+	if out, code := e.run("", "import", "-c", "ENV A=b", tarball, "cli/imported"); code != 0 || !strings.Contains(out, "sha256:") {
+		t.Fatalf("slopbox import: %d %s", code, out)
+	}
+	if out := must("image", "inspect", "-f", "{{.Config.Env}}", "cli/imported"); out != "[A=b]\n" {
+		t.Errorf("slopbox import's Env: %q", out)
+	}
+	must("rm", "src")
+	must("rmi", "test/imported:v1", "test/fromurl", "cli/imported")
+}
