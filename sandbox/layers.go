@@ -336,11 +336,18 @@ func (s *Sandbox) exportEntry(tw *tar.Writer, d *mergedDir, n string, e entry, p
 			return err
 		}
 		c, err := d.child(n, e)
+		if unreadable(err) {
+			return nil // the host may not read it (rootless): the directory alone
+		}
 		if err != nil {
 			return err
 		}
 		defer c.close()
-		return s.exportDir(tw, c, p)
+		err = s.exportDir(tw, c, p)
+		if unreadable(err) {
+			return nil
+		}
+		return err
 	case unix.S_IFLNK:
 		buf := make([]byte, unix.PathMax)
 		k, err := unix.Readlinkat(fd, n, buf)
@@ -351,6 +358,9 @@ func (s *Sandbox) exportEntry(tw *tar.Writer, d *mergedDir, n string, e entry, p
 		return tw.WriteHeader(h)
 	case unix.S_IFREG:
 		ffd, err := openBeneath(fd, n, unix.O_RDONLY|unix.O_NONBLOCK)
+		if unreadable(err) {
+			return nil // the host may not read it (rootless): left out
+		}
 		if err != nil {
 			return err
 		}
@@ -584,4 +594,11 @@ func dirSize(fd, depth int) int64 {
 		}
 	}
 	return total
+}
+
+// unreadable reports an error of a file or directory the host may not
+// read: rootless, a file of a subordinate id with no permission for
+// others. Such a file is left out rather than ending the whole archive.
+func unreadable(err error) bool {
+	return errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM)
 }
