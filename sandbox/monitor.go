@@ -628,7 +628,15 @@ func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writ
 	// The current file is opened first, so that nothing written while the
 	// rest is read is missed.
 	tail := &logTail{path: path}
-	tail.f, _ = os.Open(path)
+	if o.Follow {
+		// Created if the command has written nothing yet, as FollowOutput
+		// does: the open log stays readable when the sandbox is removed
+		// before its first line was read (docker-py's run(remove=True)
+		// follows, waits, removes, then reads).
+		tail.f, _ = os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o600)
+	} else {
+		tail.f, _ = os.Open(path)
+	}
 	defer tail.close()
 	b, err := os.ReadFile(path + ".1")
 	if err != nil && !errors.Is(err, os.ErrNotExist) {

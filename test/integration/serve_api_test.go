@@ -187,6 +187,22 @@ func TestServeLogsUntilAndFollow(t *testing.T) {
 		t.Errorf("logs follow of a silent container: no response headers after 5s")
 	}
 	must("rm", "-f", "quiet", "said")
+
+	// docker-py's run(remove=True): start, follow the log (its headers
+	// come at once now), wait, remove, and only then read what followed.
+	must("create", "--name", "brief", e.ref, "echo", "hello world")
+	must("start", "brief")
+	client := engineClient(sock)
+	resp, err := client.Get("http://slopbox/v1.41/containers/brief/logs?stdout=1&follow=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	must("wait", "brief")
+	must("rm", "brief")
+	if b, _ := io.ReadAll(resp.Body); !bytes.HasSuffix(b, []byte("hello world\n")) {
+		t.Errorf("logs followed from the start of a container removed before they were read: %q", b)
+	}
 }
 
 // TestServeEnvWithoutValue: an Env entry without "=" stays as given in
