@@ -306,13 +306,16 @@ type detachReader struct {
 
 func (d *detachReader) Read(p []byte) (int, error) {
 	for len(d.out) == 0 {
+		if d.detached {
+			return 0, errDetached // once what came before the keys is read
+		}
 		buf := make([]byte, len(p))
 		n, err := d.r.Read(buf)
 		for _, b := range buf[:n] {
 			if b == d.keys[d.held] {
 				if d.held++; d.held == len(d.keys) {
-					d.detached = true
-					return 0, errDetached // what came before went out already
+					d.detached = true // what follows the keys is dropped
+					break
 				}
 				continue
 			}
@@ -323,6 +326,9 @@ func (d *detachReader) Read(p []byte) (int, error) {
 				continue
 			}
 			d.out = append(d.out, b)
+		}
+		if d.detached {
+			continue
 		}
 		if err != nil {
 			if len(d.out) == 0 {
