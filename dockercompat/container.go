@@ -14,6 +14,7 @@ import (
 	"github.com/docker/go-units"
 
 	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -25,7 +26,24 @@ type created struct {
 	Binds      []string          `json:",omitempty"`
 	Mounts     []map[string]any  `json:",omitempty"`
 	Tmpfs      map[string]string `json:",omitempty"`
+	// EnvNames are the request's Env entries without "=": Docker keeps
+	// them as given in Config.Env, and does not set them.
+	EnvNames []string `json:",omitempty"`
+	// Image is the image as the request named it (Docker's Config.Image).
+	Image string `json:",omitempty"`
 }
+
+// imageName is the container's image as Docker shows it: as its create
+// named it, else its name in Docker's form.
+func imageName(i sandbox.Info, cc created) string {
+	if cc.Image != "" {
+		return cc.Image
+	}
+	return image.DockerName(i.Image)
+}
+
+// ImageName is imageName for a sandbox's list entry (GET /containers/json).
+func ImageName(i sandbox.Info) string { return imageName(i, loadCreated(i.StateDir)) }
 
 const createdFile = "engine-create.json"
 
@@ -33,7 +51,7 @@ const createdFile = "engine-create.json"
 // does not keep in the form Docker's inspect shows it (the CLI's create
 // and run and the Engine API's create all do).
 func (o *CreateOptions) SaveCreated(dir string, imageEntrypoint []string) error {
-	c := created{Binds: o.Volumes, Entrypoint: o.EffectiveEntrypoint(imageEntrypoint)}
+	c := created{Binds: o.Volumes, Entrypoint: o.EffectiveEntrypoint(imageEntrypoint), EnvNames: o.EnvNames, Image: o.Image}
 	for _, m := range o.Mounts {
 		c.Mounts = append(c.Mounts, map[string]any{"Type": m.Type, "Source": m.Source, "Target": m.Target, "ReadOnly": m.ReadOnly})
 	}
@@ -60,12 +78,16 @@ func loadCreated(dir string) created {
 	return c
 }
 
-// envList is an environment in Docker's KEY=VALUE form, sorted.
-func envList(env map[string]string) []string {
+// envList is an environment in Docker's KEY=VALUE form, sorted, with the
+// names given without a value as they were given.
+func envList(env map[string]string, names []string) []string {
 	out := []string{}
 	for k, v := range env {
-		out = append(out, k+"="+v)
+		if !slices.Contains(names, k) {
+			out = append(out, k+"="+v)
+		}
 	}
+	out = append(out, names...)
 	sort.Strings(out)
 	return out
 }
@@ -138,7 +160,7 @@ func Inspect(i sandbox.Info) map[string]any {
 			"SecurityOpt": []string{"seccomp=" + i.SeccompProfile, "no-new-privileges"},
 		},
 		"Config": map[string]any{
-			"Hostname": i.Hostname, "User": i.User, "Env": envList(i.Env), "Cmd": cmdOf(i.Command, cc.Entrypoint), "Image": i.Image, "WorkingDir": i.Workdir,
+			"Hostname": i.Hostname, "User": i.User, "Env": envList(i.Env, cc.EnvNames), "Cmd": cmdOf(i.Command, cc.Entrypoint), "Image": imageName(i, cc), "WorkingDir": i.Workdir,
 			"Entrypoint": entrypoint, "Labels": nonNil(i.Labels), "Tty": i.Tty, "OpenStdin": i.OpenStdin,
 			"AttachStdin": false, "AttachStdout": true, "AttachStderr": true,
 		},

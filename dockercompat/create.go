@@ -31,7 +31,10 @@ type CreateOptions struct {
 	Entrypoint []string
 	Cmd        []string
 	Env        []string // KEY=VALUE, later ones win
-	Labels     []string // KEY=VALUE
+	// EnvNames are names given without a value through the Engine API:
+	// kept in inspect's Config.Env as given, not set (as dockerd).
+	EnvNames []string
+	Labels   []string // KEY=VALUE
 	// Network is none, bridge or host; "" (or "default") is bridge when
 	// a port is published, else none: the sandbox's own loopback only.
 	Network           string

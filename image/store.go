@@ -507,3 +507,19 @@ func pidAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
+
+// DockerName is a name as the store keeps it (index.docker.io/library/
+// alpine:latest) as Docker prints it (alpine:latest): Docker Hub's
+// registry and its library/ namespace left out, other names unchanged.
+func DockerName(n string) string {
+	rest, ok := strings.CutPrefix(n, "index.docker.io/")
+	if !ok {
+		if rest, ok = strings.CutPrefix(n, "docker.io/"); !ok {
+			return n
+		}
+	}
+	if r, ok := strings.CutPrefix(rest, "library/"); ok && !strings.Contains(r, "/") {
+		return r
+	}
+	return rest
+}

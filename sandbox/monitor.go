@@ -635,6 +635,7 @@ type LogOptions struct {
 	Tail       int // lines from the end; <0: all
 	Timestamps bool
 	Since      time.Time
+	Until      time.Time // zero: no end; with Follow, it stops once Until has passed
 }
 
 // Logs writes the sandbox's log (the main command's output): stdout lines
@@ -642,7 +643,7 @@ type LogOptions struct {
 // sandbox stops, ctx ends or a write fails.
 func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writer) error {
 	emit := func(l logLine) error {
-		if !o.Since.IsZero() && l.Time.Before(o.Since) {
+		if !o.Since.IsZero() && l.Time.Before(o.Since) || !o.Until.IsZero() && l.Time.After(o.Until) {
 			return nil
 		}
 		w := stdout
@@ -661,6 +662,15 @@ func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writ
 	// The current file is opened first, so that nothing written while the
 	// one before is read is missed.
 	tail := &logTail{path: path, missed: missedNotice(stderr)}
+	if o.Follow {
+		// Created if the command has written nothing yet: the open log
+		// stays readable when the sandbox is removed before its first
+		// line was read (docker-py's run(remove=True) follows, waits,
+		// removes, then reads).
+		if f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o600); err == nil {
+			f.Close()
+		}
+	}
 	tail.f, _ = openLog(path)
 	defer tail.close()
 	if o.Tail >= 0 {
@@ -692,6 +702,9 @@ func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writ
 		stopped := !s.rec.running()
 		if err := tail.poll(emit); err != nil {
 			return err
+		}
+		if !o.Until.IsZero() && time.Now().After(o.Until) {
+			return nil
 		}
 		if stopped {
 			// The monitor may still be writing the last lines: give it

@@ -51,8 +51,9 @@ type Process struct {
 	Command   string
 }
 
-// Processes lists the sandbox's processes (docker top): its PID 1 and
-// every descendant, host pids, oldest first.
+// Processes lists the sandbox's processes (docker top): the descendants
+// of its PID 1 that are not slopbox's own init or sessions, host pids,
+// oldest first.
 func (s *Sandbox) Processes() ([]Process, error) {
 	if !s.rec.running() {
 		return nil, fmt.Errorf("sandbox %s is not running", cmpName(s.rec))
@@ -98,6 +99,10 @@ func (s *Sandbox) Processes() ([]Process, error) {
 		all[pid] = p
 		children[ppid] = append(children[ppid], pid)
 	}
+	// The sandbox's init and the sessions it runs commands under are
+	// slopbox's (the agent's binary, compared by the file /proc/PID/exe
+	// is, not by name): not the container's processes.
+	agent, agentErr := os.Stat(fmt.Sprintf("/proc/%d/exe", s.rec.Pid))
 	var out []Process
 	var walk func(int)
 	walk = func(pid int) {
@@ -105,7 +110,9 @@ func (s *Sandbox) Processes() ([]Process, error) {
 		if !ok {
 			return
 		}
-		out = append(out, p)
+		if exe, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid)); agentErr != nil || err != nil || !os.SameFile(agent, exe) {
+			out = append(out, p)
+		}
 		for _, c := range children[pid] {
 			walk(c)
 		}

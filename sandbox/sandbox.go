@@ -843,8 +843,22 @@ func (s *Sandbox) SetDetachOptions(o DetachOptions) error {
 // handed the caller's pipes and sockets, never its files: a regular file
 // or terminal is reached through a pipe (see callerStdio). There is no entry script. With detach it returns once the command
 // has started and leaves it running. Otherwise it returns the exit code;
-// ctx and req.Timeout kill the command's whole session.
+// ctx and req.Timeout kill the command's whole session. A command that
+// cannot be started has its message on stderr and a shell's exit code
+// (127 not found, 126 not executable).
 func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest, stdin, stdout, stderr *os.File, detach bool) (int, error) {
+	code, err := s.AttachStrict(ctx, req, stdin, stdout, stderr, detach)
+	var se *StartError
+	if errors.As(err, &se) {
+		fmt.Fprintln(stderr, se.Msg)
+		return se.Code, nil
+	}
+	return code, err
+}
+
+// AttachStrict is Attach, but a command that cannot be started gives a
+// *StartError (Docker's exec reports 126 for it, whatever the cause).
+func (s *Sandbox) AttachStrict(ctx context.Context, req backend.ExecRequest, stdin, stdout, stderr *os.File, detach bool) (int, error) {
 	req.NoSetup = true
 	cmd, _, err := s.command(req)
 	if err != nil {
@@ -880,8 +894,7 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest, stdin, st
 		killed = true // it joined its cgroup, then failed to exec
 		var ee *execError
 		if errors.As(execErr, &ee) && !ee.cwd {
-			fmt.Fprintln(stderr, ee.msg)
-			return ee.code, nil
+			return ee.code, &StartError{Code: ee.code, Msg: ee.msg}
 		}
 		return 0, fmt.Errorf("exec: %w", execErr)
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+
+	"github.com/slopbox/slopbox/image"
 )
 
 func loadCmd() *cobra.Command {
@@ -55,7 +57,7 @@ func loadCmd() *cobra.Command {
 				return err
 			}
 			for _, n := range names {
-				fmt.Println("Loaded image:", n)
+				fmt.Println("Loaded image:", image.DockerName(n))
 			}
 			return nil
 		},

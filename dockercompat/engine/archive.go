@@ -20,17 +20,20 @@ import (
 // base64 JSON of name, size, mode as a Go FileMode, mtime, linkTarget),
 // GET with a tar of P (of P/.: P itself as ./ and its contents under ./,
 // so that the client's copy to a new name creates it); PUT extracts a tar into the directory P. The
-// sandbox's side runs inside the sandbox, as slopbox cp's does.
+// sandbox's side runs inside the sandbox, as slopbox cp's does; a created
+// or stopped container's files are read on the host through its layers
+// (Sandbox.ReadFiles).
 func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
 	p := r.URL.Query().Get("path")
 	if p == "" {
 		writeError(w, http.StatusBadRequest, "path is required")
 		return
 	}
-	if !sb.Running() {
-		// Docker copies into and out of a stopped container's filesystem;
-		// slopbox copies through the running sandbox, confined to it.
-		writeError(w, http.StatusConflict, fmt.Sprintf("container %s is not running: slopbox copies files only while it runs; start it first", sb.Name()))
+	running := sb.Running()
+	if !running && r.Method == http.MethodPut {
+		// Docker copies into a stopped container's filesystem; slopbox
+		// copies in through the running sandbox, confined to it.
+		writeError(w, http.StatusConflict, fmt.Sprintf("container %s is not running: slopbox copies files into it only while it runs; start it first", sb.Name()))
 		return
 	}
 	switch r.Method {
@@ -42,7 +45,12 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 		w.WriteHeader(http.StatusOK)
 	case http.MethodHead, http.MethodGet:
 		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(sb.CopyOut(r.Context(), p, pw)) }()
+		if running {
+			go func() { pw.CloseWithError(sb.CopyOut(r.Context(), p, pw)) }()
+		} else {
+			// Created or stopped: read on the host through its layers.
+			go func() { pw.CloseWithError(sb.ReadFiles(p, pw)) }()
+		}
 		defer pr.Close()
 		// The first entry of the tar is P itself (for P/., as dockerd: P
 		// as ./, then ./ENTRY): its header is the stat.

@@ -3,11 +3,13 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -99,6 +101,16 @@ func (s *Server) containerAttach(w http.ResponseWriter, r *request, sb *sandbox.
 		fail(w, err)
 		return
 	}
+	// With stdin, the detach keys (detachKeys, ctrl-p,ctrl-q by default)
+	// end the attach and leave the container running, as dockerd's.
+	var keys []byte
+	if boolParam(r, "stdin") {
+		if keys, err = parseDetachKeys(r.URL.Query().Get("detachKeys")); err != nil {
+			follow.Close()
+			fail(w, err)
+			return
+		}
+	}
 	a := &attachment{tty: tty}
 	var stdinW *os.File
 	if boolParam(r, "stdin") && info.OpenStdin && !info.Running {
@@ -135,10 +147,14 @@ func (s *Server) containerAttach(w http.ResponseWriter, r *request, sb *sandbox.
 	// Not r.Context(): that ends when the client half-closes its side.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var in io.Reader = buf
+	if keys != nil {
+		in = &detachReader{r: buf, keys: keys}
+	}
 	if stdinW != nil {
-		go watchClient(ctx, conn, buf, stdinW, stdinW, cancel)
+		go watchClient(ctx, conn, in, stdinW, stdinW, cancel)
 	} else {
-		go watchClient(ctx, conn, buf, io.Discard, nil, cancel)
+		go watchClient(ctx, conn, in, io.Discard, nil, cancel)
 	}
 	stdout, stderr := outputStreams(r, conn, tty)
 	follow.Copy(ctx, stdout, stderr)
@@ -243,4 +259,85 @@ func (s *Server) attachedStart(id string) sandbox.AttachedStart {
 		return sandbox.AttachedStart{}
 	}
 	return a.start()
+}
+
+// errDetached ends an attach whose client typed the detach keys.
+var errDetached = errors.New("detached")
+
+// defaultDetachKeys are Docker's: ctrl-p ctrl-q.
+var defaultDetachKeys = []byte{0x10, 0x11}
+
+// parseDetachKeys reads Docker's detach key sequence: comma-separated
+// keys, each a single character or ctrl- and one of a-z @ [ \ ] ^ _.
+// Empty gives the default (ctrl-p,ctrl-q).
+func parseDetachKeys(v string) ([]byte, error) {
+	if v == "" {
+		return defaultDetachKeys, nil
+	}
+	var keys []byte
+	for _, k := range strings.Split(v, ",") {
+		c, ctrl := strings.CutPrefix(strings.ToLower(k), "ctrl-")
+		switch {
+		case !ctrl && len(k) == 1:
+			keys = append(keys, k[0])
+		case ctrl && len(c) == 1 && c[0] >= 'a' && c[0] <= 'z':
+			keys = append(keys, c[0]-'a'+1)
+		case ctrl && len(c) == 1 && strings.Contains("@[\\]^_", c):
+			keys = append(keys, c[0]-'@')
+		default:
+			return nil, fmt.Errorf("%w: invalid detach keys %q: want keys separated by commas, each a character or ctrl- and one of a-z @ [ \\ ] ^ _ (e.g. ctrl-p,ctrl-q)", errBadRequest, v)
+		}
+	}
+	return keys, nil
+}
+
+// detachReader passes what the client sends on, except the detach keys:
+// once they have come in sequence, it ends with errDetached. The bytes
+// of a sequence that breaks off are passed on, as typed.
+type detachReader struct {
+	r    io.Reader
+	keys []byte
+	held int    // how many of keys the input has matched so far
+	out  []byte // what is ready to be read
+	// detached is set when the keys have come (read by the goroutine
+	// that reads, once Read has returned errDetached).
+	detached bool
+}
+
+func (d *detachReader) Read(p []byte) (int, error) {
+	for len(d.out) == 0 {
+		if d.detached {
+			return 0, errDetached // once what came before the keys is read
+		}
+		buf := make([]byte, len(p))
+		n, err := d.r.Read(buf)
+		for _, b := range buf[:n] {
+			if b == d.keys[d.held] {
+				if d.held++; d.held == len(d.keys) {
+					d.detached = true // what follows the keys is dropped
+					break
+				}
+				continue
+			}
+			d.out = append(d.out, d.keys[:d.held]...)
+			d.held = 0
+			if b == d.keys[0] {
+				d.held = 1
+				continue
+			}
+			d.out = append(d.out, b)
+		}
+		if d.detached {
+			continue
+		}
+		if err != nil {
+			if len(d.out) == 0 {
+				return 0, err
+			}
+			break
+		}
+	}
+	n := copy(p, d.out)
+	d.out = d.out[n:]
+	return n, nil
 }

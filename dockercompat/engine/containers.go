@@ -106,6 +106,16 @@ func (s *Server) options(c *createBody, name string) (dockercompat.CreateOptions
 		AutoRemove: h.AutoRemove, ReadOnly: h.ReadonlyRootfs, CapAdd: h.CapAdd, CapDrop: h.CapDrop, SecurityOpt: h.SecurityOpt,
 		ExtraHosts: h.ExtraHosts, DNS: h.Dns, DNSSearch: h.DnsSearch, DNSOptions: h.DnsOptions,
 		AllowedMountRoots: s.AllowedMountRoots, PolicyUnsafe: s.AllowUnsafe}
+	// As dockerd: a name alone stays in Config.Env as given and is not
+	// set in the process.
+	o.Env = nil
+	for _, kv := range c.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok && k != "" {
+			o.EnvNames = append(o.EnvNames, kv)
+			continue
+		}
+		o.Env = append(o.Env, kv)
+	}
 	if c.Entrypoint != nil {
 		o.Entrypoint = append([]string{}, *c.Entrypoint...)
 	}
@@ -390,6 +400,22 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		w.WriteHeader(http.StatusNoContent)
 	case verb == "archive":
 		s.containerArchive(w, r, sb)
+	case verb == "changes" && m == http.MethodGet:
+		ch, err := sb.Changes()
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		out := []map[string]any{}
+		for _, c := range ch {
+			out = append(out, map[string]any{"Path": c.Path, "Kind": c.Kind})
+		}
+		writeJSON(w, http.StatusOK, out)
+	case verb == "export" && m == http.MethodGet:
+		lw := &lazyWriter{w: w, contentType: "application/x-tar"}
+		if err := sb.Export(lw); err != nil && !lw.started {
+			fail(w, err) // once the tar has begun, a failure can only cut it short
+		}
 	case (verb == "pause" || verb == "unpause") && m == http.MethodPost:
 		do := sb.Pause
 		if verb == "unpause" {
@@ -564,10 +590,20 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *request, sb *sandbox.Sa
 		}
 		o.Tail = n
 	}
-	if v := q.Get("since"); v != "" && v != "0" {
-		if sec, err := strconv.ParseFloat(v, 64); err == nil {
-			o.Since = time.Unix(0, int64(sec*1e9))
+	for _, t := range []struct {
+		name string
+		to   *time.Time
+	}{{"since", &o.Since}, {"until", &o.Until}} {
+		v := q.Get(t.name)
+		if v == "" || v == "0" {
+			continue
 		}
+		ts, err := logTime(v, time.Now())
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid value for %q: %v", t.name, err))
+			return
+		}
+		*t.to = ts
 	}
 	tty := sb.Info().Tty
 	if tty {
@@ -577,8 +613,28 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *request, sb *sandbox.Sa
 	}
 	w.WriteHeader(http.StatusOK)
 	fl, _ := w.(http.Flusher)
+	if fl != nil {
+		// The headers go out now: a followed log may have no line for a
+		// while, and the client waits for its response before reading.
+		fl.Flush()
+	}
 	stdout, stderr := outputStreams(r, &flushWriter{w: w, f: fl}, tty)
 	sb.Logs(r.Context(), o, stdout, stderr)
+}
+
+// logTime reads a logs since/until value as dockerd does: Unix seconds
+// (with a fraction), an RFC 3339 time, or a duration before now ("10m").
+func logTime(v string, now time.Time) (time.Time, error) {
+	if sec, err := strconv.ParseFloat(v, 64); err == nil {
+		return time.Unix(0, int64(sec*1e9)), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q is not Unix seconds, an RFC 3339 time nor a duration (10m)", v)
 }
 
 // outputStreams are the stdout and stderr an attach or logs request gets
@@ -638,7 +694,7 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 			labels = map[string]string{}
 		}
 		out = append(out, map[string]any{
-			"Id": i.ID, "Names": []string{"/" + i.Name}, "Image": i.Image, "ImageID": i.ImageID,
+			"Id": i.ID, "Names": []string{"/" + i.Name}, "Image": dockercompat.ImageName(i), "ImageID": i.ImageID,
 			"Command": strings.Join(i.Command, " "), "Created": i.Created.Unix(), "Ports": listPorts(i),
 			"Labels": labels, "State": st, "Status": dockercompat.Status(i),
 			"HostConfig":      map[string]string{"NetworkMode": i.Network},
@@ -649,6 +705,19 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 }
 
 func (s *Server) containerPrune(w http.ResponseWriter, r *request) {
+	// What each stopped container wrote, measured before it goes: the
+	// space the prune reclaims, as dockerd reports it.
+	sizes := map[string]int64{}
+	if list, err := s.b.List(); err == nil {
+		for _, i := range list {
+			if i.Running {
+				continue
+			}
+			if sb, err := s.b.Open(i.ID); err == nil {
+				sizes[i.ID] = sb.WritableSize()
+			}
+		}
+	}
 	removed, err := s.b.Prune(false)
 	if err != nil {
 		fail(w, err)
@@ -657,7 +726,11 @@ func (s *Server) containerPrune(w http.ResponseWriter, r *request) {
 	if removed == nil {
 		removed = []string{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ContainersDeleted": removed, "SpaceReclaimed": 0})
+	var reclaimed int64
+	for _, id := range removed {
+		reclaimed += sizes[id]
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ContainersDeleted": removed, "SpaceReclaimed": reclaimed})
 }
 
 func (s *Server) containerTop(w http.ResponseWriter, sb *sandbox.Sandbox) {

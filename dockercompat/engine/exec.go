@@ -24,6 +24,7 @@ type execInstance struct {
 	ID, Container                       string
 	Cmd, Env                            []string
 	User, WorkingDir                    string
+	DetachKeys                          []byte
 	Tty, AttachStdin, AttachOut, AttErr bool
 
 	mu       sync.Mutex
@@ -42,10 +43,15 @@ func (s *Server) execCreate(w http.ResponseWriter, r *request, sb *sandbox.Sandb
 		AttachStdin, AttachStdout, AttachStderr, Tty, Privileged bool
 		Cmd                                                      strSlice
 		Env                                                      []string
-		User, WorkingDir                                         string
+		User, WorkingDir, DetachKeys                             string
 	}
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid JSON in the request body: "+err.Error())
+		return
+	}
+	keys, err := parseDetachKeys(body.DetachKeys)
+	if err != nil {
+		fail(w, err)
 		return
 	}
 	if len(body.Cmd) == 0 {
@@ -68,7 +74,7 @@ func (s *Server) execCreate(w http.ResponseWriter, r *request, sb *sandbox.Sandb
 	var b [16]byte
 	rand.Read(b[:])
 	e := &execInstance{ID: hex.EncodeToString(b[:]), Container: sb.ID(), Cmd: body.Cmd, Env: body.Env, User: body.User,
-		WorkingDir: body.WorkingDir, Tty: body.Tty, AttachStdin: body.AttachStdin, AttachOut: body.AttachStdout, AttErr: body.AttachStderr}
+		WorkingDir: body.WorkingDir, DetachKeys: keys, Tty: body.Tty, AttachStdin: body.AttachStdin, AttachOut: body.AttachStdout, AttErr: body.AttachStderr}
 	s.mu.Lock()
 	s.execs[e.ID] = e
 	s.mu.Unlock()
@@ -239,7 +245,9 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	conn, in, err := hijack(w, r, e.Tty)
+	// The stream's framing is the start request's Tty, as dockerd's: raw
+	// with it, multiplexed frames without it, whichever the command has.
+	conn, in, err := hijack(w, r, body.Tty)
 	if err != nil {
 		finish(126)
 		return
@@ -256,15 +264,22 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 		if err != nil {
 			var se *sandbox.StartError
 			if errors.As(err, &se) {
+				// dockerd's exec: 126 for a command that cannot run,
+				// not found included.
 				io.WriteString(conn, se.Msg+"\r\n")
-				finish(se.Code)
+				finish(126)
 				return
 			}
 			io.WriteString(conn, err.Error()+"\r\n")
 			finish(126)
 			return
 		}
-		defer t.Close()
+		kept := false // detached: the command goes on, and its terminal
+		defer func() {
+			if !kept {
+				t.Close()
+			}
+		}()
 		e.mu.Lock()
 		e.term = t
 		if e.size[0] > 0 {
@@ -272,12 +287,45 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 		}
 		e.mu.Unlock()
 		var dst io.Writer = io.Discard
+		var src io.Reader = in
+		gone := cancel
+		detached := make(chan struct{})
 		if e.AttachStdin {
+			// The detach keys end the stream and leave the command
+			// running, as dockerd's.
 			dst = t.Master
+			dr := &detachReader{r: in, keys: e.DetachKeys}
+			src, gone = dr, func() {
+				if dr.detached {
+					close(detached)
+					return
+				}
+				cancel()
+			}
 		}
-		go watchClient(ctx, conn, in, dst, nil, cancel)
+		go watchClient(ctx, conn, src, dst, nil, gone)
+		var out io.Writer = conn
+		if !body.Tty {
+			out, _ = frames(conn)
+		}
 		copied := make(chan struct{})
-		go func() { io.Copy(conn, t.Master); close(copied) }()
+		go func() {
+			io.Copy(out, t.Master)
+			io.Copy(io.Discard, t.Master) // detached: what it writes goes nowhere
+			close(copied)
+		}()
+		select {
+		case <-t.Done():
+		case <-ctx.Done():
+		case <-detached:
+			kept = true
+			go func() {
+				code, _, _ := t.Wait(context.Background(), 0)
+				t.Close()
+				finish(code)
+			}()
+			return
+		}
 		code, _, _ := t.Wait(ctx, 0)
 		// What the command wrote last is still in the terminal: it goes
 		// to the client before the stream ends (the Done channel, closed
@@ -323,7 +371,10 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 		finish(126)
 		return
 	}
-	stdout, stderr := frames(conn)
+	var stdout, stderr io.Writer = conn, conn
+	if !body.Tty {
+		stdout, stderr = frames(conn)
+	}
 	if !e.AttachOut {
 		stdout = io.Discard
 	}
@@ -342,12 +393,20 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 			c.r.Close()
 		}()
 	}
-	code, err := sb.Attach(ctx, req, stdin, outW, errW, false)
+	code, err := sb.AttachStrict(ctx, req, stdin, outW, errW, false)
+	var se *sandbox.StartError
+	if errors.As(err, &se) {
+		// As dockerd's exec: 126 for a command that cannot run, not
+		// found included (a shell's 127 is the CLI's).
+		errW.Write([]byte(se.Msg + "\n"))
+	}
 	outW.Close()
 	errW.Close()
 	wg.Wait()
 	if err != nil {
-		stderr.Write([]byte(err.Error() + "\n"))
+		if se == nil {
+			stderr.Write([]byte(err.Error() + "\n"))
+		}
 		code = 126
 	}
 	finish(code)

@@ -2,12 +2,22 @@ package engine
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"path"
+	"slices"
 	"strings"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/slopbox/slopbox/image"
 )
 
 // imageRoute serves /images/{name}[/json|/tag|/get|/history]; names have
@@ -37,6 +47,8 @@ func (s *Server) imageRoute(w http.ResponseWriter, r *request, rest string) {
 		s.imagePush(w, r, name)
 	case verb == "get" && r.Method == http.MethodGet:
 		s.imageSave(w, []string{name})
+	case verb == "history" && r.Method == http.MethodGet:
+		s.imageHistory(w, name)
 	case verb == "" && r.Method == http.MethodDelete:
 		rm := s.b.Store().Remove
 		if boolParam(r, "force") {
@@ -67,25 +79,37 @@ func (s *Server) imageError(w http.ResponseWriter, ref string, err error) {
 	fail(w, err)
 }
 
+// imageList is GET /images/json, names as Docker prints them; the
+// reference filter (docker images NAME, docker-py's images(name)) keeps
+// the images with a matching name, and only those names.
 func (s *Server) imageList(w http.ResponseWriter, r *request) {
 	list, err := s.b.Store().List()
 	if err != nil {
 		fail(w, err)
 		return
 	}
+	filters, err := filterArgs(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	byID := map[string]map[string]any{}
 	var out []map[string]any
 	for _, i := range list {
-		if e, ok := byID[i.ID]; ok {
-			e["RepoTags"] = append(e["RepoTags"].([]string), i.Name)
+		name := image.DockerName(i.Name)
+		if refs, ok := filters["reference"]; ok && !slices.ContainsFunc(refs, func(p string) bool { return referenceMatch(p, name) }) {
 			continue
 		}
-		repo := i.Name
+		if e, ok := byID[i.ID]; ok {
+			e["RepoTags"] = append(e["RepoTags"].([]string), name)
+			continue
+		}
+		repo := name
 		if j := strings.LastIndexAny(repo, ":@"); j > strings.LastIndex(repo, "/") {
 			repo = repo[:j]
 		}
 		e := map[string]any{
-			"Id": i.ID, "ParentId": "", "RepoTags": []string{i.Name}, "RepoDigests": []string{repo + "@" + i.Digest},
+			"Id": i.ID, "ParentId": "", "RepoTags": []string{name}, "RepoDigests": []string{repo + "@" + i.Digest},
 			"Created": i.Created.Unix(), "Size": i.Size, "SharedSize": -1, "VirtualSize": i.Size,
 			"Labels": map[string]string{}, "Containers": -1,
 		}
@@ -96,6 +120,43 @@ func (s *Server) imageList(w http.ResponseWriter, r *request) {
 		out = []map[string]any{}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// filterArgs reads the filters query parameter: {"key":["value"]}, or the
+// older {"key":{"value":true}}.
+func filterArgs(r *request) (map[string][]string, error) {
+	f := r.URL.Query().Get("filters")
+	if f == "" {
+		return nil, nil
+	}
+	var filters map[string][]string
+	if err := json.Unmarshal([]byte(f), &filters); err != nil {
+		var old map[string]map[string]bool
+		if json.Unmarshal([]byte(f), &old) != nil {
+			return nil, fmt.Errorf("invalid filters: %v", err)
+		}
+		filters = map[string][]string{}
+		for k, vs := range old {
+			for v := range vs {
+				filters[k] = append(filters[k], v)
+			}
+		}
+	}
+	return filters, nil
+}
+
+// referenceMatch is dockerd's reference filter: the shell pattern matches
+// the name with its tag (alpine:3.10), or without it (alpine).
+func referenceMatch(pattern, name string) bool {
+	if ok, _ := path.Match(pattern, name); ok {
+		return true
+	}
+	repo := name
+	if j := strings.LastIndexAny(repo, ":@"); j > strings.LastIndex(repo, "/") {
+		repo = repo[:j]
+	}
+	ok, _ := path.Match(pattern, repo)
+	return ok
 }
 
 func (s *Server) imageInspect(w http.ResponseWriter, r *request, name string) {
@@ -111,6 +172,11 @@ func (s *Server) imageInspect(w http.ResponseWriter, r *request, name string) {
 	m["ContainerConfig"] = m["Config"]
 	m["VirtualSize"] = m["Size"]
 	m["GraphDriver"] = map[string]any{"Name": "overlay", "Data": map[string]string{}}
+	if tags, ok := m["RepoTags"].([]string); ok {
+		for i, t := range tags {
+			tags[i] = image.DockerName(t)
+		}
+	}
 	if d, ok := m["Digest"].(string); ok {
 		m["RepoDigests"] = []string{strings.SplitN(name, ":", 2)[0] + "@" + d}
 	}
@@ -124,9 +190,13 @@ func (s *Server) imageInspect(w http.ResponseWriter, r *request, name string) {
 // last message (errorDetail), as the docker CLI expects.
 func (s *Server) imagePull(w http.ResponseWriter, r *request) {
 	q := r.URL.Query()
+	if q.Has("fromSrc") {
+		s.imageImport(w, r)
+		return
+	}
 	ref := q.Get("fromImage")
 	if ref == "" {
-		writeError(w, http.StatusBadRequest, "fromImage is required (image import is not supported)")
+		writeError(w, http.StatusBadRequest, "fromImage or fromSrc is required")
 		return
 	}
 	if tag := q.Get("tag"); tag != "" {
@@ -140,8 +210,6 @@ func (s *Server) imagePull(w http.ResponseWriter, r *request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
 	msg := func(v map[string]any) {
 		b, _ := json.Marshal(v)
 		w.Write(append(b, '\r', '\n'))
@@ -149,15 +217,68 @@ func (s *Server) imagePull(w http.ResponseWriter, r *request) {
 			f.Flush()
 		}
 	}
-	msg(map[string]any{"status": "Pulling from " + ref, "id": tagOf(ref)})
-	img, err := s.b.Store().Pull(r.Context(), ref)
+	type pulled struct {
+		img *image.Image
+		err error
+	}
+	done := make(chan pulled, 1)
+	go func() {
+		img, err := s.b.Store().Pull(r.Context(), ref)
+		done <- pulled{img, err}
+	}()
+	// As dockerd: a pull that fails before its stream has begun (no such
+	// repository or tag, a registry that refuses) answers with its status
+	// code; the stream begins once the pull takes longer than a lookup.
+	var res pulled
+	select {
+	case res = <-done:
+		if res.err != nil {
+			code, m := pullError(ref, res.err)
+			writeError(w, code, m)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		msg(map[string]any{"status": "Pulling from " + ref, "id": tagOf(ref)})
+	case <-time.After(pullHeaderWait):
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		msg(map[string]any{"status": "Pulling from " + ref, "id": tagOf(ref)})
+		res = <-done
+	}
+	img, err := res.img, res.err
 	if err != nil {
-		msg(map[string]any{"errorDetail": map[string]string{"message": err.Error()}, "error": err.Error()})
+		_, m := pullError(ref, err)
+		msg(map[string]any{"errorDetail": map[string]string{"message": m}, "error": m})
 		return
 	}
 	s.events.emit("image", "pull", ref, nil)
 	msg(map[string]any{"status": "Digest: " + img.Digest})
 	msg(map[string]any{"status": "Status: Image is up to date for " + ref})
+}
+
+// pullHeaderWait is how long a pull may take before its stream begins
+// (and a failure can no longer change the status code).
+const pullHeaderWait = 3 * time.Second
+
+// pullError is dockerd's status and message for a failed pull: 404 for a
+// repository or tag the registry does not have (or will not show), 500
+// for the rest.
+func pullError(ref string, err error) (int, string) {
+	name := image.DockerName(ref)
+	repo := name
+	if j := strings.LastIndexAny(repo, ":@"); j > strings.LastIndex(repo, "/") {
+		repo = repo[:j]
+	}
+	switch {
+	case errors.Is(err, image.ErrUnauthorized):
+		return http.StatusNotFound, fmt.Sprintf("pull access denied for %s, repository does not exist or may require 'docker login': denied: requested access to the resource is denied", repo)
+	case errors.Is(err, image.ErrNotFound) && strings.Contains(err.Error(), "NAME_UNKNOWN"):
+		return http.StatusNotFound, fmt.Sprintf("repository %s not found: name unknown: repository name not known to registry", repo)
+	case errors.Is(err, image.ErrNotFound):
+		return http.StatusNotFound, fmt.Sprintf("manifest for %s not found: manifest unknown: manifest unknown", name)
+	}
+	return http.StatusInternalServerError, err.Error()
 }
 
 func tagOf(ref string) string {
@@ -214,7 +335,120 @@ func (s *Server) imageLoad(w http.ResponseWriter, r *request) {
 		return
 	}
 	for _, n := range names {
-		b, _ := json.Marshal(map[string]string{"stream": "Loaded image: " + n + "\n"})
+		b, _ := json.Marshal(map[string]string{"stream": "Loaded image: " + image.DockerName(n) + "\n"})
 		w.Write(append(b, '\r', '\n'))
 	}
+}
+
+// imageHistory is GET /images/{name}/history: the image config's history,
+// newest first, as dockerd answers it: the newest entry has the image's id
+// and names, the others "<missing>" (their images are not in the store);
+// Size is that of the entry's layer (compressed), 0 for one that made none.
+func (s *Server) imageHistory(w http.ResponseWriter, name string) {
+	img, err := s.b.Store().Get(name)
+	if err != nil {
+		s.imageError(w, name, err)
+		return
+	}
+	m, err := s.b.Store().Inspect(name)
+	if err != nil {
+		s.imageError(w, name, err)
+		return
+	}
+	var sizes []int64
+	if layers, ok := m["Layers"].([]ocispec.Descriptor); ok {
+		for _, l := range layers {
+			sizes = append(sizes, l.Size)
+		}
+	}
+	var tags []string
+	if t, ok := m["RepoTags"].([]string); ok {
+		for _, n := range t {
+			tags = append(tags, image.DockerName(n))
+		}
+	}
+	hist := img.Config.History
+	out := []map[string]any{}
+	layer := 0
+	for _, h := range hist {
+		var size int64
+		if !h.EmptyLayer && layer < len(sizes) {
+			size = sizes[layer]
+			layer++
+		}
+		out = append(out, map[string]any{"Id": "<missing>", "Created": h.Created.Unix(), "CreatedBy": h.CreatedBy,
+			"Tags": nil, "Size": size, "Comment": h.Comment})
+	}
+	if len(out) == 0 {
+		out = append(out, map[string]any{"Created": img.Config.Created.Unix(), "CreatedBy": "", "Size": int64(0), "Comment": ""})
+	}
+	slices.Reverse(out)
+	out[0]["Id"], out[0]["Tags"] = img.ID, tags
+	writeJSON(w, http.StatusOK, out)
+}
+
+// imageImport is POST /images/create?fromSrc=: docker import of a root
+// filesystem tarball, the request body (fromSrc=-) or fetched from a URL
+// on this host's loopback (a remote one is refused: the server would
+// fetch for its client), named repo:tag, with the changes (Dockerfile
+// instructions) applied to its config. Its stream ends with the image's
+// id as the status, as dockerd's.
+func (s *Server) imageImport(w http.ResponseWriter, r *request) {
+	q := r.URL.Query()
+	ref := q.Get("repo")
+	if t := q.Get("tag"); ref != "" && t != "" {
+		ref += ":" + t
+	}
+	var cfg v1.Config
+	if err := image.ApplyChanges(&cfg, q["changes"]); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	src := q.Get("fromSrc")
+	var body io.Reader = r.Body
+	if src != "-" {
+		u, err := url.Parse(src)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || !loopbackHost(u.Hostname()) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("fromSrc %q: want - (the request body) or an http(s) URL on this host's loopback (127.0.0.1, ::1, localhost)", src))
+			return
+		}
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u.String(), nil)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "import: "+err.Error())
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			writeError(w, http.StatusInternalServerError, fmt.Sprintf("import: GET %s: %s", u, resp.Status))
+			return
+		}
+		body = resp.Body
+	}
+	id, err := s.b.Store().Import(r.Context(), body, ref, cfg, q.Get("message"))
+	if err != nil {
+		code := statusOf(err)
+		if errors.Is(err, image.ErrBadRef) || errors.Is(err, image.ErrBadArchive) {
+			code = http.StatusBadRequest
+		}
+		writeError(w, code, err.Error())
+		return
+	}
+	s.events.emit("image", "import", id, nil)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	b, _ := json.Marshal(map[string]string{"status": id})
+	w.Write(append(b, '\r', '\n'))
+}
+
+func loopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }

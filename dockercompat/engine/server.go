@@ -136,10 +136,12 @@ const (
 
 // largeBodyDir is the directory a request's body is written to, for the
 // requests whose body is not JSON ("" for the others): an image to load
-// goes to a temporary file, a tar into a sandbox under the state root.
+// (or a build context, or a tarball to import) goes to a temporary file,
+// a tar into a sandbox under the state root.
 func largeBodyDir(r *http.Request, root string) string {
 	switch {
-	case r.Method == http.MethodPost && r.URL.Path == "/images/load":
+	case r.Method == http.MethodPost && (r.URL.Path == "/images/load" || r.URL.Path == "/build" || r.URL.Path == "/images/create"):
+		// An image, a build context, an imported root filesystem.
 		return os.TempDir()
 	case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/containers/") && strings.HasSuffix(r.URL.Path, "/archive"):
 		return root
@@ -304,7 +306,12 @@ func (s *Server) info(w http.ResponseWriter, r *request) {
 			running++
 		}
 	}
-	images, _ := s.b.Store().List()
+	// Images, not names: an image with two tags counts once, as dockerd's.
+	stored, _ := s.b.Store().List()
+	images := map[string]bool{}
+	for _, i := range stored {
+		images[i.ID] = true
+	}
 	host, _ := os.Hostname()
 	writeJSON(w, http.StatusOK, map[string]any{
 		"ID": "slopbox", "Containers": len(list), "ContainersRunning": running, "ContainersPaused": paused,

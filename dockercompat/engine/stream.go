@@ -198,3 +198,20 @@ func (s *Server) eventsStream(w http.ResponseWriter, r *request) {
 		}
 	}
 }
+
+// lazyWriter sends the 200 and its content type with the first write, so
+// that a failure before anything was written can still be an error status.
+type lazyWriter struct {
+	w           http.ResponseWriter
+	contentType string
+	started     bool
+}
+
+func (l *lazyWriter) Write(p []byte) (int, error) {
+	if !l.started {
+		l.started = true
+		l.w.Header().Set("Content-Type", l.contentType)
+		l.w.WriteHeader(http.StatusOK)
+	}
+	return l.w.Write(p)
+}

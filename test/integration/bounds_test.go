@@ -247,7 +247,7 @@ func TestRunDetachedKilledBeforeCommand(t *testing.T) {
 
 // engineJSON sends a request with a JSON body (nil: none) to serve and
 // returns the status and the body.
-func engineJSON(t *testing.T, c *http.Client, method, path string, body any) (int, []byte) {
+func engineCall(t *testing.T, c *http.Client, method, path string, body any) (int, []byte) {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -280,16 +280,16 @@ func TestServeDropsExecRecords(t *testing.T) {
 	e.must("pull", "-q", e.ref)
 	sock := e.serve(t)
 	c := engineClient(sock)
-	code, out := engineJSON(t, c, "POST", "/containers/create?name=execs", map[string]any{"Image": e.ref, "Cmd": []string{"sleep", "1000"}})
+	code, out := engineCall(t, c, "POST", "/containers/create?name=execs", map[string]any{"Image": e.ref, "Cmd": []string{"sleep", "1000"}})
 	if code != http.StatusCreated {
 		t.Fatalf("create: %d %s", code, out)
 	}
-	if code, out := engineJSON(t, c, "POST", "/containers/execs/start", nil); code != http.StatusNoContent {
+	if code, out := engineCall(t, c, "POST", "/containers/execs/start", nil); code != http.StatusNoContent {
 		t.Fatalf("start: %d %s", code, out)
 	}
 	var ids []string
 	for i := range 2000 {
-		code, out := engineJSON(t, c, "POST", "/containers/execs/exec", map[string]any{"Cmd": []string{"true"}, "Tty": i%8 == 0, "AttachStdout": true, "AttachStderr": true})
+		code, out := engineCall(t, c, "POST", "/containers/execs/exec", map[string]any{"Cmd": []string{"true"}, "Tty": i%8 == 0, "AttachStdout": true, "AttachStderr": true})
 		if code != http.StatusCreated {
 			t.Fatalf("exec create %d: %d %s", i, code, out)
 		}
@@ -297,16 +297,16 @@ func TestServeDropsExecRecords(t *testing.T) {
 		json.Unmarshal(out, &r)
 		ids = append(ids, r.Id)
 		if i%4 == 0 { // and a quarter of them run
-			if code, out := engineJSON(t, c, "POST", "/exec/"+r.Id+"/start", map[string]any{"Detach": false, "Tty": i%8 == 0}); code != http.StatusOK {
+			if code, out := engineCall(t, c, "POST", "/exec/"+r.Id+"/start", map[string]any{"Detach": false, "Tty": i%8 == 0}); code != http.StatusOK {
 				t.Fatalf("exec start %d: %d %s", i, code, out)
 			}
 		}
 	}
-	if code, out := engineJSON(t, c, "DELETE", "/containers/execs?force=1", nil); code != http.StatusNoContent {
+	if code, out := engineCall(t, c, "DELETE", "/containers/execs?force=1", nil); code != http.StatusNoContent {
 		t.Fatalf("rm: %d %s", code, out)
 	}
 	for _, id := range ids {
-		if code, out := engineJSON(t, c, "GET", "/exec/"+id+"/json", nil); code != http.StatusNotFound {
+		if code, out := engineCall(t, c, "GET", "/exec/"+id+"/json", nil); code != http.StatusNotFound {
 			t.Fatalf("exec %s of a removed container: %d %s, want 404", id, code, out)
 		}
 	}
@@ -326,7 +326,7 @@ func TestServeBoundsRequestBodies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer events.Body.Close()
-	code, out := engineJSON(t, c, "POST", "/containers/create?name=big", map[string]any{"Image": e.ref, "Labels": map[string]string{"a": strings.Repeat("x", 2<<20)}})
+	code, out := engineCall(t, c, "POST", "/containers/create?name=big", map[string]any{"Image": e.ref, "Labels": map[string]string{"a": strings.Repeat("x", 2<<20)}})
 	if code != http.StatusBadRequest || !strings.Contains(string(out), "larger than") {
 		t.Errorf("a 2 MiB create body: %d %s, want 400 saying it is too large", code, out)
 	}
@@ -360,7 +360,7 @@ func TestServeBoundsRequestBodies(t *testing.T) {
 	}
 stream:
 	// The events stream, older than the deadline, still gets events.
-	if code, out := engineJSON(t, c, "POST", "/containers/create?name=small", map[string]any{"Image": e.ref}); code != http.StatusCreated {
+	if code, out := engineCall(t, c, "POST", "/containers/create?name=small", map[string]any{"Image": e.ref}); code != http.StatusCreated {
 		t.Fatalf("create: %d %s", code, out)
 	}
 	got := make(chan string, 1)

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/slopbox/slopbox/image"
+)
+
+func diffCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "diff SANDBOX",
+		Short: "List the files a sandbox added (A), changed (C) or deleted (D) in its image",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sb, err := openSandbox(args[0])
+			if err != nil {
+				return err
+			}
+			changes, err := sb.Changes()
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			for _, c := range changes {
+				fmt.Printf("%c %s\n", "CAD"[c.Kind], c.Path)
+			}
+			return nil
+		},
+	}
+}
+
+func exportCmd() *cobra.Command {
+	var output string
+	c := &cobra.Command{
+		Use:   "export [-o FILE] SANDBOX",
+		Short: "Write a sandbox's filesystem as a tar archive (to stdout without -o)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sb, err := openSandbox(args[0])
+			if err != nil {
+				return err
+			}
+			var w io.Writer = os.Stdout
+			if output == "" && term.IsTerminal(int(os.Stdout.Fd())) {
+				return &exitError{code: 1, err: fmt.Errorf("refusing to write a tar archive to a terminal: redirect stdout or use -o FILE")}
+			}
+			if output != "" {
+				f, err := os.OpenFile(output, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+				if err != nil {
+					return &exitError{code: 1, err: err}
+				}
+				defer f.Close()
+				w = f
+			}
+			if err := sb.Export(w); err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVarP(&output, "output", "o", "", "write to FILE instead of stdout")
+	return c
+}
+
+func historyCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "history IMAGE",
+		Short: "Show the history of an image (its config's, newest first)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := openStore()
+			if err != nil {
+				return err
+			}
+			img, err := st.Get(args[0])
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 8, 3, ' ', 0)
+			fmt.Fprintln(tw, "IMAGE\tCREATED\tCREATED BY\tCOMMENT")
+			h := img.Config.History
+			for i := len(h) - 1; i >= 0; i-- {
+				id := "<missing>"
+				if i == len(h)-1 {
+					id = strings.TrimPrefix(img.ID, "sha256:")[:12]
+				}
+				fmt.Fprintf(tw, "%s\t%s ago\t%s\t%s\n", id, time.Since(h[i].Created.Time).Truncate(time.Hour), h[i].CreatedBy, h[i].Comment)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func importCmd() *cobra.Command {
+	var changes []string
+	var message string
+	c := &cobra.Command{
+		Use:   "import [-c CHANGE]... FILE|- [REPOSITORY[:TAG]]",
+		Short: "Make an image of a root filesystem tarball (plain or gzip; - reads stdin)",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var cfg v1.Config
+			if err := image.ApplyChanges(&cfg, changes); err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			st, err := openStore()
+			if err != nil {
+				return err
+			}
+			var r io.Reader = os.Stdin
+			if args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return &exitError{code: 1, err: err}
+				}
+				defer f.Close()
+				r = f
+			}
+			ref := ""
+			if len(args) == 2 {
+				ref = args[1]
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			id, err := st.Import(ctx, r, ref, cfg, message)
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			fmt.Println(id)
+			return nil
+		},
+	}
+	c.Flags().StringArrayVarP(&changes, "change", "c", nil, "apply a Dockerfile instruction to the image's config (CMD, ENTRYPOINT, ENV, LABEL, USER, WORKDIR, EXPOSE, STOPSIGNAL)")
+	c.Flags().StringVarP(&message, "message", "m", "", "the comment of the image's history entry")
+	return c
+}
