@@ -33,6 +33,9 @@ CGO_ENABLED=1 go build -tags "seccomp netgo osusergo slopbox_helper" -ldflags "-
 chmod 755 "$OUT" "$OUT/apibench"
 as_user "$OUT/apibench" -image "$BUSYBOX_REF" -scale "${SCALE_API:-100}" >"$OUT/api-rootless.jsonl"
 "$OUT/apibench" -image "$BUSYBOX_REF" -scale "${SCALE_API:-100}" -only spawn,exec,exec10mb,scale >"$OUT/api-root.jsonl"
+# 1,000 idle sandboxes at once, rootless, spawned from two goroutines
+# (campaigns run many agents side by side on one node).
+as_user "$OUT/apibench" -image "$BUSYBOX_REF" -only scale -scale "${SCALE_API_MANY:-1000}" -par 2 >"$OUT/api-scale-many-rootless.jsonl"
 
 # A pull of an image that is already present (one manifest check).
 as_user slopbox-bench pull -q "$PYSLIM_REF" >/dev/null
@@ -78,6 +81,10 @@ wait 2>/dev/null || true
 as_user slopbox-bench serve --socket "$rt/slopbox-bench.sock" 2>/dev/null &
 for _ in $(seq 50); do [[ -S $rt/slopbox-bench.sock ]] && break; sleep 0.2; done
 engine slopbox-rootless "$rt/slopbox-bench.sock" "$(pgrep -u "$(bench_uid)" -f -d, 'slopbox-bench serve')"
+# 1,000 idle containers through serve (docker-py create + start), alone.
+/usr/bin/python3 bench/engine/apibench.py --name slopbox-rootless --socket "$rt/slopbox-bench.sock" --image "$BUSYBOX_REF" \
+	--runs 1 --exec-runs 1 --scale "${ENGINE_SCALE_MANY:-1000}" --service-pids "$(pgrep -u "$(bench_uid)" -f -d, 'slopbox-bench serve')" \
+	>"$OUT/engine-scale-many.jsonl" || echo "engine bench of slopbox at ${ENGINE_SCALE_MANY:-1000} failed" >&2
 pkill -u "$(bench_uid)" -f "slopbox-bench serve --socket $rt/slopbox-bench.sock" || true
 wait 2>/dev/null || true
 

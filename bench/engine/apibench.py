@@ -105,24 +105,27 @@ def main():
     before = pids()
     svc_before = sum(pss_kib(p) for p in service)
     made = []
-    t0 = time.perf_counter()
-    for i in range(args.scale):
-        c = client.containers.create(args.image, command="sleep infinity", detach=True, network_mode="none")
-        c.start()
-        made.append(c)
-    out["scale_start_total_ms"] = (time.perf_counter() - t0) * 1000
-    time.sleep(2)
-    new = [p for p in pids() - before if comm(p) != "sleep"]
-    new_pss = sum(pss_kib(p) for p in new)
-    svc_after = sum(pss_kib(p) for p in service)
-    out["scale_n"] = args.scale
-    out["scale_new_procs"] = len(new)
-    out["scale_new_procs_pss_kib"] = new_pss
-    out["service_pss_kib_before"] = svc_before
-    out["service_pss_kib_after"] = svc_after
-    out["scale_total_pss_kib"] = new_pss + svc_after
-    for c in made:
-        c.remove(force=True)
+    try:
+        t0 = time.perf_counter()
+        for i in range(args.scale):
+            c = client.containers.create(args.image, command="sleep infinity", detach=True, network_mode="none")
+            made.append(c)
+            c.start()
+        out["scale_start_total_ms"] = (time.perf_counter() - t0) * 1000
+        time.sleep(2)
+        new = [p for p in pids() - before if comm(p) != "sleep"]
+        new_pss = sum(pss_kib(p) for p in new)
+        svc_after = sum(pss_kib(p) for p in service)
+        out["scale_n"] = args.scale
+        out["scale_new_procs"] = len(new)
+        out["scale_new_procs_pss_kib"] = new_pss
+        out["service_pss_kib_before"] = svc_before
+        out["service_pss_kib_after"] = svc_after
+        out["scale_total_pss_kib"] = new_pss + svc_after
+    finally:
+        # A failed start part-way leaves none of the batch behind.
+        for c in made:
+            c.remove(force=True)
     if args.ports_image:
         ports(client, args, out)
     client.close()

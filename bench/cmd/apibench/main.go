@@ -17,6 +17,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/slopbox/slopbox/backend"
@@ -73,6 +75,8 @@ func main() {
 	ref := flag.String("image", "", "image (pulled if missing)")
 	runs := flag.Int("n", 50, "repetitions")
 	scale := flag.Int("scale", 100, "idle sandboxes for the density figure")
+	par := flag.Int("par", 1, "spawn the idle sandboxes from this many goroutines at once")
+	hold := flag.Duration("hold", 0, "keep the idle sandboxes up this long before removing them (to look at them from outside)")
 	only := flag.String("only", "spawn,exec,exec10mb,scale,local", "measurements")
 	flag.Parse()
 	has := func(m string) bool { return slices.Contains(strings.Split(*only, ","), m) }
@@ -212,17 +216,72 @@ func main() {
 		sb.Cleanup()
 	}
 	if has("scale") {
-		var sbs []backend.Sandbox
-		t := time.Now()
-		for i := 0; i < *scale; i++ {
-			sb, err := b.Spawn(ctx, spec)
-			if err != nil {
-				log.Fatal(err)
+		// The exec of `true` into one sandbox with it alone, then the same
+		// with all *scale idle beside it: the idle ones must not slow it.
+		execP99 := func(sb backend.Sandbox) (p50, p99 time.Duration) {
+			var d []time.Duration
+			for i := 0; i < 205; i++ {
+				t := time.Now()
+				if res, err := sb.Exec(ctx, backend.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+					log.Fatal(err, res)
+				}
+				if i >= 5 {
+					d = append(d, time.Since(t))
+				}
 			}
-			sbs = append(sbs, sb)
+			slices.Sort(d)
+			return d[len(d)/2], d[len(d)*99/100]
+		}
+		var sbs []backend.Sandbox
+		removeAll := func() {
+			for _, sb := range sbs {
+				sb.Cleanup()
+			}
+		}
+		first, err := b.Spawn(ctx, spec)
+		if err != nil {
+			log.Fatal(err)
+		}
+		time.Sleep(time.Second) // the pool's refill done
+		alone50, alone := execP99(first)
+		sbs = append(sbs, first)
+		each := make([]time.Duration, *scale-1)
+		made := make([]backend.Sandbox, *scale-1)
+		errs := make([]error, *scale-1)
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		t := time.Now()
+		for range max(*par, 1) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := int(next.Add(1)) - 1; i < len(made); i = int(next.Add(1)) - 1 {
+					t0 := time.Now()
+					made[i], errs[i] = b.Spawn(ctx, spec)
+					each[i] = time.Since(t0)
+					if errs[i] != nil {
+						next.Store(int64(len(made))) // stop the others
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for i, sb := range made {
+			if sb != nil {
+				sbs = append(sbs, sb)
+			}
+			if errs[i] != nil && err == nil {
+				err = fmt.Errorf("spawn %d of %d: %w", i+2, *scale, errs[i])
+			}
+		}
+		if err != nil {
+			// Nothing of the batch is left behind.
+			removeAll()
+			log.Fatal(err)
 		}
 		total := time.Since(t)
 		time.Sleep(time.Second)
+		crowded50, crowded := execP99(sbs[len(sbs)/2])
 		var pss, rss int64
 		var procs int
 		for _, sb := range sbs {
@@ -234,13 +293,22 @@ func main() {
 				procs++
 			}
 		}
+		time.Sleep(*hold)
 		t = time.Now()
-		for _, sb := range sbs {
-			sb.Cleanup()
+		removeAll()
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+		med := func(d []time.Duration) float64 {
+			d = slices.Clone(d)
+			slices.Sort(d)
+			return ms(d[len(d)/2])
 		}
+		k := min(100, len(each))
 		emit(figure{Name: "scale_idle_sandboxes", Runs: *scale, MedianMs: float64(total.Microseconds()) / 1000 / float64(*scale), Extra: map[string]any{
-			"n": *scale, "start_total_ms": total.Milliseconds(), "remove_total_ms": time.Since(t).Milliseconds(),
+			"n": *scale, "par": *par, "start_total_ms": total.Milliseconds(), "remove_total_ms": time.Since(t).Milliseconds(),
 			"processes": procs, "pss_kib_total": pss, "pss_kib_per_sandbox": pss / int64(*scale), "rss_kib_total": rss,
+			"spawn_first100_median_ms": med(each[:k]), "spawn_last100_median_ms": med(each[len(each)-k:]),
+			"exec_true_p99_ms_alone": ms(alone), "exec_true_p99_ms_crowded": ms(crowded),
+			"exec_true_median_ms_alone": ms(alone50), "exec_true_median_ms_crowded": ms(crowded50),
 		}})
 	}
 }

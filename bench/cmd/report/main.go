@@ -126,6 +126,12 @@ func main() {
 			}
 		}
 	})
+	// The 1,000-sandbox runs (scripts/bench.sh: api-scale-many-rootless.jsonl,
+	// engine-scale-many.jsonl).
+	var many apiFigure
+	readLines(filepath.Join(dir, "api-scale-many-rootless.jsonl"), func(b []byte) { json.Unmarshal(b, &many) })
+	var engineMany map[string]any
+	readLines(filepath.Join(dir, "engine-scale-many.jsonl"), func(b []byte) { json.Unmarshal(b, &engineMany) })
 	var meta map[string]any
 	if b, err := os.ReadFile(filepath.Join(dir, "meta.json")); err == nil {
 		json.Unmarshal(b, &meta)
@@ -218,6 +224,31 @@ func main() {
 		total := num(sc.Extra["start_total_ms"])
 		p("| %v idle sandboxes, rootless: PSS per sandbox | %.0f KiB | crun: %.0f KiB per container | - | ≤ 256 KiB | %s |\n", sc.Extra["n"], pss, rows["crun-rootless/scale"].NewProcsPssKiB/float64(max(1, rows["crun-rootless/scale"].N)), check(pss <= 256))
 		p("| %v idle sandboxes, rootless: all spawned | %.0f ms | crun: %.0f ms for %d | - | ≤ 2000 ms | %s |\n", sc.Extra["n"], total, rows["crun-rootless/scale"].StartTotalMs, rows["crun-rootless/scale"].N, check(total <= 2000))
+	}
+	if many.Name != "" {
+		n := num(many.Extra["n"])
+		pss, total := num(many.Extra["pss_kib_per_sandbox"]), num(many.Extra["start_total_ms"])
+		alone, crowded := num(many.Extra["exec_true_p99_ms_alone"]), num(many.Extra["exec_true_p99_ms_crowded"])
+		p("| %.0f idle sandboxes at once, rootless (Go API): PSS per sandbox | %.0f KiB | - | - | ≤ 100 KiB | %s |\n", n, pss, check(pss > 0 && pss <= 100))
+		p("| %.0f idle sandboxes at once, rootless (Go API, %v goroutines): all spawned | %.0f ms | - | - | ≤ 5000 ms | %s |\n", n, many.Extra["par"], total, check(total > 0 && total <= 5000))
+		target(fmt.Sprintf("exec `true` into one of %.0f idle sandboxes, rootless (Go API, p99)", n), crowded, "the same with it alone", alone, "≤ 2× alone", alone > 0 && crowded <= 2*alone)
+	}
+	if em := engineMany; em != nil {
+		n := num(em["scale_n"])
+		// Beyond their own command: what appeared besides each `sleep`, and
+		// what the service grew by.
+		per := (num(em["scale_new_procs_pss_kib"]) + num(em["service_pss_kib_after"]) - num(em["service_pss_kib_before"])) / max(n, 1)
+		total := num(em["scale_start_total_ms"])
+		p("| Engine API, %.0f idle containers (docker-py create + start), rootless serve: PSS per container beyond its command | %.0f KiB | - | - | ≤ 256 KiB | %s |\n", n, per, check(per > 0 && per <= 256))
+		p("| Engine API, %.0f idle containers, rootless serve: all created and started | %.0f ms | - | - | ≤ 15000 ms | %s |\n", n, total, check(total > 0 && total <= 15000))
+	}
+	if sr := rows["slopbox/scale"]; sr.N > 0 {
+		per := func(r row) float64 { return r.NewProcsPssKiB / float64(max(1, r.N)) }
+		for _, peer := range []string{"crun-rootless", "podman-rootless"} {
+			if o := rows[peer+"/scale"]; o.N > 0 {
+				p("| PSS per `run -d` container (its processes and helpers), rootless (CLI) | %.0f KiB | %s %.0f KiB | %s | reported | - |\n", per(sr), peer, per(o), ratioOf(per(sr), per(o)))
+			}
+		}
 	}
 	if sb, dk := engine["slopbox-rootless"], engine["dockerd"]; sb != nil {
 		cs, dcs := sb["create_start_ms"], dk["create_start_ms"]
