@@ -25,7 +25,7 @@ ROOTLESS_PKGS=(./image/ ./image/archive/ ./local/ ./backend/ ./test/conformance/
 ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestRootOwnedWorkspaceMapsToUnprivilegedID|TestContainerdRunc|TestCRI|TestRuntimeTools|TestDoctorTunMode|TestCommandThatCannotBeForkedFailsToStart|TestRelativeMountSwapRace|TestRootSourcesBelowPrivateDirectory)$'
 # Stress tests (many processes on one state root) run in a step of their
 # own, not beside other packages.
-STRESS='^(TestConcurrentProcessesOnOneRoot|TestManySandboxesOnOneID)$'
+STRESS='^(TestConcurrentProcessesOnOneRoot|TestManySandboxesOnOneID|TestManySandboxesPSS)$'
 STRESS_PKGS=(./test/integration/ ./sandbox/)
 # The CLI and serve under the race detector (a -race slopbox through
 # SLOPBOX_BIN): the integration tests that drive them hardest.
