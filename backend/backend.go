@@ -170,6 +170,12 @@ type Mount struct {
 	// the mount, as a root-owned workspace is: no sandbox id maps to host
 	// root, so container root cannot write a root-owned directory otherwise.
 	HandOver bool
+	// Volume, when set, names a volume (docker -v NAME:/path, --mount
+	// type=volume) in place of Source; AnonymousVolume asks for a new
+	// one of its own (-v /path). The sandbox backend makes a volume that
+	// does not exist yet.
+	Volume          string
+	AnonymousVolume bool
 }
 
 // StaticAsset is a host path published read-only at /static/<SavePath>.

@@ -156,10 +156,16 @@ func hostSystemPath(src string) (string, bool) {
 // The CLI's -v and the Engine API's HostConfig.Binds both use it.
 func ParseVolume(v string) (Mount, error) {
 	parts := strings.Split(v, ":")
+	if len(parts) == 1 && path.IsAbs(v) {
+		return Mount{Target: v, AnonymousVolume: true}, nil
+	}
 	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
-		return Mount{}, fmt.Errorf("-v %q: want HOST:CONTAINER[:ro|rw] (named volumes are not supported)", v)
+		return Mount{}, fmt.Errorf("-v %q: want HOST:CONTAINER[:ro|rw], VOLUME:CONTAINER[:ro|rw] or CONTAINER", v)
 	}
 	m := Mount{Source: parts[0], Target: parts[1]}
+	if IsVolumeName(m.Source) {
+		m.Source, m.Volume = "", parts[0]
+	}
 	if len(parts) == 3 {
 		for _, o := range strings.Split(parts[2], ",") {
 			switch o {
@@ -174,6 +180,13 @@ func ParseVolume(v string) (Mount, error) {
 		}
 	}
 	return m, nil
+}
+
+// IsVolumeName reports whether a -v source names a volume rather than a
+// host path, as Docker tells them apart: a name has no slash and does not
+// start with a dot.
+func IsVolumeName(src string) bool {
+	return src != "" && !strings.Contains(src, "/") && !strings.HasPrefix(src, ".")
 }
 
 // HostSharing is what a docker command line (or an Engine API HostConfig)

@@ -226,7 +226,9 @@ func (b *Backend) info(rec *record) Info {
 	}
 	for _, m := range rec.Mounts {
 		if m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind") {
-			i.BindMounts = append(i.BindMounts, backend.Mount{Source: m.Source, Target: m.Destination, ReadOnly: slices.Contains(m.Options, "ro")})
+			bm := backend.Mount{Source: m.Source, Target: m.Destination, ReadOnly: slices.Contains(m.Options, "ro")}
+			bm.Volume, _ = b.VolumeOfMount(m.Source)
+			i.BindMounts = append(i.BindMounts, bm)
 		}
 	}
 	if rec.Reserved {

@@ -269,6 +269,9 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 		EvalBeneath:    resolveBeneath,
 		AnyTarget:      spec.NoWorkspaceMount && spec.Workdir == "",
 	}
+	if err := b.volumeMounts(&spec, &plan); err != nil {
+		return nil, err
+	}
 	for _, m := range spec.Mounts {
 		plan.Extra = append(plan.Extra, oci.BindSource{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
 	}

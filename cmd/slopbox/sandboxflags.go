@@ -48,7 +48,7 @@ type spawnFlags struct {
 
 func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.name, "name", "", "name of the sandbox")
-	fs.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind mount HOST:CONTAINER[:ro|rw] (relative HOST paths are under --workspace)")
+	fs.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind mount HOST:CONTAINER[:ro|rw], or a named volume VOLUME:CONTAINER (with --workspace, a relative HOST is a path under it)")
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE (KEY alone takes the value from the host)")
 	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory of commands (and the workspace's mount point with --workspace)")
 	fs.StringVarP(&f.user, "user", "u", "", "user: name|uid[:group|gid] from the image's /etc/passwd")
@@ -185,6 +185,11 @@ func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 		m, err := backend.ParseVolume(v)
 		if err != nil {
 			return s, err
+		}
+		if m.Volume != "" && s.Workspace != "" {
+			// With --workspace a relative source stays slopbox's: a path
+			// in the workspace, not a volume name.
+			m.Source, m.Volume = m.Volume, ""
 		}
 		s.Mounts = append(s.Mounts, m)
 	}
@@ -425,6 +430,9 @@ func parseMount(v string) (m backend.Mount, tmpfs string, err error) {
 		return m, "", fmt.Errorf("--mount %q: target is required", v)
 	}
 	switch kind {
+	case "volume":
+		m.Volume, m.AnonymousVolume, m.Source = m.Source, m.Source == "", ""
+		return m, "", nil
 	case "bind":
 		if m.Source == "" {
 			return m, "", fmt.Errorf("--mount %q: source is required for a bind mount", v)
@@ -436,7 +444,7 @@ func parseMount(v string) (m backend.Mount, tmpfs string, err error) {
 		}
 		return m, m.Target, nil
 	}
-	return m, "", fmt.Errorf("--mount %q: type %q is not supported (bind or tmpfs; slopbox has no named volumes)", v, kind)
+	return m, "", fmt.Errorf("--mount %q: type %q is not supported (bind, volume or tmpfs)", v, kind)
 }
 
 // signalContext is cancelled on SIGINT and SIGTERM, so the running command

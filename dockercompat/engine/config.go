@@ -66,6 +66,11 @@ func inspectMounts(i sandbox.Info) []any {
 		if m.ReadOnly {
 			mode = "ro"
 		}
+		if m.Volume != "" {
+			out = append(out, map[string]any{"Type": "volume", "Name": m.Volume, "Source": m.Source, "Destination": m.Target,
+				"Driver": "local", "Mode": mode, "RW": !m.ReadOnly, "Propagation": ""})
+			continue
+		}
 		out = append(out, map[string]any{"Type": "bind", "Source": m.Source, "Destination": m.Target,
 			"Mode": mode, "RW": !m.ReadOnly, "Propagation": "rprivate"})
 	}

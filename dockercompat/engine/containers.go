@@ -170,13 +170,15 @@ func (s *Server) spawnSpec(c *createBody, name string) (backend.SpawnSpec, error
 		switch m.Type {
 		case "bind", "":
 			spec.Mounts = append(spec.Mounts, backend.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+		case "volume":
+			spec.Mounts = append(spec.Mounts, backend.Mount{Volume: m.Source, AnonymousVolume: m.Source == "", Target: m.Target, ReadOnly: m.ReadOnly})
 		case "tmpfs":
 			if h.Tmpfs == nil {
 				h.Tmpfs = map[string]string{}
 			}
 			h.Tmpfs[m.Target] = ""
 		default:
-			return spec, badRequest("mount type %q is not supported (bind, tmpfs)", m.Type)
+			return spec, badRequest("mount type %q is not supported (bind, volume, tmpfs)", m.Type)
 		}
 	}
 	spec.Limits = backend.Limits{MemoryBytes: h.Memory, CPUs: float64(h.NanoCpus) / 1e9}
