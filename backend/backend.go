@@ -113,6 +113,9 @@ type SpawnSpec struct {
 	// User is "uid[:gid]" or "name[:group]"; empty picks the default for Context.
 	User    string
 	Context Context
+	// GroupAdd are supplementary groups (names in the image's /etc/group,
+	// or ids) of the main command and of every exec (docker --group-add).
+	GroupAdd []string
 	// AgentUser is the agent context's default user when User is empty
 	// (SlopCodeBench: "$HUID:$HGID" when both are set, which
 	// backend.AgentUserFromEnv reads); empty means 0:0. The library reads

@@ -488,6 +488,7 @@ func (s *Sandbox) command(req backend.ExecRequest) (cmd *execRequest, setup bool
 	who := rec.User
 	if req.User != "" {
 		if who, err = resolveUser(rec.Layers, req.User); err == nil {
+			who.Groups = withGroups(who.Groups, rec.GroupAdd)
 			err = checkMapped(who, s.b.store.Mapping())
 		}
 		if err != nil {

@@ -134,6 +134,10 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 		userSpec = defaultUser(spec, img.Config.Config.User)
 	}
 	who, err := resolveUser(img.Layers, userSpec)
+	var groupAdd []uint32
+	if err == nil {
+		groupAdd, err = addGroups(img.Layers, &who, spec.GroupAdd)
+	}
 	if err == nil {
 		err = checkMapped(who, b.store.Mapping())
 	}
@@ -169,6 +173,7 @@ func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []s
 		Workdir:   workdir,
 		Cwd:       cwd,
 		User:      who,
+		GroupAdd:  groupAdd,
 		Layers:    layers,
 		MapKey:    mapKey,
 		Env:       spawnEnv(img.Config.Config.Env, spec),

@@ -95,11 +95,17 @@ func (b *Backend) CreateVolume(name string, labels map[string]string) (Volume, e
 		return v, nil
 	}
 	dir := filepath.Join(b.volumesDir(), name)
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	// A directory without its volume.json is what a create that died
+	// half-way left: made anew, so that the data directory chowned below
+	// is the one just made, never what a sandbox put there.
+	if err := b.removeDir(dir); err != nil {
+		return Volume{}, fmt.Errorf("create volume %s: %w", name, err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		return Volume{}, fmt.Errorf("create volume %s: %w", name, err)
 	}
 	data := filepath.Join(dir, "_data")
-	if err := os.Mkdir(data, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := os.Mkdir(data, 0o755); err != nil {
 		return Volume{}, fmt.Errorf("create volume %s: %w", name, err)
 	}
 	if err := b.chownToNamespaceRoot(data); err != nil {

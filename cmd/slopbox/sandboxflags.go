@@ -37,6 +37,7 @@ type spawnFlags struct {
 	devices, mounts, labels, envFiles               []string
 	addHosts, dns, dnsSearch, dnsOptions            []string
 	publish                                         []string
+	groupAdd                                        []string
 	hostname, entrypoint, platform                  string
 	initFlag                                        bool
 	privileged                                      bool
@@ -48,6 +49,7 @@ type spawnFlags struct {
 
 func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.name, "name", "", "name of the sandbox")
+	fs.StringArrayVar(&f.groupAdd, "group-add", nil, "add a supplementary group (a name in the image's /etc/group, or an id) to the command and every exec")
 	fs.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind mount HOST:CONTAINER[:ro|rw], or a named volume VOLUME:CONTAINER (with --workspace, a relative HOST is a path under it)")
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE (KEY alone takes the value from the host)")
 	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory of commands (and the workspace's mount point with --workspace)")
@@ -127,6 +129,7 @@ func (f *spawnFlags) spec(img string) (backend.SpawnSpec, error) {
 		return s, fmt.Errorf("--platform %s: this host runs %s images only", f.platform, image.HostPlatform())
 	}
 	s.Hostname = f.hostname
+	s.GroupAdd = f.groupAdd
 	s.ExtraHosts, s.DNS, s.DNSSearch, s.DNSOptions = f.addHosts, f.dns, f.dnsSearch, f.dnsOptions
 	for _, p := range f.publish {
 		pm, err := backend.ParsePort(p)

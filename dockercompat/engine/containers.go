@@ -238,7 +238,11 @@ func command(img *image.Image, c *createBody) []string {
 
 func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 	var c createBody
-	if err := json.NewDecoder(r.Body).Decode(&c); err != nil {
+	body, err := io.ReadAll(r.Body)
+	if err == nil {
+		err = json.Unmarshal(body, &c)
+	}
+	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid JSON in the request body: "+err.Error())
 		return
 	}
@@ -255,6 +259,11 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 	spec, err := s.spawnSpec(&c, strings.TrimPrefix(r.URL.Query().Get("name"), "/"))
 	if err != nil {
 		fail(w, s.policyError(err))
+		return
+	}
+	extra, err := readCreateExtra(body, img, &spec)
+	if err != nil {
+		fail(w, err)
 		return
 	}
 	cmd := command(img, &c)
@@ -289,7 +298,11 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 	for _, m := range c.HostConfig.Mounts {
 		cc.Mounts = append(cc.Mounts, map[string]any{"Type": m.Type, "Source": m.Source, "Target": m.Target, "ReadOnly": m.ReadOnly})
 	}
-	if err := saveCreatedConfig(sb.Info().StateDir, cc); err != nil {
+	err = saveCreatedConfig(sb.Info().StateDir, cc)
+	if err == nil {
+		err = saveExtraConfig(sb.Info().StateDir, extra)
+	}
+	if err != nil {
 		sb.Remove()
 		fail(w, err)
 		return
@@ -328,7 +341,9 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 	}
 	switch {
 	case verb == "json" && m == http.MethodGet:
-		writeJSON(w, http.StatusOK, inspect(sb.Info()))
+		writeJSON(w, http.StatusOK, s.inspectExtra(inspect(sb.Info()), sb.Info().StateDir, sb.ID()))
+	case verb == "update" && m == http.MethodPost:
+		s.containerUpdate(w, r, sb)
 	case verb == "start" && m == http.MethodPost:
 		if sb.Paused() {
 			writeError(w, http.StatusConflict, fmt.Sprintf("cannot start a paused container %s, try unpause instead", ref))
@@ -367,6 +382,10 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		w.WriteHeader(http.StatusNoContent)
 	case (verb == "stop" || verb == "restart") && m == http.MethodPost:
 		if verb == "stop" && !sb.Running() {
+			if s.cancelRestart(sb.ID()) {
+				w.WriteHeader(http.StatusNoContent) // a restarting one: stopped
+				return
+			}
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
@@ -413,6 +432,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			return
 		}
 		watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
+		watch.stoppedByAPI()
 		if err := sb.Signal(sig); err != nil {
 			fail(w, err)
 			return
@@ -475,6 +495,8 @@ func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error 
 		grace = time.Duration(n) * time.Second
 	}
 	watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
+	watch.stoppedByAPI()
+	s.cancelRestart(sb.ID())
 	if grace > 0 && sb.Signal(syscall.SIGTERM) == nil {
 		ctx, cancel := context.WithTimeout(ctx, grace)
 		defer cancel()
@@ -504,6 +526,14 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 	if sb == nil {
 		return
 	}
+	if !sb.Running() {
+		s.watchOf(sb.ID()).finish() // an exit its restart policy answers: restarting first
+	}
+	if s.isRestarting(sb.ID()) && !boolParam(r, "force") {
+		writeError(w, http.StatusConflict, restartingConflict(sb.ID()))
+		return
+	}
+	s.cancelRestart(sb.ID())
 	if sb.Running() && !boolParam(r, "force") {
 		writeError(w, http.StatusConflict, fmt.Sprintf("cannot remove container %q: container is running: stop the container before removing or force remove", "/"+sb.Name()))
 		return

@@ -62,6 +62,9 @@ type Server struct {
 	last   atomic.Int64
 
 	events *eventHub
+	// extra holds the restarts pending and is used by the healthchecks
+	// (restart.go, health.go).
+	extra extraRuntime
 
 	// Log, when set, gets one line per request (slopbox serve --debug).
 	Log func(format string, a ...any)

@@ -1,8 +1,17 @@
 package integration
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestNamedVolumes: a named volume keeps what a sandbox wrote for the
@@ -79,4 +88,177 @@ func TestNamedVolumes(t *testing.T) {
 	if out, code := docker("volume", "rm", "web"); code != 0 {
 		t.Errorf("docker volume rm: %d %q", code, out)
 	}
+}
+
+// TestServeRestartUpdateHealth: through the docker CLI and serve, a
+// restart policy restarts the main command while serve runs (RestartCount
+// counts; on-failure:N stops after N; a stop is not undone), update
+// changes the limits of a running container (its cgroup too, as root) and
+// its policy, a healthcheck turns the health to healthy or unhealthy with
+// health_status events, LogConfig is checked and echoed, and GroupAdd
+// reaches the main command and execs.
+func TestServeRestartUpdateHealth(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	docker := func(args ...string) string {
+		t.Helper()
+		out, code := dockerCLI(t, debianDocker, sock, "", args...)
+		if code != 0 {
+			t.Fatalf("docker %v: exit %d: %s", args, code, out)
+		}
+		return strings.TrimSpace(out)
+	}
+	until := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 30 s", what)
+			}
+		}
+	}
+	e.must("pull", "-q", e.ref)
+
+	// on-failure:2 — two restarts, then it stays exited.
+	docker("run", "-d", "--name", "fail2", "--restart", "on-failure:2", e.ref, "sh", "-c", "exit 3")
+	until("on-failure:2 restarted twice and exited", func() bool {
+		return docker("inspect", "-f", "{{.RestartCount}} {{.State.Status}} {{.State.ExitCode}}", "fail2") == "2 exited 3"
+	})
+	time.Sleep(time.Second)
+	if out := docker("inspect", "-f", "{{.RestartCount}} {{.HostConfig.RestartPolicy.Name}}:{{.HostConfig.RestartPolicy.MaximumRetryCount}}", "fail2"); out != "2 on-failure:2" {
+		t.Errorf("on-failure:2 after its retries: %q", out)
+	}
+	// always — a command that ends is started again; a stop is final.
+	docker("run", "-d", "--name", "always", "--restart", "always", e.ref, "sh", "-c", "sleep 0.3")
+	until("always restarted", func() bool {
+		return docker("inspect", "-f", "{{.RestartCount}}", "always") >= "2"
+	})
+	docker("stop", "-t", "1", "always")
+	n := docker("inspect", "-f", "{{.RestartCount}}", "always")
+	time.Sleep(2 * time.Second)
+	if out := docker("inspect", "-f", "{{.RestartCount}} {{.State.Running}}", "always"); out != n+" false" {
+		t.Errorf("always after stop: %q, want %q", out, n+" false")
+	}
+	// Refused policies: 400s with dockerd's words.
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--restart", "always", "--rm"}, "onflicting options"}, // the client's check, or the server's
+		{[]string{"--restart", "sometimes"}, "invalid restart policy"},
+		{[]string{"--log-driver", "syslog"}, "logger: no log driver named 'syslog' is registered"},
+		{[]string{"--log-opt", "nosuch=1"}, "unknown log opt 'nosuch' for json-file log driver"},
+	} {
+		args := append(append([]string{"create"}, c.args...), e.ref, "true")
+		if out, code := dockerCLI(t, debianDocker, sock, "", args...); code == 0 || !strings.Contains(out, c.msg) {
+			t.Errorf("docker %v: %d %q, want an error with %q", args, code, out, c.msg)
+		}
+	}
+	docker("create", "--name", "logs", "--log-driver", "local", "--log-opt", "max-size=1m", e.ref, "true")
+	if out := docker("inspect", "-f", "{{.HostConfig.LogConfig.Type}} {{index .HostConfig.LogConfig.Config \"max-size\"}}", "logs"); out != "local 1m" {
+		t.Errorf("LogConfig: %q", out)
+	}
+
+	// update: limits of a running container, and its policy.
+	docker("run", "-d", "--name", "upd", "--memory", "64m", e.ref, "sleep", "300")
+	docker("update", "--memory", "96m", "--memory-swap", "96m", "--cpus", "0.5", "--pids-limit", "50", "--restart", "unless-stopped", "upd")
+	if out := docker("inspect", "-f", "{{.HostConfig.Memory}} {{.HostConfig.NanoCpus}} {{.HostConfig.PidsLimit}} {{.HostConfig.RestartPolicy.Name}}", "upd"); out != "100663296 500000000 50 unless-stopped" {
+		t.Errorf("inspect after update: %q", out)
+	}
+	if os.Geteuid() == 0 {
+		// The cgroup has the new limit: memory.max (v2) or the v1 file.
+		id := docker("inspect", "-f", "{{.Id}}", "upd")
+		var st struct{ Cgroups map[string]string }
+		b, _ := os.ReadFile(filepath.Join(e.root, "c", id, "state.json"))
+		json.Unmarshal(b, &st)
+		file := filepath.Join(st.Cgroups[""], "memory.max") // v2
+		if p, ok := st.Cgroups["memory"]; ok {
+			file = filepath.Join(p, "memory.limit_in_bytes")
+		}
+		if b, err := os.ReadFile(file); err != nil || strings.TrimSpace(string(b)) != "100663296" {
+			t.Errorf("the cgroup's memory limit after update (%s): %q %v", file, b, err)
+		}
+	}
+	e.must("update", "--memory", "128m", "upd")
+	if out := docker("inspect", "-f", "{{.HostConfig.Memory}}", "upd"); out != "134217728" {
+		t.Errorf("inspect after slopbox update: %q", out)
+	}
+	if out, code := e.run("", "update", "--restart", "bogus", "upd"); code == 0 || !strings.Contains(out, "invalid restart policy") {
+		t.Errorf("slopbox update --restart bogus: %d %q", code, out)
+	}
+
+	// Healthchecks: healthy, and unhealthy after its retries.
+	events := followEvents(t, sock)
+	docker("run", "-d", "--name", "good", "--health-cmd", "true", "--health-interval", "1s", "--health-retries", "1", e.ref, "sleep", "300")
+	docker("run", "-d", "--name", "bad", "--health-cmd", "exit 1", "--health-interval", "1s", "--health-retries", "2", e.ref, "sleep", "300")
+	until("good is healthy", func() bool { return docker("inspect", "-f", "{{.State.Health.Status}}", "good") == "healthy" })
+	until("bad is unhealthy", func() bool {
+		return docker("inspect", "-f", "{{.State.Health.Status}} {{.State.Health.FailingStreak}}", "bad") == "unhealthy 2"
+	})
+	if out := docker("inspect", "-f", "{{json .Config.Healthcheck.Test}}", "good"); out != `["CMD-SHELL","true"]` {
+		t.Errorf("Config.Healthcheck.Test: %q", out)
+	}
+	for name, status := range map[string]string{"good": "healthy", "bad": "unhealthy"} {
+		found := false
+		for _, l := range strings.Split(events.String(), "\n") {
+			found = found || strings.Contains(l, `"status":"health_status: `+status+`"`) && strings.Contains(l, `"name":"`+name+`"`)
+		}
+		if !found {
+			t.Errorf("no health_status: %s event of %s in:\n%s", status, name, events.String())
+		}
+	}
+
+	// GroupAdd: the main command's groups and an exec's.
+	docker("run", "-d", "--name", "groups", "--group-add", "1234", "--group-add", "app", e.ref, "sh", "-c", "id -G > /tmp/groups; exec sleep 300")
+	if out := docker("exec", "groups", "id", "-G"); !strings.Contains(out, "1234") || !strings.Contains(out, "1000") {
+		t.Errorf("exec id -G with --group-add 1234 and app: %q", out)
+	}
+	if out := docker("exec", "groups", "cat", "/tmp/groups"); !strings.Contains(out, "1234") || !strings.Contains(out, "1000") {
+		t.Errorf("main command's groups: %q", out)
+	}
+	if out := e.must("run", "--rm", "--group-add", "4321", e.ref, "id", "-G"); !strings.Contains(out, "4321") {
+		t.Errorf("slopbox run --group-add 4321: %q", out)
+	}
+}
+
+// eventLog collects the lines of a /events stream.
+type eventLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *eventLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// followEvents follows serve's /events until the test ends.
+func followEvents(t *testing.T, sock string) *eventLog {
+	ctx, cancel := context.WithCancel(context.Background())
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://slopbox/v1.41/events", nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	l := &eventLog{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			l.mu.Lock()
+			l.lines = append(l.lines, sc.Text())
+			l.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		resp.Body.Close()
+		<-done
+	})
+	return l
 }
