@@ -370,6 +370,11 @@ func (b *Backend) destroy(rec *record) error {
 		if err := b.store.Release(rec.ID); err != nil {
 			errs = append(errs, err)
 		}
+		if rec.AutoRemove { // its anonymous volumes go with it, as docker run --rm's
+			if err := b.dropAnonymousVolumes(rec); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

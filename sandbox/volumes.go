@@ -278,3 +278,31 @@ func (b *Backend) volumeMounts(spec *backend.SpawnSpec, plan *oci.MountPlan) err
 	}
 	return nil
 }
+
+// RemoveWithVolumes removes the sandbox and the anonymous volumes it
+// used that no other sandbox uses (docker rm -v, run --rm).
+func (s *Sandbox) RemoveWithVolumes() error {
+	if err := s.Remove(); err != nil {
+		return err
+	}
+	return s.b.dropAnonymousVolumes(s.rec)
+}
+
+// dropAnonymousVolumes removes the anonymous volumes rec's mounts name
+// that no sandbox uses any more.
+func (b *Backend) dropAnonymousVolumes(rec *record) error {
+	var errs []error
+	for _, m := range rec.Mounts {
+		name, ok := b.VolumeOfMount(m.Source)
+		if !ok {
+			continue
+		}
+		if v, err := b.readVolume(name); err != nil || !v.Anonymous {
+			continue
+		}
+		if err := b.RemoveVolume(name, true); err != nil && !errors.Is(err, ErrVolumeInUse) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

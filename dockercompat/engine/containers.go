@@ -549,7 +549,11 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 	if !sb.Running() {
 		watch.finish() // its die with its exit code, which the removal takes
 	}
-	if err := sb.Remove(); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+	remove := sb.Remove
+	if boolParam(r, "v") {
+		remove = sb.RemoveWithVolumes // and its anonymous volumes
+	}
+	if err := remove(); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		fail(w, err)
 		return
 	}

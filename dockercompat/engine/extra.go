@@ -3,8 +3,10 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -56,7 +58,9 @@ type extraConfig struct {
 // createExtra is the part of a create body read here.
 type createExtra struct {
 	Healthcheck *HealthConfig
-	HostConfig  struct {
+	// Volumes are the anonymous volumes asked for (docker -v /path).
+	Volumes    map[string]struct{}
+	HostConfig struct {
 		RestartPolicy RestartPolicy
 		LogConfig     LogConfig
 		GroupAdd      []string
@@ -242,6 +246,18 @@ func readCreateExtra(body []byte, img *image.Image, spec *backend.SpawnSpec) (ex
 		return extraConfig{}, err
 	}
 	spec.GroupAdd = h.GroupAdd
+	// An anonymous volume for each of Volumes no other mount or tmpfs
+	// covers. It starts empty: the image's files there are not copied in
+	// (dockerd copies them).
+	for _, target := range slices.Sorted(maps.Keys(c.Volumes)) {
+		covered := false
+		for _, m := range spec.Mounts {
+			covered = covered || path.Clean(m.Target) == path.Clean(target)
+		}
+		if !covered && !(spec.Limits.TmpBytes > 0 && path.Clean(target) == "/tmp") {
+			spec.Mounts = append(spec.Mounts, backend.Mount{Target: target, AnonymousVolume: true})
+		}
+	}
 	policy := h.RestartPolicy
 	if policy.Name == "" {
 		policy.Name = "no"

@@ -21,6 +21,19 @@ import (
 func TestNamedVolumes(t *testing.T) {
 	e := newEnv(t)
 	e.must("pull", "-q", e.ref)
+	// Anonymous volumes (-v /path): gone with run --rm, and with rm -v.
+	e.must("run", "--rm", "-v", "/anon", e.ref, "sh", "-c", "echo x > /anon/f")
+	if out := e.must("volume", "ls", "-q"); out != "" {
+		t.Errorf("run --rm left its anonymous volume: %q", out)
+	}
+	e.must("create", "--name", "anon1", "-v", "/anon", e.ref, "true")
+	if out := e.must("volume", "ls", "-q"); len(strings.TrimSpace(out)) != 64 {
+		t.Errorf("create -v /anon: volumes %q, want one anonymous", out)
+	}
+	e.must("rm", "-v", "anon1")
+	if out := e.must("volume", "ls", "-q"); out != "" {
+		t.Errorf("rm -v left the anonymous volume: %q", out)
+	}
 	if out := e.must("volume", "create", "--label", "k=v", "data1"); out != "data1\n" {
 		t.Errorf("volume create: %q", out)
 	}
@@ -71,6 +84,20 @@ func TestNamedVolumes(t *testing.T) {
 	t.Cleanup(func() { e.run("", "volume", "rm", "-f", "web") })
 	if out, code := docker("run", "--rm", "-v", "web:/w", e.ref, "sh", "-c", "echo hi > /w/x"); code != 0 {
 		t.Fatalf("docker run -v web:/w: %d %q", code, out)
+	}
+	// docker run --rm (AutoRemove) takes its anonymous volume along.
+	if out, code := docker("run", "--rm", "-v", "/anon", e.ref, "touch", "/anon/f"); code != 0 {
+		t.Fatalf("docker run --rm -v /anon: %d %q", code, out)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, _ := docker("volume", "ls", "-q")
+		if out == "web\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("docker run --rm -v /anon: volumes left %q", out)
+			break
+		}
 	}
 	if out := e.must("run", "--rm", "-v", "web:/w", e.ref, "cat", "/w/x"); out != "hi\n" {
 		t.Errorf("the CLI reads what docker's run wrote: %q", out)
