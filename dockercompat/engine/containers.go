@@ -360,6 +360,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			sb = cur
 		}
 		base := sb.Info().FinishedAt
+		s.startedByAPI(sb.Info())
 		as := s.attachedStart(sb.ID())
 		err := sb.StartAttached(r.Context(), as)
 		if as.Stdin != nil {

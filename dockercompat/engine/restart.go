@@ -106,9 +106,24 @@ func (s *Server) restartAfter(id, dir string) {
 		return
 	case <-time.After(delay):
 	}
+	// The exit is recorded before the sandbox has stopped: wait for that.
 	sb, err := s.b.Open(id)
-	if err != nil || sb.Running() {
+	for deadline := time.Now().Add(10 * time.Second); err == nil && sb.Running(); sb, err = s.b.Open(id) {
+		if time.Now().After(deadline) {
+			err = fmt.Errorf("still running 10 s after its exit")
+			break
+		}
+		select {
+		case <-cancel:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err != nil {
 		s.dropRestart(id, cancel)
+		if s.Log != nil {
+			s.Log("restart of %s per its policy: %v", id, err)
+		}
 		return
 	}
 	base := sb.Info().FinishedAt
@@ -137,6 +152,15 @@ func (s *Server) restartAfter(id, dir string) {
 		}
 	default:
 		s.dropRestart(id, cancel)
+	}
+}
+
+// startedByAPI is a start by hand: as dockerd's, it drops a pending
+// restart and counts restarts from 0 again.
+func (s *Server) startedByAPI(i sandbox.Info) {
+	s.cancelRestart(i.ID)
+	if restartCount(i.StateDir) != 0 {
+		setRestartCount(i.StateDir, 0)
 	}
 }
 

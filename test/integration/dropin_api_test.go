@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -154,10 +155,19 @@ func TestServeRestartUpdateHealth(t *testing.T) {
 	if out := docker("inspect", "-f", "{{.RestartCount}} {{.HostConfig.RestartPolicy.Name}}:{{.HostConfig.RestartPolicy.MaximumRetryCount}}", "fail2"); out != "2 on-failure:2" {
 		t.Errorf("on-failure:2 after its retries: %q", out)
 	}
+	// A start by hand counts from 0 again.
+	docker("start", "fail2")
+	if out := docker("inspect", "-f", "{{.RestartCount}}", "fail2"); out != "0" && out != "1" {
+		t.Errorf("RestartCount after a start by hand: %q", out)
+	}
+	until("fail2 restarted twice again", func() bool {
+		return docker("inspect", "-f", "{{.RestartCount}} {{.State.Status}}", "fail2") == "2 exited"
+	})
 	// always — a command that ends is started again; a stop is final.
 	docker("run", "-d", "--name", "always", "--restart", "always", e.ref, "sh", "-c", "sleep 0.3")
 	until("always restarted", func() bool {
-		return docker("inspect", "-f", "{{.RestartCount}}", "always") >= "2"
+		n, _ := strconv.Atoi(docker("inspect", "-f", "{{.RestartCount}}", "always"))
+		return n >= 2
 	})
 	docker("stop", "-t", "1", "always")
 	n := docker("inspect", "-f", "{{.RestartCount}}", "always")
