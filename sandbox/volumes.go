@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -16,7 +17,9 @@ import (
 	"github.com/gofrs/flock"
 
 	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/internal/userns"
 	"github.com/slopbox/slopbox/oci"
+	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
 
 // Named volumes (docker volume, -v NAME:/path, --mount type=volume) are
@@ -98,7 +101,7 @@ func (b *Backend) CreateVolume(name string, labels map[string]string) (Volume, e
 	// A directory without its volume.json is what a create that died
 	// half-way left: made anew, so that the data directory chowned below
 	// is the one just made, never what a sandbox put there.
-	if err := b.removeDir(dir); err != nil {
+	if err := b.removeVolumeData(dir); err != nil {
 		return Volume{}, fmt.Errorf("create volume %s: %w", name, err)
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -204,11 +207,38 @@ func (b *Backend) removeVolumeLocked(v Volume) error {
 		return fmt.Errorf("remove %s: %w - [%s]", v.Name, ErrVolumeInUse, strings.Join(users, ", "))
 	}
 	// Its data holds files of the sandboxes' ids: removed as the sandbox
-	// directories are.
-	if err := b.removeDir(filepath.Join(b.volumesDir(), v.Name)); err != nil {
+	// directories are, first, so that a removal that fails half-way
+	// leaves the volume there to remove again.
+	dir := filepath.Join(b.volumesDir(), v.Name)
+	if err := b.removeVolumeData(filepath.Join(dir, "_data")); err != nil {
+		return fmt.Errorf("remove volume %s: %w", v.Name, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove volume %s: %w", v.Name, err)
 	}
 	return nil
+}
+
+// removeVolumeData deletes dir, a volume's data or a volume directory
+// left half-made, which holds files of the sandboxes' ids: as root (or
+// inside a user namespace) directly, rootless through the spawn server, as
+// root of the user namespace. Not removeDir: what sandboxes write is never
+// a path anything is unmounted at. os.RemoveAll works on descriptors and
+// follows no symlink (TestVolumeRemoveRacingSymlink).
+func (b *Backend) removeVolumeData(dir string) error {
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if os.Geteuid() == 0 || userns.Inside() {
+		return os.RemoveAll(dir)
+	}
+	bins, err := b.binaries()
+	if err != nil {
+		return err
+	}
+	req := &spawnd.Request{Op: spawnd.OpRemove, Dir: dir}
+	_, err = b.spawnerFor(bins.server).call(context.Background(), b.store.Mapping(), req, nil, true)
+	return err
 }
 
 // PruneVolumes removes the volumes no sandbox uses that keep selects
