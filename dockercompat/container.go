@@ -9,31 +9,43 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/docker/go-units"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
-// created is what a create request asked for that the sandbox does
+// CreateRecord is what a create request asked for that the sandbox does
 // not keep in the form Docker's inspect shows it; it is kept next to the
 // sandbox's state (and goes with it).
-type created struct {
+type CreateRecord struct {
 	Entrypoint []string          `json:",omitempty"` // the effective one: the request's, else the image's
 	Binds      []string          `json:",omitempty"`
 	Mounts     []map[string]any  `json:",omitempty"`
 	Tmpfs      map[string]string `json:",omitempty"`
+	GroupAdd   []string          `json:",omitempty"`
+	// RestartPolicy and CpuShares can change (docker update).
+	RestartPolicy RestartPolicy
+	LogConfig     LogConfig
+	CpuShares     int64            `json:",omitempty"`
+	Healthcheck   *v1.HealthConfig `json:",omitempty"` // the effective one: the image's with the request's over it
 }
 
 const createdFile = "engine-create.json"
 
+// createdLock serializes the read-modify-write of UpdateCreated.
+var createdLock sync.Mutex
+
 // SaveCreated keeps what the options asked for that the sandbox in dir
 // does not keep in the form Docker's inspect shows it (the CLI's create
-// and run and the Engine API's create all do).
-func (o *CreateOptions) SaveCreated(dir string, imageEntrypoint []string) error {
-	c := created{Binds: o.Volumes, Entrypoint: o.EffectiveEntrypoint(imageEntrypoint)}
+// and run and the Engine API's create all do). img is the image's config.
+func (o *CreateOptions) SaveCreated(dir string, img v1.Config) error {
+	c := CreateRecord{Binds: o.Volumes, Entrypoint: o.EffectiveEntrypoint(img.Entrypoint), GroupAdd: o.GroupAdd,
+		RestartPolicy: o.RestartPolicy, LogConfig: o.LogConfig, CpuShares: o.CpuShares, Healthcheck: o.EffectiveHealthcheck(img.Healthcheck)}
 	for _, m := range o.Mounts {
 		c.Mounts = append(c.Mounts, map[string]any{"Type": m.Type, "Source": m.Source, "Target": m.Target, "ReadOnly": m.ReadOnly})
 	}
@@ -44,6 +56,10 @@ func (o *CreateOptions) SaveCreated(dir string, imageEntrypoint []string) error 
 		}
 		c.Tmpfs[dst] = opts
 	}
+	return c.save(dir)
+}
+
+func (c CreateRecord) save(dir string) error {
 	b, err := json.Marshal(c)
 	if err != nil {
 		return err
@@ -51,13 +67,70 @@ func (o *CreateOptions) SaveCreated(dir string, imageEntrypoint []string) error 
 	return os.WriteFile(filepath.Join(dir, createdFile), b, 0o600)
 }
 
-// loadCreated reads it back; a container made before has none.
-func loadCreated(dir string) created {
-	var c created
+// LoadCreated reads it back, with Docker's defaults where the create said
+// nothing (a container made before has no record at all).
+func LoadCreated(dir string) CreateRecord {
+	var c CreateRecord
 	if b, err := os.ReadFile(filepath.Join(dir, createdFile)); err == nil {
 		json.Unmarshal(b, &c)
 	}
+	if c.RestartPolicy.Name == "" {
+		c.RestartPolicy.Name = "no"
+	}
+	if c.LogConfig.Type == "" {
+		c.LogConfig.Type = "json-file"
+	}
+	if c.LogConfig.Config == nil {
+		c.LogConfig.Config = map[string]string{}
+	}
 	return c
+}
+
+// UpdateCreated changes the record of the sandbox in dir (docker update).
+func UpdateCreated(dir string, change func(*CreateRecord) error) error {
+	createdLock.Lock()
+	defer createdLock.Unlock()
+	c := LoadCreated(dir)
+	if err := change(&c); err != nil {
+		return err
+	}
+	return c.save(dir)
+}
+
+// RestartCountFile holds how many times serve restarted a container per
+// its restart policy (in its state directory).
+const RestartCountFile = "engine-restarts.json"
+
+// RestartCount is inspect's RestartCount of the sandbox in dir.
+func RestartCount(dir string) int {
+	var c struct{ RestartCount int }
+	if b, err := os.ReadFile(filepath.Join(dir, RestartCountFile)); err == nil {
+		json.Unmarshal(b, &c)
+	}
+	return c.RestartCount
+}
+
+// SetRestartCount records it.
+func SetRestartCount(dir string, n int) error {
+	b, _ := json.Marshal(map[string]int{"RestartCount": n})
+	return os.WriteFile(filepath.Join(dir, RestartCountFile), b, 0o600)
+}
+
+// HealthFile holds State.Health, as serve's healthcheck records it (in
+// the sandbox's state directory).
+const HealthFile = "engine-health.json"
+
+// health is State.Health of the sandbox in dir with healthcheck h: none
+// without one, nor before serve has run it.
+func health(dir string, h *v1.HealthConfig) json.RawMessage {
+	if h == nil || len(h.Test) == 0 || h.Test[0] == "NONE" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, HealthFile))
+	if err != nil || !json.Valid(b) {
+		return nil
+	}
+	return b
 }
 
 // envList is an environment in Docker's KEY=VALUE form, sorted.
@@ -86,6 +159,11 @@ func inspectMounts(i sandbox.Info) []any {
 		if m.ReadOnly {
 			mode = "ro"
 		}
+		if m.Volume != "" {
+			out = append(out, map[string]any{"Type": "volume", "Name": m.Volume, "Source": m.Source, "Destination": m.Target,
+				"Driver": "local", "Mode": mode, "RW": !m.ReadOnly, "Propagation": ""})
+			continue
+		}
 		out = append(out, map[string]any{"Type": "bind", "Source": m.Source, "Destination": m.Target,
 			"Mode": mode, "RW": !m.ReadOnly, "Propagation": "rprivate"})
 	}
@@ -96,7 +174,7 @@ func inspectMounts(i sandbox.Info) []any {
 // docker-py and the docker CLI read.
 func Inspect(i sandbox.Info) map[string]any {
 	st := State(i)
-	cc := loadCreated(i.StateDir)
+	cc := LoadCreated(i.StateDir)
 	var entrypoint any // null when there is none, as Docker
 	if len(cc.Entrypoint) > 0 {
 		entrypoint = cc.Entrypoint
@@ -120,28 +198,36 @@ func Inspect(i sandbox.Info) map[string]any {
 	if i.Running {
 		pid = i.Pid
 	}
+	state := map[string]any{
+		"Status": st, "Running": i.Running, "Paused": i.Paused, "Restarting": false, "OOMKilled": i.OOMKills > 0,
+		"Dead": false, "Pid": pid, "ExitCode": i.ExitCode, "Error": "", "StartedAt": i.LastExec.Format(time.RFC3339Nano),
+		"FinishedAt": finished,
+	}
+	if h := health(i.StateDir, cc.Healthcheck); h != nil {
+		state["Health"] = h
+	}
+	config := map[string]any{
+		"Hostname": i.Hostname, "User": i.User, "Env": envList(i.Env), "Cmd": cmdOf(i.Command, cc.Entrypoint), "Image": i.Image, "WorkingDir": i.Workdir,
+		"Entrypoint": entrypoint, "Labels": nonNil(i.Labels), "Tty": i.Tty, "OpenStdin": i.OpenStdin,
+		"AttachStdin": false, "AttachStdout": true, "AttachStderr": true,
+	}
+	if cc.Healthcheck != nil {
+		config["Healthcheck"] = cc.Healthcheck
+	}
 	return map[string]any{
 		"Id": i.ID, "Created": i.Created.Format(time.RFC3339Nano), "Path": path, "Args": args,
-		"State": map[string]any{
-			"Status": st, "Running": i.Running, "Paused": i.Paused, "Restarting": false, "OOMKilled": i.OOMKills > 0,
-			"Dead": false, "Pid": pid, "ExitCode": i.ExitCode, "Error": "", "StartedAt": i.LastExec.Format(time.RFC3339Nano),
-			"FinishedAt": finished,
-		},
-		"Image": i.ImageID, "Name": "/" + i.Name, "RestartCount": 0, "Driver": "overlay", "Platform": "linux",
+		"State": state,
+		"Image": i.ImageID, "Name": "/" + i.Name, "RestartCount": RestartCount(i.StateDir), "Driver": "overlay", "Platform": "linux",
 		"LogPath": i.StateDir + "/container.log", "MountLabel": "", "ProcessLabel": "", "AppArmorProfile": "", "ExecIDs": nil,
 		"HostConfig": map[string]any{
 			"NetworkMode": i.Network, "AutoRemove": i.AutoRemove, "ReadonlyRootfs": i.ReadonlyRootfs, "PortBindings": portMap(i, true),
 			"Memory": i.Limits.MemoryBytes, "NanoCpus": int64(i.Limits.CPUs * 1e9), "PidsLimit": i.Limits.Pids,
 			"CapAdd": i.CapAdd, "CapDrop": i.CapDrop, "Privileged": false,
 			"Binds": binds, "Mounts": mounts, "Tmpfs": cc.Tmpfs,
-			"LogConfig":   map[string]any{"Type": "json-file", "Config": map[string]string{}},
+			"LogConfig": cc.LogConfig, "RestartPolicy": cc.RestartPolicy, "GroupAdd": cc.GroupAdd, "CpuShares": cc.CpuShares,
 			"SecurityOpt": []string{"seccomp=" + i.SeccompProfile, "no-new-privileges"},
 		},
-		"Config": map[string]any{
-			"Hostname": i.Hostname, "User": i.User, "Env": envList(i.Env), "Cmd": cmdOf(i.Command, cc.Entrypoint), "Image": i.Image, "WorkingDir": i.Workdir,
-			"Entrypoint": entrypoint, "Labels": nonNil(i.Labels), "Tty": i.Tty, "OpenStdin": i.OpenStdin,
-			"AttachStdin": false, "AttachStdout": true, "AttachStderr": true,
-		},
+		"Config":          config,
 		"NetworkSettings": map[string]any{"Ports": portMap(i, i.Running), "Networks": map[string]any{}, "IPAddress": ""},
 		"Mounts":          inspectMounts(i),
 	}

@@ -47,7 +47,7 @@ func createCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := opts.SaveCreated(sb.Info().StateDir, img.Config.Config.Entrypoint); err != nil {
+			if err := opts.SaveCreated(sb.Info().StateDir, img.Config.Config); err != nil {
 				sb.Remove()
 				return err
 			}
@@ -148,9 +148,9 @@ func killCmd() *cobra.Command {
 }
 
 func rmCmd() *cobra.Command {
-	var force bool
+	var force, volumes bool
 	c := &cobra.Command{
-		Use:   "rm [-f] SANDBOX...",
+		Use:   "rm [-f] [-v] SANDBOX...",
 		Short: "Remove sandboxes",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -158,11 +158,15 @@ func rmCmd() *cobra.Command {
 				if sb.Running() && !force {
 					return fmt.Errorf("cannot remove running sandbox %s: stop it first or use rm -f", sb.Name())
 				}
+				if volumes {
+					return sb.RemoveWithVolumes()
+				}
 				return sb.Remove()
 			})
 		},
 	}
 	c.Flags().BoolVarP(&force, "force", "f", false, "remove running sandboxes too")
+	c.Flags().BoolVarP(&volumes, "volumes", "v", false, "remove the anonymous volumes (-v /path) of the sandboxes too")
 	return c
 }
 
