@@ -20,6 +20,7 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat"
+	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/oci"
 	"github.com/slopbox/slopbox/sandbox"
 )
@@ -653,7 +654,7 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 			}
 		}
 	}
-	match, err := dockercompat.Filter(filters)
+	match, err := dockerview.Filter(filters)
 	if err != nil {
 		fail(w, err)
 		return
@@ -664,7 +665,7 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 		if i.Broken != "" || (!all && !i.Running && len(filters["status"]) == 0) || !match(i) {
 			continue
 		}
-		st := dockercompat.State(i)
+		st := dockerview.State(i)
 		labels := i.Labels
 		if labels == nil {
 			labels = map[string]string{}
@@ -672,7 +673,7 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 		out = append(out, map[string]any{
 			"Id": i.ID, "Names": []string{"/" + i.Name}, "Image": i.Image, "ImageID": i.ImageID,
 			"Command": strings.Join(i.Command, " "), "Created": i.Created.Unix(), "Ports": listPorts(i),
-			"Labels": labels, "State": st, "Status": dockercompat.Status(i),
+			"Labels": labels, "State": st, "Status": dockerview.Status(i),
 			"HostConfig":      map[string]string{"NetworkMode": i.Network},
 			"NetworkSettings": map[string]any{"Networks": map[string]any{}}, "Mounts": []any{},
 		})

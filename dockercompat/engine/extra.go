@@ -7,13 +7,14 @@ import (
 	"net/http"
 
 	"github.com/slopbox/slopbox/dockercompat"
+	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
-// inspect is dockercompat.Inspect with what only this server knows: a
+// inspect is dockerview.Inspect with what only this server knows: a
 // container waiting for its restart (restart.go) is restarting.
 func (s *Server) inspect(i sandbox.Info) map[string]any {
-	out := dockercompat.Inspect(i)
+	out := dockerview.Inspect(i)
 	if st, _ := out["State"].(map[string]any); st != nil && s.isRestarting(i.ID) {
 		st["Restarting"] = true
 		st["Status"] = "restarting"
