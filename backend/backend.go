@@ -113,6 +113,9 @@ type SpawnSpec struct {
 	// User is "uid[:gid]" or "name[:group]"; empty picks the default for Context.
 	User    string
 	Context Context
+	// GroupAdd are supplementary groups (names in the image's /etc/group,
+	// or ids) of the main command and of every exec (docker --group-add).
+	GroupAdd []string
 	// AgentUser is the agent context's default user when User is empty
 	// (SlopCodeBench: "$HUID:$HGID" when both are set, which
 	// backend.AgentUserFromEnv reads); empty means 0:0. The library reads
@@ -170,6 +173,12 @@ type Mount struct {
 	// the mount, as a root-owned workspace is: no sandbox id maps to host
 	// root, so container root cannot write a root-owned directory otherwise.
 	HandOver bool
+	// Volume, when set, names a volume (docker -v NAME:/path, --mount
+	// type=volume) in place of Source; AnonymousVolume asks for a new
+	// one of its own (-v /path). The sandbox backend makes a volume that
+	// does not exist yet.
+	Volume          string
+	AnonymousVolume bool
 }
 
 // StaticAsset is a host path published read-only at /static/<SavePath>.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/docker/go-units"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/slopbox/slopbox/backend"
 )
@@ -41,9 +42,12 @@ type CreateOptions struct {
 	AllowHostLoopback bool
 	Publish           []string // -p syntax
 	Volumes           []string // -v / HostConfig.Binds
-	Mounts            []MountOption
-	Tmpfs             []string // --tmpfs /tmp[:size=N] / HostConfig.Tmpfs
-	StorageOpt        []string // size=N
+	// AnonymousVolumes are Config.Volumes: an anonymous volume at each
+	// path no other mount (nor the /tmp tmpfs) covers.
+	AnonymousVolumes []string
+	Mounts           []MountOption
+	Tmpfs            []string // --tmpfs /tmp[:size=N] / HostConfig.Tmpfs
+	StorageOpt       []string // size=N
 	// Memory is a size in go-units' form (512m, 2g, 1048576).
 	Memory                                    string
 	CPUs                                      float64
@@ -55,10 +59,17 @@ type CreateOptions struct {
 	HostSharing                               backend.HostSharing
 	AllowedMountRoots                         []string // the operator's policy
 	PolicyUnsafe                              []string // the operator's allow_unsafe
+	// GroupAdd are supplementary groups (--group-add, HostConfig.GroupAdd).
+	GroupAdd []string
+	// Recorded for inspect and acted on by serve (extra.go).
+	RestartPolicy RestartPolicy
+	LogConfig     LogConfig
+	CpuShares     int64
+	Healthcheck   *v1.HealthConfig
 }
 
-// MountOption is one --mount (or HostConfig.Mounts entry): a bind mount
-// or a tmpfs.
+// MountOption is one --mount (or HostConfig.Mounts entry): a bind mount,
+// a volume (a named one, or an anonymous one without Source) or a tmpfs.
 type MountOption struct {
 	Type, Source, Target string
 	ReadOnly             bool
@@ -75,8 +86,20 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 		DisableSetup: len(o.Setup) == 0, Setup: backend.Setup{Commands: o.Setup}, ReadOnlyRootfs: o.ReadOnly,
 		CapAdd: o.CapAdd, CapDrop: o.CapDrop, AllowHostLoopback: o.AllowHostLoopback,
 		ExtraHosts: o.ExtraHosts, DNS: o.DNS, DNSSearch: o.DNSSearch, DNSOptions: o.DNSOptions,
-		AllowedMountRoots: o.AllowedMountRoots, Unsafe: append(slices.Clone(o.PolicyUnsafe), o.AllowUnsafe...)}
+		AllowedMountRoots: o.AllowedMountRoots, Unsafe: append(slices.Clone(o.PolicyUnsafe), o.AllowUnsafe...), GroupAdd: o.GroupAdd}
 	if err := o.HostSharing.Check(); err != nil {
+		return s, nil, nil, err
+	}
+	if err := CheckRestartPolicy(o.RestartPolicy, o.AutoRemove); err != nil {
+		return s, nil, nil, err
+	}
+	if err := checkLogConfig(o.LogConfig); err != nil {
+		return s, nil, nil, err
+	}
+	if o.CpuShares < 0 {
+		return s, nil, nil, backend.InvalidValue("invalid CPU shares (%d): the minimum is 0", o.CpuShares)
+	}
+	if err := checkHealthcheck(o.Healthcheck); err != nil {
 		return s, nil, nil, err
 	}
 	for _, opt := range o.SecurityOpt {
@@ -147,6 +170,11 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 				return s, nil, nil, backend.InvalidValue("mount %s:%s: a bind mount needs a source and a target", m.Source, m.Target)
 			}
 			s.Mounts = append(s.Mounts, backend.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+		case "volume":
+			if m.Target == "" {
+				return s, nil, nil, backend.InvalidValue("mount %s: a volume mount needs a target", m.Source)
+			}
+			s.Mounts = append(s.Mounts, backend.Mount{Volume: m.Source, AnonymousVolume: m.Source == "", Target: m.Target, ReadOnly: m.ReadOnly})
 		case "tmpfs":
 			t := m.Target
 			if m.TmpfsSize != "" {
@@ -154,7 +182,7 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 			}
 			tmpfs = append(tmpfs, t)
 		default:
-			return s, nil, nil, backend.InvalidValue("mount type %q is not supported (bind or tmpfs; slopbox has no named volumes)", m.Type)
+			return s, nil, nil, backend.InvalidValue("mount type %q is not supported (bind, volume or tmpfs)", m.Type)
 		}
 	}
 	for _, v := range o.Volumes {
@@ -162,10 +190,27 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 		if err != nil {
 			return s, nil, nil, err
 		}
+		if m.Volume != "" && o.Workspace != "" {
+			// With a workspace a relative source stays slopbox's: a
+			// path in the workspace, not a volume name.
+			m.Source, m.Volume = m.Volume, ""
+		}
 		s.Mounts = append(s.Mounts, m)
 	}
 	if s.Limits, err = o.limits(tmpfs); err != nil {
 		return s, nil, nil, err
+	}
+	// An anonymous volume for each of Config.Volumes no other mount or
+	// tmpfs covers. It starts empty: the image's files there are not
+	// copied in (dockerd copies them).
+	for _, target := range o.AnonymousVolumes {
+		covered := s.Limits.TmpBytes > 0 && path.Clean(target) == "/tmp"
+		for _, m := range s.Mounts {
+			covered = covered || path.Clean(m.Target) == path.Clean(target)
+		}
+		if !covered {
+			s.Mounts = append(s.Mounts, backend.Mount{Target: target, AnonymousVolume: true})
+		}
 	}
 	// Before anything is pulled or created.
 	if err := s.CheckPolicy(); err != nil {
@@ -316,8 +361,10 @@ func MergeEnv(lists ...map[string]string) []string {
 	return out
 }
 
-// ParseMount reads --mount: type=bind,source=HOST,target=PATH[,readonly]
-// or type=tmpfs,target=/tmp[,tmpfs-size=N].
+// ParseMount reads --mount: type=bind,source=HOST,target=PATH[,readonly],
+// type=volume[,source=VOLUME],target=PATH[,readonly] (the default type;
+// without a source, an anonymous volume) or
+// type=tmpfs,target=/tmp[,tmpfs-size=N].
 func ParseMount(v string) (MountOption, error) {
 	m := MountOption{Type: "volume"}
 	for _, kv := range strings.Split(v, ",") {
@@ -343,8 +390,8 @@ func ParseMount(v string) (MountOption, error) {
 		return m, backend.InvalidValue("--mount %q: target is required", v)
 	case m.Type == "bind" && m.Source == "":
 		return m, backend.InvalidValue("--mount %q: source is required for a bind mount", v)
-	case m.Type != "bind" && m.Type != "tmpfs":
-		return m, backend.InvalidValue("--mount %q: type %q is not supported (bind or tmpfs; slopbox has no named volumes)", v, m.Type)
+	case m.Type != "bind" && m.Type != "volume" && m.Type != "tmpfs":
+		return m, backend.InvalidValue("--mount %q: type %q is not supported (bind, volume or tmpfs)", v, m.Type)
 	}
 	return m, nil
 }

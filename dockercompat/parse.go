@@ -3,6 +3,7 @@ package dockercompat
 import (
 	"fmt"
 	"net/netip"
+	"path"
 	"strconv"
 	"strings"
 	"syscall"
@@ -71,14 +72,22 @@ func ParsePort(s string) (backend.PortMapping, error) {
 }
 
 // ParseVolume reads docker's -v HOST:CONTAINER[:OPTIONS] (read-write by
-// default; options ro, rw, U, and z/Z, which mean nothing without SELinux).
-// The CLI's -v and the Engine API's HostConfig.Binds both use it.
+// default; options ro, rw, U, and z/Z, which mean nothing without SELinux),
+// -v VOLUME:CONTAINER[:OPTIONS] (a named volume) and -v CONTAINER (an
+// anonymous volume). The CLI's -v and the Engine API's HostConfig.Binds
+// both use it.
 func ParseVolume(v string) (backend.Mount, error) {
 	parts := strings.Split(v, ":")
+	if len(parts) == 1 && path.IsAbs(v) {
+		return backend.Mount{Target: v, AnonymousVolume: true}, nil
+	}
 	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
-		return backend.Mount{}, fmt.Errorf("-v %q: want HOST:CONTAINER[:ro|rw] (named volumes are not supported)", v)
+		return backend.Mount{}, backend.InvalidValue("-v %q: want HOST:CONTAINER[:ro|rw], VOLUME:CONTAINER[:ro|rw] or CONTAINER", v)
 	}
 	m := backend.Mount{Source: parts[0], Target: parts[1]}
+	if IsVolumeName(m.Source) {
+		m.Source, m.Volume = "", parts[0]
+	}
 	if len(parts) == 3 {
 		for _, o := range strings.Split(parts[2], ",") {
 			switch o {
@@ -93,6 +102,13 @@ func ParseVolume(v string) (backend.Mount, error) {
 		}
 	}
 	return m, nil
+}
+
+// IsVolumeName reports whether a -v source names a volume rather than a
+// host path, as Docker tells them apart: a name has no slash and does not
+// start with a dot.
+func IsVolumeName(src string) bool {
+	return src != "" && !strings.Contains(src, "/") && !strings.HasPrefix(src, ".")
 }
 
 // ParseSignal reads a signal as docker kill -s does: KILL, SIGKILL or 9.

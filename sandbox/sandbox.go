@@ -230,7 +230,9 @@ func (b *Backend) info(rec *record) Info {
 	}
 	for _, m := range rec.Mounts {
 		if m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind") {
-			i.BindMounts = append(i.BindMounts, backend.Mount{Source: m.Source, Target: m.Destination, ReadOnly: slices.Contains(m.Options, "ro")})
+			bm := backend.Mount{Source: m.Source, Target: m.Destination, ReadOnly: slices.Contains(m.Options, "ro")}
+			bm.Volume, _ = b.VolumeOfMount(m.Source)
+			i.BindMounts = append(i.BindMounts, bm)
 		}
 	}
 	if rec.Reserved {
@@ -372,6 +374,11 @@ func (b *Backend) destroy(rec *record) error {
 		if err := b.store.Release(rec.ID); err != nil {
 			errs = append(errs, err)
 		}
+		if rec.AutoRemove { // its anonymous volumes go with it, as docker run --rm's
+			if err := b.dropAnonymousVolumes(rec); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -490,6 +497,7 @@ func (s *Sandbox) command(req backend.ExecRequest) (cmd *execRequest, setup bool
 	who := rec.User
 	if req.User != "" {
 		if who, err = resolveUser(rec.Layers, req.User); err == nil {
+			who.Groups = withGroups(who.Groups, rec.GroupAdd)
 			err = checkMapped(who, s.b.store.Mapping())
 		}
 		if err != nil {

@@ -161,6 +161,10 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 		userSpec = defaultUser(spec, img.Config.Config.User)
 	}
 	who, err := resolveUser(img.Layers, userSpec)
+	var groupAdd []uint32
+	if err == nil {
+		groupAdd, err = addGroups(img.Layers, &who, spec.GroupAdd)
+	}
 	if err == nil {
 		err = checkMapped(who, b.store.Mapping())
 	}
@@ -200,6 +204,7 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 		Workdir:   workdir,
 		Cwd:       cwd,
 		User:      who,
+		GroupAdd:  groupAdd,
 		Layers:    layers,
 		MapKey:    mapKey,
 		Env:       spawnEnv(img.Config.Config.Env, spec),
@@ -320,6 +325,9 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 		EvalSource:     func(src string) (string, error) { return opened(openSource(src)) },
 		EvalBeneath:    func(root, rel string) (string, error) { return opened(openBeneath(root, rel)) },
 		AnyTarget:      spec.NoWorkspaceMount && spec.Workdir == "",
+	}
+	if err := b.volumeMounts(&spec, &plan); err != nil {
+		return nil, nil, err
 	}
 	for _, m := range spec.Mounts {
 		plan.Extra = append(plan.Extra, oci.BindSource{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})

@@ -46,6 +46,7 @@ type record struct {
 	Workdir    string            `json:"workdir"`
 	Cwd        string            `json:"cwd"`
 	User       identity          `json:"user"`
+	GroupAdd   []uint32          `json:"group_add,omitempty"` // added to every command's groups
 	Layers     []string          `json:"layers"`
 	MapKey     string            `json:"map_key,omitempty"` // id mapping variant (rootless, non-root user)
 	Env        map[string]string `json:"env"`               // image < host (include_os_env) < spec < spawn

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/moby/sys/user"
@@ -107,4 +108,37 @@ func idRange(maps []userns.IDMap) string {
 		return "(none)"
 	}
 	return fmt.Sprintf("0-%d", next-1)
+}
+
+// addGroups resolves docker's --group-add values (names in the image's
+// /etc/group, or ids) and adds them to who's supplementary groups.
+func addGroups(layers []string, who *identity, add []string) ([]uint32, error) {
+	if len(add) == 0 {
+		return nil, nil
+	}
+	group := imageFile(layers, "/etc/group")
+	if group == "" {
+		group = os.DevNull
+	}
+	gids, err := user.GetAdditionalGroupsPath(add, group)
+	if err != nil {
+		return nil, fmt.Errorf("group-add %s: %w", strings.Join(add, ","), err)
+	}
+	var out []uint32
+	for _, g := range gids {
+		out = append(out, uint32(g))
+	}
+	who.Groups = withGroups(who.Groups, out)
+	return out, nil
+}
+
+// withGroups is groups with add appended, each once.
+func withGroups(groups, add []uint32) []uint32 {
+	out := append([]uint32(nil), groups...)
+	for _, g := range add {
+		if !slices.Contains(out, g) {
+			out = append(out, g)
+		}
+	}
+	return out
 }

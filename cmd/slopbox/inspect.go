@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/slopbox/slopbox/dockercompat"
+	"github.com/slopbox/slopbox/dockercompat/dockerview"
 )
 
 func inspectCmd() *cobra.Command {
@@ -30,7 +30,7 @@ func inspectCmd() *cobra.Command {
 			var errs []error
 			for _, ref := range args {
 				if sb, err := b.Open(ref); err == nil {
-					out = append(out, dockercompat.Inspect(sb.Info()))
+					out = append(out, dockerview.Inspect(sb.Info()))
 					continue
 				}
 				m, err := b.Store().Inspect(ref)

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/slopbox/slopbox/dockercompat"
+	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -47,7 +48,7 @@ func createCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := opts.SaveCreated(sb.Info().StateDir, img.Config.Config.Entrypoint); err != nil {
+			if err := opts.SaveCreated(sb.Info().StateDir, img.Config.Config); err != nil {
 				sb.Remove()
 				return err
 			}
@@ -148,9 +149,9 @@ func killCmd() *cobra.Command {
 }
 
 func rmCmd() *cobra.Command {
-	var force bool
+	var force, volumes bool
 	c := &cobra.Command{
-		Use:   "rm [-f] SANDBOX...",
+		Use:   "rm [-f] [-v] SANDBOX...",
 		Short: "Remove sandboxes",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -158,11 +159,15 @@ func rmCmd() *cobra.Command {
 				if sb.Running() && !force {
 					return fmt.Errorf("cannot remove running sandbox %s: stop it first or use rm -f", sb.Name())
 				}
+				if volumes {
+					return sb.RemoveWithVolumes()
+				}
 				return sb.Remove()
 			})
 		},
 	}
 	c.Flags().BoolVarP(&force, "force", "f", false, "remove running sandboxes too")
+	c.Flags().BoolVarP(&volumes, "volumes", "v", false, "remove the anonymous volumes (-v /path) of the sandboxes too")
 	return c
 }
 
@@ -290,7 +295,7 @@ var psHeader = psRow{ID: "SANDBOX ID", Image: "IMAGE", Command: "COMMAND", Creat
 func row(i sandbox.Info) psRow {
 	r := psRow{ID: i.ID[:min(12, len(i.ID))], Image: i.Image, Command: strings.Join(i.Command, " "), Names: i.Name,
 		CreatedAt: i.Created.Format("2006-01-02 15:04:05 -0700 MST"), RunningFor: units.HumanDuration(time.Since(i.Created)) + " ago",
-		State: dockercompat.State(i), Status: dockercompat.Status(i)}
+		State: dockerview.State(i), Status: dockerview.Status(i)}
 	var labels []string
 	for k, v := range i.Labels {
 		labels = append(labels, k+"="+v)
@@ -322,7 +327,7 @@ func hasStatusFilter(filters []string) bool {
 }
 
 // psFilter reads --filter KEY=VALUE flags into docker's filters
-// (dockercompat.Filter, which the Engine API uses too).
+// (dockerview.Filter, which the Engine API uses too).
 func psFilter(filters []string) (func(sandbox.Info) bool, error) {
 	by := map[string][]string{}
 	for _, f := range filters {
@@ -332,7 +337,7 @@ func psFilter(filters []string) (func(sandbox.Info) bool, error) {
 		}
 		by[k] = append(by[k], v)
 	}
-	return dockercompat.Filter(by)
+	return dockerview.Filter(by)
 }
 
 func human(d time.Duration) string {

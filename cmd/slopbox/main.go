@@ -71,7 +71,7 @@ func main() {
 	root.AddCommand(pullCmd(), imagesCmd(), rmiCmd(), tagCmd(), inspectCmd(), loadCmd(), saveCmd(),
 		startsSandbox(runCmd()), startsSandbox(createCmd()), startCmd(), execCmd(), psCmd(), killCmd(), stopCmd(), rmCmd(), pruneCmd(),
 		versionCmd(), infoCmd(), doctorCmd(), startsSandbox(envCmd()), imageCmd(),
-		logsCmd(), diffCmd(), exportCmd(), historyCmd(), importCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), containerCmd(), portCmd(), pauseCmd("pause"), pauseCmd("unpause"), systemPruneCmd(), startsSandbox(snapshotCmd()), serveCmd(), buildCmd(), commitCmd(), pushCmd(), manpagesCmd())
+		logsCmd(), diffCmd(), exportCmd(), historyCmd(), importCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), containerCmd(), portCmd(), pauseCmd("pause"), pauseCmd("unpause"), systemPruneCmd(), startsSandbox(snapshotCmd()), serveCmd(), buildCmd(), commitCmd(), pushCmd(), manpagesCmd(), volumeCmd(), updateCmd())
 	// One argv parser for both spellings: invoked as `docker` (a symlink,
 	// or `binary:` in a harness spec) or as `slopbox docker …`, the
 	// arguments are the same verbs and flags.

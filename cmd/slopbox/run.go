@@ -89,7 +89,7 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := opts.SaveCreated(sb.Info().StateDir, img.Config.Config.Entrypoint); err != nil {
+			if err := opts.SaveCreated(sb.Info().StateDir, img.Config.Config); err != nil {
 				sb.Remove()
 				return err
 			}
@@ -120,7 +120,7 @@ func runCmd() *cobra.Command {
 			case sf.keep:
 				fmt.Fprintf(os.Stderr, "kept sandbox %s: `slopbox exec -it %s sh` to look inside, `slopbox rm -f %s` to remove it\n", sb.Name(), sb.Name(), sb.Name())
 			case rm:
-				if rerr := sb.Remove(); rerr != nil && err == nil {
+				if rerr := sb.RemoveWithVolumes(); rerr != nil && err == nil {
 					err = rerr
 				}
 			default:

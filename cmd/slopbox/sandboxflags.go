@@ -32,6 +32,7 @@ type spawnFlags struct {
 	devices, mounts, labels, envFiles               []string
 	addHosts, dns, dnsSearch, dnsOptions            []string
 	publish                                         []string
+	groupAdd                                        []string
 	hostname, entrypoint, platform                  string
 	initFlag                                        bool
 	privileged                                      bool
@@ -43,7 +44,8 @@ type spawnFlags struct {
 
 func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.name, "name", "", "name of the sandbox")
-	fs.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind mount HOST:CONTAINER[:ro|rw] (relative HOST paths are under --workspace)")
+	fs.StringArrayVar(&f.groupAdd, "group-add", nil, "add a supplementary group (a name in the image's /etc/group, or an id) to the command and every exec")
+	fs.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind mount HOST:CONTAINER[:ro|rw], a named volume VOLUME:CONTAINER[:ro|rw] or an anonymous one CONTAINER (with --workspace, a relative HOST is a path under it)")
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE (KEY alone takes the value from the host)")
 	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory of commands (and the workspace's mount point with --workspace)")
 	fs.StringVarP(&f.user, "user", "u", "", "user: name|uid[:group|gid] from the image's /etc/passwd")
@@ -63,7 +65,7 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.capAdd, "cap-add", nil, "add a capability to Docker's default set (unsafe ones need --allow-unsafe cap-add=NAME)")
 	fs.StringArrayVar(&f.capDrop, "cap-drop", nil, "drop a capability (or ALL)")
 	fs.StringArrayVar(&f.securityOpts, "security-opt", nil, "seccomp=unconfined (needs --allow-unsafe seccomp=unconfined), no-new-privileges (always on)")
-	fs.StringArrayVar(&f.mounts, "mount", nil, "type=bind,source=HOST,target=PATH[,readonly] or type=tmpfs,target=/tmp[,tmpfs-size=64m]")
+	fs.StringArrayVar(&f.mounts, "mount", nil, "type=bind,source=HOST,target=PATH[,readonly], type=volume[,source=VOLUME],target=PATH[,readonly] or type=tmpfs,target=/tmp[,tmpfs-size=64m]")
 	fs.StringArrayVarP(&f.labels, "label", "l", nil, "set a label KEY=VALUE (ps --filter label=KEY[=VALUE])")
 	fs.StringArrayVar(&f.envFiles, "env-file", nil, "read KEY=VALUE lines from a file (# comments; -e wins)")
 	fs.StringVarP(&f.hostname, "hostname", "h", "", "the sandbox's host name (default: from its name)")
@@ -109,6 +111,7 @@ func (f *spawnFlags) options(fs *pflag.FlagSet, img string, args []string) (dock
 	o.ReadOnly, o.Keep, o.Setup = f.readOnly, f.keep, f.setup
 	o.CapAdd, o.CapDrop, o.SecurityOpt, o.AllowUnsafe = f.capAdd, f.capDrop, f.securityOpts, f.allowUnsafe
 	o.ExtraHosts, o.DNS, o.DNSSearch, o.DNSOptions = f.addHosts, f.dns, f.dnsSearch, f.dnsOptions
+	o.GroupAdd = f.groupAdd
 	o.HostSharing = backend.HostSharing{Privileged: f.privileged, Devices: f.devices, PidMode: f.pidNS, IpcMode: f.ipcNS, UTSMode: f.utsNS, UsernsMode: f.userNS}
 	if fs != nil && fs.Changed("entrypoint") {
 		o.Entrypoint = []string{f.entrypoint} // one word, as docker's: "" clears it

@@ -78,6 +78,15 @@ func TestOneTranslator(t *testing.T) {
 				eq(t, s.Mounts, []backend.Mount{{Source: "/srv", Target: "/data", ReadOnly: true}})
 				eq(t, cmd, []string{"/entry", "x"})
 			}},
+		{name: "volumes and groups", argv: []string{"-v", "data:/data:ro", "-v", "/anon", "--mount", "type=volume,source=v2,target=/v2",
+			"--mount", "type=volume,target=/anon2", "--group-add", "10", "--group-add", "wheel", "img"},
+			body: `{"Image":"img","HostConfig":{"Binds":["data:/data:ro","/anon"],"GroupAdd":["10","wheel"],
+				"Mounts":[{"Type":"volume","Source":"v2","Target":"/v2"},{"Type":"volume","Target":"/anon2"}]}}`,
+			want: func(t *testing.T, s backend.SpawnSpec, _ []string) {
+				eq(t, s.Mounts, []backend.Mount{{Volume: "v2", Target: "/v2"}, {Target: "/anon2", AnonymousVolume: true},
+					{Volume: "data", Target: "/data", ReadOnly: true}, {Target: "/anon", AnonymousVolume: true}})
+				eq(t, s.GroupAdd, []string{"10", "wheel"})
+			}},
 		{name: "memory overflows", argv: []string{"-m", "9000000000000000000k", "img"},
 			body: `{"Image":"img","HostConfig":{"Memory":-1}}`, err: backend.ErrInvalidValue},
 		{name: "privileged refused", argv: []string{"--privileged", "img"},

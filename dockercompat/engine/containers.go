@@ -16,8 +16,11 @@ import (
 	"syscall"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat"
+	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/oci"
 	"github.com/slopbox/slopbox/sandbox"
 )
@@ -56,6 +59,8 @@ type createBody struct {
 	Tty          bool
 	OpenStdin    bool
 	ExposedPorts map[string]struct{}
+	Volumes      map[string]struct{} // anonymous volumes (docker -v /path)
+	Healthcheck  *v1.HealthConfig
 	HostConfig   struct {
 		Binds  []string
 		Mounts []struct {
@@ -79,6 +84,10 @@ type createBody struct {
 		Init                                   *bool
 		ConsoleSize                            []uint16 // [height, width] of a Tty (API 1.42)
 		ExtraHosts, Dns, DnsSearch, DnsOptions []string
+		GroupAdd                               []string
+		RestartPolicy                          dockercompat.RestartPolicy
+		LogConfig                              dockercompat.LogConfig
+		CpuShares                              int64
 	}
 }
 
@@ -105,7 +114,9 @@ func (s *Server) options(c *createBody, name string) (dockercompat.CreateOptions
 		Cmd: c.Cmd, Env: c.Env, Network: h.NetworkMode, Volumes: h.Binds, CPUs: float64(h.NanoCpus) / 1e9,
 		AutoRemove: h.AutoRemove, ReadOnly: h.ReadonlyRootfs, CapAdd: h.CapAdd, CapDrop: h.CapDrop, SecurityOpt: h.SecurityOpt,
 		ExtraHosts: h.ExtraHosts, DNS: h.Dns, DNSSearch: h.DnsSearch, DNSOptions: h.DnsOptions,
-		AllowedMountRoots: s.AllowedMountRoots, PolicyUnsafe: s.AllowUnsafe}
+		AllowedMountRoots: s.AllowedMountRoots, PolicyUnsafe: s.AllowUnsafe,
+		GroupAdd: h.GroupAdd, RestartPolicy: h.RestartPolicy, LogConfig: h.LogConfig, CpuShares: h.CpuShares, Healthcheck: c.Healthcheck,
+		AnonymousVolumes: slices.Sorted(maps.Keys(c.Volumes))}
 	// As dockerd: a name alone stays in Config.Env as given and is not
 	// set in the process.
 	o.Env = nil
@@ -236,7 +247,7 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 			return
 		}
 	}
-	if err := opts.SaveCreated(sb.Info().StateDir, img.Config.Config.Entrypoint); err != nil {
+	if err := opts.SaveCreated(sb.Info().StateDir, img.Config.Config); err != nil {
 		sb.Remove()
 		fail(w, err)
 		return
@@ -281,7 +292,9 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 	}
 	switch {
 	case verb == "json" && m == http.MethodGet:
-		writeJSON(w, http.StatusOK, dockercompat.Inspect(sb.Info()))
+		writeJSON(w, http.StatusOK, s.inspect(sb.Info()))
+	case verb == "update" && m == http.MethodPost:
+		s.containerUpdate(w, r, sb)
 	case verb == "start" && m == http.MethodPost:
 		if sb.Paused() {
 			writeError(w, http.StatusConflict, fmt.Sprintf("cannot start a paused container %s, try unpause instead", ref))
@@ -298,6 +311,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			sb = cur
 		}
 		base := sb.Info().FinishedAt
+		s.startedByAPI(sb.Info())
 		as := s.attachedStart(sb.ID())
 		err := sb.StartAttached(r.Context(), as)
 		if as.Stdin != nil {
@@ -320,6 +334,10 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		w.WriteHeader(http.StatusNoContent)
 	case (verb == "stop" || verb == "restart") && m == http.MethodPost:
 		if verb == "stop" && !sb.Running() {
+			if s.cancelRestart(sb.ID()) {
+				w.WriteHeader(http.StatusNoContent) // a restarting one: stopped
+				return
+			}
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
@@ -366,6 +384,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			return
 		}
 		watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
+		watch.stoppedByAPI()
 		// The kill event goes out before the signal, so that it always
 		// comes before the die the signal causes (dockerd holds the
 		// container's lock over both; its exit handler waits for it).
@@ -447,6 +466,8 @@ func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error 
 		grace = time.Duration(max(n, 0)) * time.Second
 	}
 	watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
+	watch.stoppedByAPI()
+	s.cancelRestart(sb.ID())
 	if err := sb.StopGrace(ctx, syscall.SIGTERM, grace); err != nil {
 		return err
 	}
@@ -464,6 +485,14 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 	if sb == nil {
 		return
 	}
+	if !sb.Running() {
+		s.watchOf(sb.ID()).finish() // an exit its restart policy answers: restarting first
+	}
+	if s.isRestarting(sb.ID()) && !boolParam(r, "force") {
+		writeError(w, http.StatusConflict, restartingConflict(sb.ID()))
+		return
+	}
+	s.cancelRestart(sb.ID())
 	if sb.Running() && !boolParam(r, "force") {
 		writeError(w, http.StatusConflict, fmt.Sprintf("cannot remove container %q: container is running: stop the container before removing or force remove", "/"+sb.Name()))
 		return
@@ -479,7 +508,11 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 	if !sb.Running() {
 		watch.finish() // its die with its exit code, which the removal takes
 	}
-	if err := sb.Remove(); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+	remove := sb.Remove
+	if boolParam(r, "v") {
+		remove = sb.RemoveWithVolumes // and its anonymous volumes
+	}
+	if err := remove(); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		fail(w, err)
 		return
 	}
@@ -677,7 +710,7 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 			}
 		}
 	}
-	match, err := dockercompat.Filter(filters)
+	match, err := dockerview.Filter(filters)
 	if err != nil {
 		fail(w, err)
 		return
@@ -688,15 +721,15 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 		if i.Broken != "" || (!all && !i.Running && len(filters["status"]) == 0) || !match(i) {
 			continue
 		}
-		st := dockercompat.State(i)
+		st := dockerview.State(i)
 		labels := i.Labels
 		if labels == nil {
 			labels = map[string]string{}
 		}
 		out = append(out, map[string]any{
-			"Id": i.ID, "Names": []string{"/" + i.Name}, "Image": dockercompat.ImageName(i), "ImageID": i.ImageID,
+			"Id": i.ID, "Names": []string{"/" + i.Name}, "Image": dockerview.ImageName(i), "ImageID": i.ImageID,
 			"Command": strings.Join(i.Command, " "), "Created": i.Created.Unix(), "Ports": listPorts(i),
-			"Labels": labels, "State": st, "Status": dockercompat.Status(i),
+			"Labels": labels, "State": st, "Status": dockerview.Status(i),
 			"HostConfig":      map[string]string{"NetworkMode": i.Network},
 			"NetworkSettings": map[string]any{"Networks": map[string]any{}}, "Mounts": []any{},
 		})

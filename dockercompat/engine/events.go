@@ -19,6 +19,16 @@ type exitWatch struct {
 	wake chan struct{} // a poll now rather than at the next tick
 	// removedByAPI: DELETE /containers/{id} removes it (and emits destroy).
 	removedByAPI atomic.Bool
+	// manual: stopped or killed through the API, which its restart
+	// policy does not undo.
+	manual atomic.Bool
+}
+
+// stoppedByAPI marks w's container stopped by hand; a nil w has none.
+func (w *exitWatch) stoppedByAPI() {
+	if w != nil {
+		w.manual.Store(true)
+	}
 }
 
 // A watch reads the sandbox's state, where the monitor records the exit,
@@ -44,17 +54,25 @@ func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 	s.mu.Lock()
 	s.watches[id] = w
 	s.mu.Unlock()
+	health := s.startHealth(last)
 	go func() {
 		died := false
 		die := func(code int) {
 			s.emitContainer("die", last, map[string]string{"exitCode": strconv.Itoa(code)})
 			died = true
+			restart := s.planRestart(last, code, w) // restarting before anyone sees the die
 			s.mu.Lock()
 			if s.watches[id] == w {
 				delete(s.watches, id)
 			}
 			s.mu.Unlock()
 			close(w.done)
+			if restart {
+				go s.restartAfter(id, last.StateDir)
+			}
+		}
+		if health != nil {
+			go health(w.done)
 		}
 		tick := time.NewTicker(exitPoll)
 		defer tick.Stop()

@@ -65,6 +65,9 @@ type Server struct {
 	last   atomic.Int64
 
 	events *eventHub
+	// extra holds the restarts pending and is used by the healthchecks
+	// (restart.go, health.go).
+	extra extraRuntime
 
 	// Log, when set, gets one line per request (slopbox serve --debug).
 	Log func(format string, a ...any)
@@ -258,6 +261,8 @@ func (s *Server) route(w http.ResponseWriter, r *request) {
 		s.containerPrune(w, r)
 	case len(seg) >= 2 && seg[0] == "containers":
 		s.containerRoute(w, r, seg[1], strings.Join(seg[2:], "/"))
+	case seg[0] == "volumes":
+		s.volumeRoute(w, r, strings.Join(seg[1:], "/"))
 	case len(seg) == 3 && seg[0] == "exec":
 		s.execRoute(w, r, seg[1], seg[2])
 	default:
@@ -351,11 +356,14 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, image.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, sandbox.ErrNameInUse):
+	case errors.Is(err, sandbox.ErrVolumeNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, sandbox.ErrNameInUse), errors.Is(err, sandbox.ErrVolumeInUse):
 		return http.StatusConflict
 	case errors.Is(err, backend.ErrUnsafe), errors.Is(err, oci.ErrBadMount), errors.Is(err, oci.ErrMountNotAllowed),
 		errors.Is(err, oci.ErrMountInWorkdir), errors.Is(err, errBadRequest), errors.Is(err, backend.ErrInvalidValue),
-		errors.Is(err, backend.ErrInvalidLimit), errors.Is(err, backend.ErrInvalidTimeout), errors.Is(err, backend.ErrUnmappedUser):
+		errors.Is(err, backend.ErrInvalidLimit), errors.Is(err, backend.ErrInvalidTimeout), errors.Is(err, backend.ErrUnmappedUser),
+		errors.Is(err, sandbox.ErrVolumeName):
 		return http.StatusBadRequest
 	case errors.Is(err, errNotImplemented):
 		return http.StatusNotImplemented

@@ -341,7 +341,7 @@ func TestServeProtocol(t *testing.T) {
 		{"GET", "/v1.99/version", 400, "is too new. Maximum supported API version is 1.44"},
 		{"GET", "/v1.12/version", 400, "is too old. Minimum supported API version is 1.24"},
 		{"GET", "/v1.44/swarm", 404, "GET /swarm is not served by slopbox"},
-		{"POST", "/v1.44/build", 404, "POST /build is not served by slopbox"},
+		{"POST", "/v1.44/session", 404, "POST /session is not served by slopbox"},
 		{"GET", "/v1.44/containers/nosuch/json", 404, "No such container: nosuch"},
 		{"POST", "/v1.44/containers/nosuch/pause", 404, "No such container"},
 	} {

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/slopbox/slopbox/sandbox"
+)
+
+// volumeCmd is docker's volume group: named volumes kept under the state
+// root (sandbox/volumes.go).
+func volumeCmd() *cobra.Command {
+	c := &cobra.Command{Use: "volume", Short: "Manage named volumes"}
+	var labels []string
+	var driver string
+	create := &cobra.Command{
+		Use:   "create [VOLUME]",
+		Short: "Create a volume (a new name when none is given)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if driver != "local" {
+				return fmt.Errorf("volume driver %q is not supported: slopbox's volumes are local directories", driver)
+			}
+			lm := map[string]string{}
+			for _, l := range labels {
+				k, v, _ := strings.Cut(l, "=")
+				if k == "" {
+					return fmt.Errorf("--label %q: want KEY=VALUE", l)
+				}
+				lm[k] = v
+			}
+			b, err := openBackend()
+			if err != nil {
+				return err
+			}
+			name := ""
+			if len(args) == 1 {
+				name = args[0]
+			}
+			v, err := b.CreateVolume(name, lm)
+			if err != nil {
+				return err
+			}
+			fmt.Println(v.Name)
+			return nil
+		},
+	}
+	create.Flags().StringArrayVarP(&labels, "label", "l", nil, "set metadata KEY=VALUE")
+	create.Flags().StringVarP(&driver, "driver", "d", "local", "volume driver (local only)")
+
+	var quiet bool
+	var filters []string
+	ls := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List volumes",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := openBackend()
+			if err != nil {
+				return err
+			}
+			list, err := b.Volumes()
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 8, 3, ' ', 0)
+			if !quiet {
+				fmt.Fprintln(tw, "DRIVER\tVOLUME NAME")
+			}
+			for _, v := range list {
+				if ok, err := volumeFiltered(b, v, filters); err != nil {
+					return err
+				} else if !ok {
+					continue
+				}
+				if quiet {
+					fmt.Fprintln(tw, v.Name)
+				} else {
+					fmt.Fprintf(tw, "%s\t%s\n", v.Driver, v.Name)
+				}
+			}
+			return tw.Flush()
+		},
+	}
+	ls.Flags().BoolVarP(&quiet, "quiet", "q", false, "only display volume names")
+	ls.Flags().StringArrayVarP(&filters, "filter", "f", nil, "filter: name=, label=KEY[=VALUE], dangling=true|false, driver=local")
+
+	inspect := &cobra.Command{
+		Use:   "inspect VOLUME...",
+		Short: "Show volumes as JSON",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := openBackend()
+			if err != nil {
+				return err
+			}
+			out := []any{}
+			var errs []error
+			for _, name := range args {
+				v, err := b.Volume(name)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("get %s: no such volume", name))
+					continue
+				}
+				out = append(out, map[string]any{"Name": v.Name, "Driver": v.Driver, "Mountpoint": v.Mountpoint,
+					"CreatedAt": v.CreatedAt.Format("2006-01-02T15:04:05Z07:00"), "Labels": v.Labels, "Options": v.Options, "Scope": "local"})
+			}
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "    ")
+			enc.Encode(out)
+			if len(errs) > 0 {
+				return &exitError{code: 1, err: errors.Join(errs...)}
+			}
+			return nil
+		},
+	}
+
+	var force bool
+	rm := &cobra.Command{
+		Use:     "rm VOLUME...",
+		Aliases: []string{"remove"},
+		Short:   "Remove volumes (not one a sandbox uses, even with --force)",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := openBackend()
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, name := range args {
+				if err := b.RemoveVolume(name, force); err != nil {
+					if errors.Is(err, sandbox.ErrVolumeNotFound) {
+						err = fmt.Errorf("get %s: no such volume", name)
+					}
+					errs = append(errs, err)
+					continue
+				}
+				fmt.Println(name)
+			}
+			if len(errs) > 0 {
+				return &exitError{code: 1, err: errors.Join(errs...)}
+			}
+			return nil
+		},
+	}
+	rm.Flags().BoolVarP(&force, "force", "f", false, "no error for a volume that does not exist")
+
+	var all, yes bool
+	prune := &cobra.Command{
+		Use:   "prune",
+		Short: "Remove the anonymous volumes no sandbox uses (-a: every unused one)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := openBackend()
+			if err != nil {
+				return err
+			}
+			removed, err := b.PruneVolumes(func(v sandbox.Volume) bool { return !all && !v.Anonymous })
+			if len(removed) > 0 {
+				fmt.Println("Deleted Volumes:")
+				for _, n := range removed {
+					fmt.Println(n)
+				}
+				fmt.Println()
+			}
+			fmt.Println("Total reclaimed space: 0B")
+			return err
+		},
+	}
+	prune.Flags().BoolVarP(&all, "all", "a", false, "remove every unused volume, not only anonymous ones")
+	prune.Flags().BoolVarP(&yes, "force", "f", false, "do not prompt for confirmation (slopbox never prompts)")
+	c.AddCommand(create, ls, inspect, rm, prune)
+	return c
+}
+
+// volumeFiltered applies docker volume ls's --filter values.
+func volumeFiltered(b *sandbox.Backend, v sandbox.Volume, filters []string) (bool, error) {
+	for _, f := range filters {
+		k, want, _ := strings.Cut(f, "=")
+		switch k {
+		case "name":
+			if !strings.Contains(v.Name, want) {
+				return false, nil
+			}
+		case "driver":
+			if want != v.Driver {
+				return false, nil
+			}
+		case "label":
+			lk, lv, has := strings.Cut(want, "=")
+			got, present := v.Labels[lk]
+			if !present || has && got != lv {
+				return false, nil
+			}
+		case "dangling":
+			if (want == "true" || want == "1") != (len(b.VolumeUsers(v)) == 0) {
+				return false, nil
+			}
+		default:
+			return false, fmt.Errorf("invalid filter %q (name, label, dangling, driver)", k)
+		}
+	}
+	return true, nil
+}

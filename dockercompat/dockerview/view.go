@@ -1,0 +1,255 @@
+// Package dockerview is Docker's view of a sandbox: inspect, the states
+// and status text of ps and its filters, shared by the slopbox CLI and the
+// Engine API (serve). It reads what dockercompat recorded at the create
+// (dockercompat.LoadCreated) next to the sandbox's own state.
+package dockerview
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/docker/go-units"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/dockercompat"
+	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/sandbox"
+)
+
+// health is State.Health of the sandbox in dir with healthcheck h: none
+// without one, nor before serve has run it.
+func health(dir string, h *v1.HealthConfig) json.RawMessage {
+	if h == nil || len(h.Test) == 0 || h.Test[0] == "NONE" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, dockercompat.HealthFile))
+	if err != nil || !json.Valid(b) {
+		return nil
+	}
+	return b
+}
+
+// envList is an environment in Docker's KEY=VALUE form, sorted, with the
+// names given without a value as they were given.
+func envList(env map[string]string, names []string) []string {
+	out := []string{}
+	for k, v := range env {
+		if !slices.Contains(names, k) {
+			out = append(out, k+"="+v)
+		}
+	}
+	out = append(out, names...)
+	sort.Strings(out)
+	return out
+}
+
+// imageName is the container's image as Docker shows it: as its create
+// named it, else its name in Docker's form.
+func imageName(i sandbox.Info, cc dockercompat.CreateRecord) string {
+	if cc.Image != "" {
+		return cc.Image
+	}
+	return image.DockerName(i.Image)
+}
+
+// ImageName is imageName for a sandbox's list entry (GET /containers/json).
+func ImageName(i sandbox.Info) string { return imageName(i, dockercompat.LoadCreated(i.StateDir)) }
+
+// cmdOf is the Cmd part of command, after entrypoint.
+func cmdOf(command, entrypoint []string) []string {
+	if len(entrypoint) <= len(command) && slices.Equal(command[:len(entrypoint)], entrypoint) {
+		return command[len(entrypoint):]
+	}
+	return command
+}
+
+// inspectMounts is the top-level Mounts of inspect: the bind mounts.
+func inspectMounts(i sandbox.Info) []any {
+	out := []any{}
+	for _, m := range i.BindMounts {
+		mode := "rw"
+		if m.ReadOnly {
+			mode = "ro"
+		}
+		if m.Volume != "" {
+			out = append(out, map[string]any{"Type": "volume", "Name": m.Volume, "Source": m.Source, "Destination": m.Target,
+				"Driver": "local", "Mode": mode, "RW": !m.ReadOnly, "Propagation": ""})
+			continue
+		}
+		out = append(out, map[string]any{"Type": "bind", "Source": m.Source, "Destination": m.Target,
+			"Mode": mode, "RW": !m.ReadOnly, "Propagation": "rprivate"})
+	}
+	return out
+}
+
+// Inspect is docker inspect of a container, GET /containers/{id}/json in Docker's shape, with the fields
+// docker-py and the docker CLI read.
+func Inspect(i sandbox.Info) map[string]any {
+	st := State(i)
+	cc := dockercompat.LoadCreated(i.StateDir)
+	var entrypoint any // null when there is none, as Docker
+	if len(cc.Entrypoint) > 0 {
+		entrypoint = cc.Entrypoint
+	}
+	var binds, mounts any
+	if cc.Binds != nil {
+		binds = cc.Binds
+	}
+	if cc.Mounts != nil {
+		mounts = cc.Mounts
+	}
+	finished := "0001-01-01T00:00:00Z"
+	if !i.FinishedAt.IsZero() {
+		finished = i.FinishedAt.Format(time.RFC3339Nano)
+	}
+	path, args := "", []string{}
+	if len(i.Command) > 0 {
+		path, args = i.Command[0], i.Command[1:]
+	}
+	pid := 0
+	if i.Running {
+		pid = i.Pid
+	}
+	state := map[string]any{
+		"Status": st, "Running": i.Running, "Paused": i.Paused, "Restarting": false, "OOMKilled": i.OOMKills > 0,
+		"Dead": false, "Pid": pid, "ExitCode": i.ExitCode, "Error": "", "StartedAt": i.LastExec.Format(time.RFC3339Nano),
+		"FinishedAt": finished,
+	}
+	if h := health(i.StateDir, cc.Healthcheck); h != nil {
+		state["Health"] = h
+	}
+	config := map[string]any{
+		"Hostname": i.Hostname, "User": i.User, "Env": envList(i.Env, cc.EnvNames), "Cmd": cmdOf(i.Command, cc.Entrypoint), "Image": imageName(i, cc), "WorkingDir": i.Workdir,
+		"Entrypoint": entrypoint, "Labels": nonNil(i.Labels), "Tty": i.Tty, "OpenStdin": i.OpenStdin,
+		"AttachStdin": false, "AttachStdout": true, "AttachStderr": true,
+	}
+	if cc.Healthcheck != nil {
+		config["Healthcheck"] = cc.Healthcheck
+	}
+	return map[string]any{
+		"Id": i.ID, "Created": i.Created.Format(time.RFC3339Nano), "Path": path, "Args": args,
+		"State": state,
+		"Image": i.ImageID, "Name": "/" + i.Name, "RestartCount": dockercompat.RestartCount(i.StateDir), "Driver": "overlay", "Platform": "linux",
+		"LogPath": i.StateDir + "/container.log", "MountLabel": "", "ProcessLabel": "", "AppArmorProfile": "", "ExecIDs": nil,
+		"HostConfig": map[string]any{
+			"NetworkMode": i.Network, "AutoRemove": i.AutoRemove, "ReadonlyRootfs": i.ReadonlyRootfs, "PortBindings": portMap(i, true),
+			"Memory": i.Limits.MemoryBytes, "NanoCpus": int64(i.Limits.CPUs * 1e9), "PidsLimit": i.Limits.Pids,
+			"CapAdd": i.CapAdd, "CapDrop": i.CapDrop, "Privileged": false,
+			"Binds": binds, "Mounts": mounts, "Tmpfs": cc.Tmpfs,
+			"LogConfig": cc.LogConfig, "RestartPolicy": cc.RestartPolicy, "GroupAdd": cc.GroupAdd, "CpuShares": cc.CpuShares,
+			"SecurityOpt": []string{"seccomp=" + i.SeccompProfile, "no-new-privileges"},
+		},
+		"Config":          config,
+		"NetworkSettings": map[string]any{"Ports": portMap(i, i.Running), "Networks": map[string]any{}, "IPAddress": ""},
+		"Mounts":          inspectMounts(i),
+	}
+}
+
+// portMap is the sandbox's published ports as inspect shows them:
+// {"80/tcp": [{"HostIp": "127.0.0.1", "HostPort": "8080"}]}; a stopped
+// sandbox's NetworkSettings have none bound.
+func portMap(i sandbox.Info, bound bool) map[string]any {
+	m := map[string]any{}
+	if !bound {
+		return m
+	}
+	for _, p := range i.Ports {
+		key := fmt.Sprintf("%d/%s", p.ContainerPort, p.Protocol)
+		list, _ := m[key].([]map[string]string)
+		m[key] = append(list, map[string]string{"HostIp": p.HostIP, "HostPort": strconv.Itoa(p.HostPort)})
+	}
+	return m
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// State is Docker's State.Status of a sandbox: created, running, paused,
+// exited, or dead for a broken one (its state cannot be read whole). The
+// CLI's ps and the Engine API share it, with Status and Filter.
+func State(i sandbox.Info) string {
+	switch {
+	case i.Broken != "":
+		return "dead"
+	case i.Paused:
+		return "paused"
+	case i.Running:
+		return "running"
+	case i.Pid == 0 && i.FinishedAt.IsZero():
+		return "created"
+	}
+	return "exited"
+}
+
+// Status is docker ps's STATUS column (the Engine API's Status).
+func Status(i sandbox.Info) string {
+	switch State(i) {
+	case "dead":
+		return "Broken: " + i.Broken
+	case "running":
+		return "Up " + units.HumanDuration(time.Since(i.Created))
+	case "paused":
+		return "Up " + units.HumanDuration(time.Since(i.Created)) + " (Paused)"
+	case "created":
+		return "Created"
+	}
+	if i.FinishedAt.IsZero() {
+		return "Exited"
+	}
+	return fmt.Sprintf("Exited (%d) %s ago", i.ExitCode, units.HumanDuration(time.Since(i.FinishedAt)))
+}
+
+// psFilterKeys are the docker ps filters slopbox knows.
+var psFilterKeys = []string{"id", "name", "label", "status", "ancestor"}
+
+// Filter reads docker ps's filters (KEY: VALUES; the same key ORs,
+// different keys AND) into a match; an unknown key or status is an error.
+func Filter(filters map[string][]string) (func(sandbox.Info) bool, error) {
+	for k, vs := range filters {
+		if !slices.Contains(psFilterKeys, k) {
+			return nil, backend.InvalidValue("invalid filter '%s' (id, name, label, status, ancestor)", k)
+		}
+		for _, v := range vs {
+			if k == "status" && !slices.Contains([]string{"created", "running", "paused", "exited", "dead", "broken"}, v) {
+				return nil, backend.InvalidValue("invalid filter 'status=%s' (created, running, paused, exited, dead)", v)
+			}
+		}
+	}
+	return func(i sandbox.Info) bool {
+		for k, vs := range filters {
+			ok := false
+			for _, v := range vs {
+				switch k {
+				case "id":
+					ok = ok || strings.HasPrefix(i.ID, v)
+				case "name":
+					ok = ok || strings.Contains(i.Name, strings.TrimPrefix(v, "/"))
+				case "label":
+					lk, lv, has := strings.Cut(v, "=")
+					got, present := i.Labels[lk]
+					ok = ok || present && (!has || got == lv)
+				case "status":
+					ok = ok || State(i) == v || v == "broken" && State(i) == "dead"
+				case "ancestor":
+					ok = ok || i.Image == v || strings.HasPrefix(i.ImageID, v) || strings.Contains(i.Image, "/"+v) || strings.HasSuffix(i.Image, "/"+v+":latest")
+				}
+			}
+			if !ok {
+				return false
+			}
+		}
+		return true
+	}, nil
+}

@@ -1,0 +1,99 @@
+package engine
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/slopbox/slopbox/dockercompat"
+	"github.com/slopbox/slopbox/dockercompat/dockerview"
+	"github.com/slopbox/slopbox/sandbox"
+)
+
+// inspect is dockerview.Inspect with what only this server knows: a
+// container waiting for its restart (restart.go) is restarting.
+func (s *Server) inspect(i sandbox.Info) map[string]any {
+	out := dockerview.Inspect(i)
+	if st, _ := out["State"].(map[string]any); st != nil && s.isRestarting(i.ID) {
+		st["Restarting"] = true
+		st["Status"] = "restarting"
+	}
+	return out
+}
+
+// containerUpdate is POST /containers/{id}/update: resources (Memory,
+// NanoCpus or CpuQuota/CpuPeriod, PidsLimit; CpuShares recorded) and the
+// restart policy.
+func (s *Server) containerUpdate(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+	var body struct {
+		Memory, MemorySwap, NanoCpus, CpuQuota, CpuPeriod int64
+		CpuShares                                         *int64
+		PidsLimit                                         *int64
+		RestartPolicy                                     *dockercompat.RestartPolicy
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		writeError(w, 400, "invalid JSON in the request body: "+err.Error())
+		return
+	}
+	info := sb.Info()
+	if p := body.RestartPolicy; p != nil {
+		if err := dockercompat.CheckRestartPolicy(*p, info.AutoRemove); err != nil {
+			fail(w, err)
+			return
+		}
+		if p.Name == "" {
+			p.Name = "no"
+		}
+	}
+	if body.CpuShares != nil && *body.CpuShares < 0 {
+		writeError(w, 400, fmt.Sprintf("invalid CPU shares (%d): the minimum is 0", *body.CpuShares))
+		return
+	}
+	l := info.Limits
+	changed := false
+	if body.Memory != 0 {
+		l.MemoryBytes, changed = body.Memory, true
+	}
+	if body.NanoCpus != 0 {
+		l.CPUs, changed = float64(body.NanoCpus)/1e9, true
+	} else if body.CpuQuota != 0 || body.CpuPeriod != 0 {
+		period := cmp.Or(body.CpuPeriod, 100000)
+		if body.CpuQuota > 0 {
+			l.CPUs = float64(body.CpuQuota) / float64(period)
+		} else {
+			l.CPUs = 0
+		}
+		changed = true
+	}
+	if body.PidsLimit != nil {
+		l.Pids, changed = max(*body.PidsLimit, 0), true
+	}
+	warnings := []string{}
+	if changed {
+		ws, err := sb.Update(l)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		warnings = append(warnings, ws...)
+		if len(info.Unenforced) > 0 {
+			warnings = append(warnings, "limits not enforced on this host: "+fmt.Sprint(info.Unenforced))
+		}
+	}
+	err := dockercompat.UpdateCreated(info.StateDir, func(c *dockercompat.CreateRecord) error {
+		if body.RestartPolicy != nil {
+			c.RestartPolicy = *body.RestartPolicy
+		}
+		if body.CpuShares != nil {
+			c.CpuShares = *body.CpuShares
+		}
+		return nil
+	})
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	s.emitContainer("update", info, nil)
+	writeJSON(w, 200, map[string]any{"Warnings": warnings})
+}

@@ -1,0 +1,165 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/slopbox/slopbox/dockercompat"
+	"github.com/slopbox/slopbox/sandbox"
+)
+
+// Restart policies are honoured while serve runs: when the main command
+// of a container this server started exits, its watch (events.go) asks
+// planRestart, and the container is started again after a delay that
+// doubles with each restart (100 ms, as dockerd's, up to a minute). A
+// container stopped or killed through the API is not restarted (dockerd's
+// "manually stopped"); a stop, kill or removal cancels a pending restart.
+// The slopbox CLI has no daemon: a container it runs is restarted by no
+// one (see the README).
+
+// extraRuntime is the server's state for restarts and healthchecks.
+type extraRuntime struct {
+	mu         sync.Mutex
+	restarting map[string]chan struct{} // closed to cancel the pending restart
+}
+
+// planRestart decides, as the main command of container i exits with
+// code, whether its policy restarts it, and marks it restarting.
+func (s *Server) planRestart(i sandbox.Info, code int, w *exitWatch) bool {
+	if w.manual.Load() {
+		return false
+	}
+	p := dockercompat.LoadCreated(i.StateDir).RestartPolicy
+	switch p.Name {
+	case "always", "unless-stopped":
+	case "on-failure":
+		if code == 0 || p.MaximumRetryCount > 0 && dockercompat.RestartCount(i.StateDir) >= p.MaximumRetryCount {
+			return false
+		}
+	default:
+		return false
+	}
+	s.extra.mu.Lock()
+	defer s.extra.mu.Unlock()
+	if s.extra.restarting == nil {
+		s.extra.restarting = map[string]chan struct{}{}
+	}
+	if _, ok := s.extra.restarting[i.ID]; !ok {
+		s.extra.restarting[i.ID] = make(chan struct{})
+	}
+	return true
+}
+
+// isRestarting reports whether container id waits for its restart.
+func (s *Server) isRestarting(id string) bool {
+	s.extra.mu.Lock()
+	defer s.extra.mu.Unlock()
+	_, ok := s.extra.restarting[id]
+	return ok
+}
+
+// cancelRestart drops container id's pending restart, if any, and
+// reports whether there was one.
+func (s *Server) cancelRestart(id string) bool {
+	s.extra.mu.Lock()
+	defer s.extra.mu.Unlock()
+	c, ok := s.extra.restarting[id]
+	if ok {
+		close(c)
+		delete(s.extra.restarting, id)
+	}
+	return ok
+}
+
+// restartAfter starts container id again after its delay, unless the
+// restart is cancelled meanwhile.
+func (s *Server) restartAfter(id, dir string) {
+	s.extra.mu.Lock()
+	cancel := s.extra.restarting[id]
+	s.extra.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	n := dockercompat.RestartCount(dir)
+	delay := min(100*time.Millisecond<<min(n, 10), time.Minute)
+	select {
+	case <-cancel:
+		return
+	case <-time.After(delay):
+	}
+	// The exit is recorded before the sandbox has stopped: wait for that.
+	sb, err := s.b.Open(id)
+	for deadline := time.Now().Add(10 * time.Second); err == nil && sb.Running(); sb, err = s.b.Open(id) {
+		if time.Now().After(deadline) {
+			err = fmt.Errorf("still running 10 s after its exit")
+			break
+		}
+		select {
+		case <-cancel:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		s.dropRestart(id, cancel)
+		if s.Log != nil {
+			s.Log("restart of %s per its policy: %v", id, err)
+		}
+		return
+	}
+	base := sb.Info().FinishedAt
+	dockercompat.SetRestartCount(dir, n+1)
+	as := s.attachedStart(id)
+	err = sb.StartAttached(context.Background(), as)
+	if as.Stdin != nil {
+		as.Stdin.Close()
+	}
+	if err != nil {
+		s.dropRestart(id, cancel)
+		if s.Log != nil {
+			s.Log("restart of %s per its policy: %v", id, err)
+		}
+		return
+	}
+	s.emitContainer("start", sb.Info(), nil)
+	s.watchExit(sb, base)
+	// Restarting until now: a stop, kill or removal meanwhile cancelled
+	// it, and found nothing running to stop.
+	select {
+	case <-cancel:
+		s.watchOf(id).stoppedByAPI()
+		if cur, err := s.b.Open(id); err == nil && cur.Running() {
+			cur.Stop()
+		}
+	default:
+		s.dropRestart(id, cancel)
+	}
+}
+
+// startedByAPI is a start by hand: as dockerd's, it drops a pending
+// restart and counts restarts from 0 again.
+func (s *Server) startedByAPI(i sandbox.Info) {
+	s.cancelRestart(i.ID)
+	if dockercompat.RestartCount(i.StateDir) != 0 {
+		dockercompat.SetRestartCount(i.StateDir, 0)
+	}
+}
+
+// dropRestart ends container id's restart c.
+func (s *Server) dropRestart(id string, c chan struct{}) {
+	s.extra.mu.Lock()
+	defer s.extra.mu.Unlock()
+	if s.extra.restarting[id] == c {
+		delete(s.extra.restarting, id)
+	}
+}
+
+// restartingConflict is the 409 of a removal without force of a
+// restarting container, in the words of dockerd 20.10 (the API 1.41 the
+// clients slopbox is tested with speak; docker-py matches "You cannot
+// remove ").
+func restartingConflict(id string) string {
+	return fmt.Sprintf("You cannot remove a restarting container %s. Stop the container before attempting removal or force remove", id)
+}

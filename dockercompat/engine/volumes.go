@@ -1,0 +1,212 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/slopbox/slopbox/sandbox"
+)
+
+// volumeJSON is a volume in Docker's shape.
+func volumeJSON(v sandbox.Volume) map[string]any {
+	return map[string]any{
+		"Name": v.Name, "Driver": v.Driver, "Mountpoint": v.Mountpoint, "CreatedAt": v.CreatedAt.Format(time.RFC3339),
+		"Labels": nonNil(v.Labels), "Options": nonNil(v.Options), "Scope": "local",
+	}
+}
+
+// volumeError answers a volume error with Docker's status and wording.
+func volumeError(w http.ResponseWriter, name string, err error) {
+	switch {
+	case errors.Is(err, sandbox.ErrVolumeNotFound):
+		writeError(w, http.StatusNotFound, "get "+name+": no such volume")
+	case errors.Is(err, sandbox.ErrVolumeInUse):
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, sandbox.ErrVolumeName):
+		writeError(w, http.StatusBadRequest, err.Error())
+	default:
+		fail(w, err)
+	}
+}
+
+// volumeRoute serves /volumes, /volumes/create, /volumes/prune and
+// /volumes/{name}.
+func (s *Server) volumeRoute(w http.ResponseWriter, r *request, rest string) {
+	m := r.Method
+	switch {
+	case rest == "" && m == http.MethodGet:
+		s.volumeList(w, r)
+	case rest == "create" && m == http.MethodPost:
+		var body struct {
+			Name, Driver string
+			DriverOpts   map[string]string
+			Labels       map[string]string
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid JSON in the request body: "+err.Error())
+			return
+		}
+		if body.Driver != "" && body.Driver != "local" {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("error looking up volume plugin %s: plugin %q not found", body.Driver, body.Driver))
+			return
+		}
+		if len(body.DriverOpts) > 0 {
+			writeError(w, http.StatusBadRequest, "volume driver options are not supported: slopbox's local volumes are plain directories")
+			return
+		}
+		v, err := s.b.CreateVolume(body.Name, body.Labels)
+		if err != nil {
+			volumeError(w, body.Name, err)
+			return
+		}
+		s.events.emit("volume", "create", v.Name, map[string]string{"driver": "local"})
+		writeJSON(w, http.StatusCreated, volumeJSON(v))
+	case rest == "prune" && m == http.MethodPost:
+		s.volumePrune(w, r)
+	case rest != "" && !strings.Contains(rest, "/") && m == http.MethodGet:
+		v, err := s.b.Volume(rest)
+		if err != nil {
+			volumeError(w, rest, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, volumeJSON(v))
+	case rest != "" && !strings.Contains(rest, "/") && m == http.MethodDelete:
+		if err := s.b.RemoveVolume(rest, boolParam(r, "force")); err != nil {
+			volumeError(w, rest, err)
+			return
+		}
+		s.events.emit("volume", "destroy", rest, map[string]string{"driver": "local"})
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("page not found: %s /volumes/%s is not served by slopbox", m, rest))
+	}
+}
+
+// volumeFilters reads the filters parameter in either of its JSON forms.
+func volumeFilters(r *request) (map[string][]string, error) {
+	f := r.URL.Query().Get("filters")
+	if f == "" {
+		return nil, nil
+	}
+	var filters map[string][]string
+	if err := json.Unmarshal([]byte(f), &filters); err == nil {
+		return filters, nil
+	}
+	var old map[string]map[string]bool
+	if err := json.Unmarshal([]byte(f), &old); err != nil {
+		return nil, fmt.Errorf("invalid filters: %v", err)
+	}
+	filters = map[string][]string{}
+	for k, vs := range old {
+		for v := range vs {
+			filters[k] = append(filters[k], v)
+		}
+	}
+	return filters, nil
+}
+
+// volumeMatches applies name, label, driver and dangling filters.
+func (s *Server) volumeMatches(v sandbox.Volume, filters map[string][]string) (bool, error) {
+	for k, vs := range filters {
+		ok := false
+		for _, want := range vs {
+			switch k {
+			case "name":
+				ok = ok || strings.Contains(v.Name, want)
+			case "driver":
+				ok = ok || want == v.Driver
+			case "label":
+				lk, lv, has := strings.Cut(want, "=")
+				got, present := v.Labels[lk]
+				ok = ok || present && (!has || got == lv)
+			case "dangling":
+				dangling := len(s.b.VolumeUsers(v)) == 0
+				ok = ok || (want == "true" || want == "1") == dangling
+			case "all": // prune's (API 1.42+)
+				ok = true
+			default:
+				return false, fmt.Errorf("invalid filter '%s'", k)
+			}
+		}
+		if !ok {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func (s *Server) volumeList(w http.ResponseWriter, r *request) {
+	filters, err := volumeFilters(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	list, err := s.b.Volumes()
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	out := []map[string]any{}
+	for _, v := range list {
+		ok, err := s.volumeMatches(v, filters)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if ok {
+			out = append(out, volumeJSON(v))
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"Volumes": out, "Warnings": []string{}})
+}
+
+// volumePrune removes the volumes no container uses: from API 1.42 on
+// only anonymous ones unless the all filter is true, as Docker's.
+func (s *Server) volumePrune(w http.ResponseWriter, r *request) {
+	filters, err := volumeFilters(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	all := !r.atLeast("1.42")
+	for _, v := range filters["all"] {
+		all = v == "true" || v == "1"
+	}
+	var bad error
+	removed, err := s.b.PruneVolumes(func(v sandbox.Volume) bool {
+		if !all && !v.Anonymous {
+			return true
+		}
+		ok, err := s.volumeMatches(v, filters)
+		if err != nil {
+			bad = err
+		}
+		return !ok
+	})
+	if bad != nil {
+		writeError(w, http.StatusBadRequest, bad.Error())
+		return
+	}
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	for _, name := range removed {
+		s.events.emit("volume", "destroy", name, map[string]string{"driver": "local"})
+	}
+	if removed == nil {
+		removed = []string{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"VolumesDeleted": removed, "SpaceReclaimed": 0})
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
