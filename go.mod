@@ -13,6 +13,7 @@ require (
 	github.com/google/go-containerregistry v0.21.9
 	github.com/klauspost/compress v1.19.1
 	github.com/moby/buildkit v0.26.3
+	github.com/moby/patternmatcher v0.6.0
 	github.com/moby/profiles/seccomp v0.2.3
 	github.com/moby/sys/capability v0.4.0
 	github.com/moby/sys/user v0.5.0

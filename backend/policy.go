@@ -21,6 +21,9 @@ var UnsafeCapabilities = []string{
 	"MAC_ADMIN", "MAC_OVERRIDE", "DAC_READ_SEARCH", "BPF", "PERFMON", "SYSLOG",
 	"NET_ADMIN", "SYS_RESOURCE", "LINUX_IMMUTABLE", "AUDIT_CONTROL", "CHECKPOINT_RESTORE",
 	"BLOCK_SUSPEND", "WAKE_ALARM",
+	// File capabilities written through an idmapped mount owned by host
+	// root are host root's (not in the default set either).
+	"SETFCAP",
 }
 
 // CheckPolicy refuses the weakenings of s that its Unsafe list does not

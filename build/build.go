@@ -35,6 +35,7 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/image"
@@ -619,10 +620,34 @@ func ContextFromTar(r io.Reader) (dir string, dockerfile []byte, remove func(), 
 		defer zr.Close()
 		tr = zr
 	}
+	// What the context expands to is bounded by the free space where it
+	// is unpacked: a small compressed body must not fill the disk.
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) == nil {
+		tr = &boundedReader{r: tr, left: int64(st.Bavail) * st.Bsize}
+	}
 	uid, gid := os.Getuid(), os.Getgid()
 	if _, err := archive.ApplyLayer(dir, tr, archive.ApplyOptions{IDs: func(int, int) (int, int) { return uid, gid }}); err != nil {
 		remove()
 		return "", nil, nil, fmt.Errorf("build context: %w", err)
 	}
 	return dir, nil, remove, nil
+}
+
+// boundedReader fails once more than left bytes have been read.
+type boundedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, errors.New("the build context expands to more than the free space to unpack it")
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
 }

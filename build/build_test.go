@@ -247,3 +247,24 @@ func TestBuildDockerignoreException(t *testing.T) {
 		t.Errorf("copied files: %q", got)
 	}
 }
+
+// "**" in .dockerignore spans directories, as the docker CLI reads it
+// (an attacker's review: dir/**/*.key let dir/top.key and
+// dir/a/b/deep.key into the image, path.Match taking ** as *).
+func TestBuildDockerignoreDoubleStar(t *testing.T) {
+	b := testBackend(t)
+	dir := writeContext(t, map[string]string{
+		"Dockerfile":       "FROM base\nCOPY . /test\n",
+		".dockerignore":    "dir/**/*.key\nDockerfile\n.dockerignore\n",
+		"dir/top.key":      "secret\n",
+		"dir/a/b/deep.key": "secret\n",
+		"dir/a/kept.txt":   "k\n",
+	})
+	var out bytes.Buffer
+	if _, err := New(b).Build(context.Background(), Options{ContextDir: dir, Tags: []string{"ignore-star"}, Out: &out, Network: "none"}); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if got := runIn(t, b, "ignore-star", "0:0", "find /test -type f | sort"); got != "/test/dir/a/kept.txt\n" {
+		t.Errorf("copied files: %q, want only dir/a/kept.txt", got)
+	}
+}

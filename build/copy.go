@@ -22,6 +22,7 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"github.com/moby/patternmatcher"
 	"golang.org/x/sys/unix"
 )
 
@@ -217,6 +218,7 @@ type copyWriter struct {
 	uid, gid int
 	mode     *fs.FileMode
 	ignore   []string
+	pm       *patternmatcher.PatternMatcher // of ignore, made when first used
 	layers   []string
 	written  map[string]bool
 }
@@ -370,38 +372,32 @@ func readIgnore(root *os.Root) ([]string, error) {
 		}
 		out = append(out, l)
 	}
+	if _, err := patternmatcher.New(out); err != nil {
+		return nil, fmt.Errorf(".dockerignore: %w", err)
+	}
 	return out, nil
 }
 
-// ignored applies .dockerignore: a path is excluded when it or one of its
-// parents matches the last pattern that matches it, "!" re-including.
+// ignored applies .dockerignore as the docker CLI does (moby's
+// patternmatcher: "**" spans directories, "!" re-includes): a path is
+// excluded when it or one of its parents matches.
 func (w *copyWriter) ignored(rel string) bool {
-	rel = path.Clean(rel)
-	out := false
-	for _, p := range w.ignore {
-		neg := strings.HasPrefix(p, "!")
-		p = path.Clean(strings.TrimPrefix(strings.TrimPrefix(p, "!"), "/"))
-		for q := rel; q != "." && q != "/"; q = path.Dir(q) {
-			if ok, _ := path.Match(p, q); ok || (strings.HasPrefix(p, "**/") && matchAny(p[3:], q)) {
-				out = !neg
-				break
-			}
-		}
+	if len(w.ignore) == 0 {
+		return false
 	}
-	return out
+	if w.pm == nil {
+		pm, err := patternmatcher.New(w.ignore)
+		if err != nil {
+			return false // refused when .dockerignore was read
+		}
+		w.pm = pm
+	}
+	ok, _ := w.pm.MatchesOrParentMatches(path.Clean(rel))
+	return ok
 }
 
 func (w *copyWriter) hasExceptions() bool {
 	return slices.ContainsFunc(w.ignore, func(p string) bool { return strings.HasPrefix(p, "!") })
-}
-
-func matchAny(p, q string) bool {
-	for ; q != "." && q != ""; q = strings.TrimPrefix(q[strings.Index(q+"/", "/"):], "/") {
-		if ok, _ := path.Match(p, q); ok {
-			return true
-		}
-	}
-	return false
 }
 
 func (w *copyWriter) notIgnored(ms []string) []string {

@@ -31,7 +31,11 @@ const (
 	NetworkBridge = "bridge"
 )
 
-// DefaultCapabilities is Docker's default capability set. It is given to the
+// DefaultCapabilities is Docker's default capability set less CAP_SETFCAP:
+// through an idmapped mount whose owner is host root (a root-owned
+// workspace or bind directory), file capabilities a sandbox set would be
+// stored for host root, and seccomp cannot filter setxattr by name. Build
+// steps, which write only into the store, get it back. It is given to the
 // bounding, effective and permitted sets; inheritable and ambient stay empty.
 var DefaultCapabilities = []string{
 	"CAP_CHOWN",
@@ -42,7 +46,6 @@ var DefaultCapabilities = []string{
 	"CAP_NET_RAW",
 	"CAP_SETGID",
 	"CAP_SETUID",
-	"CAP_SETFCAP",
 	"CAP_SETPCAP",
 	"CAP_NET_BIND_SERVICE",
 	"CAP_SYS_CHROOT",

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"archive/tar"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -59,6 +60,13 @@ func init() {
 		report("chmod-plain", unix.Chmod(plain, 0o755))
 		report("chmod", unix.Chmod(plain, 0o4755))
 		report("fchmodat", unix.Fchmodat(unix.AT_FDCWD, plain, 0o2755, 0))
+		// File capabilities (VFS_CAP_REVISION_2, effective: SETUID,
+		// SETGID, DAC_OVERRIDE): through an idmapped mount owned by host
+		// root they would be host root's.
+		capv2 := make([]byte, 20)
+		binary.LittleEndian.PutUint32(capv2[0:], 0x02000000|1)
+		binary.LittleEndian.PutUint32(capv2[4:], 1<<7|1<<6|1<<1)
+		report("setcap", unix.Setxattr(plain, "security.capability", capv2, 0))
 		fd, err := unix.Open(plain, unix.O_RDONLY, 0)
 		if err == nil {
 			report("fchmod", unix.Fchmod(fd, 0o6755))
@@ -88,7 +96,7 @@ func TestNoSetidFilesOnTheHost(t *testing.T) {
 					"cp /bin/busybox bb2 && busybox chmod u+s,g+s bb2; mkdir d && chmod 2775 d; "+
 					reexec.Env+"="+setidProbe+" /probe "+dir)
 				for _, want := range []string{"creat=EPERM", "open=EPERM", "openat=EPERM", "tmpfile=EPERM", "mknod=EPERM",
-					"openat2=ENOSYS", "plain=ok", "chmod-plain=ok", "chmod=EPERM", "fchmodat=EPERM", "fchmod=EPERM"} {
+					"openat2=ENOSYS", "plain=ok", "chmod-plain=ok", "chmod=EPERM", "fchmodat=EPERM", "fchmod=EPERM", "setcap=EPERM"} {
 					if !strings.Contains(res.Stdout, want+"\n") {
 						t.Errorf("%s: want %s in the probe's output:\n%s%s", dir, want, res.Stdout, res.Stderr)
 					}
@@ -112,6 +120,9 @@ func noSetidBelow(t *testing.T, root string) {
 		var st unix.Stat_t
 		if unix.Lstat(p, &st) == nil && st.Mode&0o6000 != 0 {
 			t.Errorf("%s is setuid/setgid on the host (mode %#o, owner %d:%d)", p, st.Mode&0o7777, st.Uid, st.Gid)
+		}
+		if n, err := unix.Lgetxattr(p, "security.capability", nil); err == nil || n > 0 {
+			t.Errorf("%s has file capabilities on the host", p)
 		}
 		return nil
 	})

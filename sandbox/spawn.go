@@ -804,10 +804,16 @@ func unconfined(on bool) oci.Opt {
 	return nil
 }
 
-// setidModes lets a build step set setuid and setgid modes.
+// setidModes lets a build step set setuid and setgid modes and file
+// capabilities (CAP_SETFCAP): it writes only into the store.
 func setidModes(on bool) oci.Opt {
 	if on {
-		return oci.WithSetidModes()
+		return func(s *specs.Spec) error {
+			if err := oci.WithCapabilities([]string{"SETFCAP"}, nil)(s); err != nil {
+				return err
+			}
+			return oci.WithSetidModes()(s)
+		}
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"archive/tar"
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -54,8 +53,8 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 		defer pr.Close()
 		// The first entry of the tar is P itself (for P/., as dockerd: P
 		// as ./, then ./ENTRY): its header is the stat.
-		var head bytes.Buffer
-		h, err := tar.NewReader(io.TeeReader(pr, &head)).Next()
+		tr := tar.NewReader(pr)
+		h, err := tr.Next()
 		if err != nil {
 			writeError(w, http.StatusNotFound, "Could not find the file "+p+" in container "+sb.Name())
 			return
@@ -76,8 +75,22 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 		}
 		w.Header().Set("Content-Type", "application/x-tar")
 		w.WriteHeader(http.StatusOK)
-		w.Write(head.Bytes())
-		io.Copy(w, pr)
+		// Written anew, as slopbox cp writes what it copies out: no
+		// setuid or setgid bit reaches the client (docker cp as root
+		// would otherwise make a sandbox's setuid file host root's).
+		tw := tar.NewWriter(w)
+		for ; err == nil; h, err = tr.Next() {
+			h.Mode &^= 0o6000
+			if tw.WriteHeader(h) != nil {
+				return
+			}
+			if _, err := io.Copy(tw, tr); err != nil {
+				return
+			}
+		}
+		if err == io.EOF {
+			tw.Close()
+		}
 	default:
 		writeError(w, http.StatusNotFound, "page not found: "+r.Method+" archive")
 	}

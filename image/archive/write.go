@@ -112,7 +112,9 @@ func writeEntry(root *os.Root, tw *tar.Writer, rel string, d fs.DirEntry, links 
 			}
 			links[key] = rel
 		}
-		f, err := root.OpenFile(rel, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		// O_NONBLOCK: a FIFO swapped in after the Lstat must not block the open
+		// (the fstat check below refuses it); regular files ignore it.
+		f, err := root.OpenFile(rel, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 		if err != nil {
 			return err
 		}

@@ -349,3 +349,35 @@ func TestCopyReplaceRulesAsDocker(t *testing.T) {
 		t.Errorf("cp box:/src/y HOST/b/: exit %d: %s, want not a directory", code, out)
 	}
 }
+
+// A setuid file in a container reaches the host without its setuid and
+// setgid bits through serve's archive (docker cp), as through slopbox cp:
+// as root, docker cp would otherwise leave a host-root setuid binary the
+// sandbox chose (an attacker's review). Build steps may set the bits, in
+// the store only.
+func TestServeCopyOutDropsSetid(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	ctx := t.TempDir()
+	os.WriteFile(filepath.Join(ctx, "Dockerfile"), []byte("FROM "+e.ref+"\nRUN cp /bin/busybox /suid && chmod 6755 /suid\n"), 0o644)
+	e.must("build", "-q", "-t", "setid-image", ctx)
+	for name, bin := range dockerClients(t) {
+		box := "setid-" + name
+		if out, code := dockerCLI(t, bin, sock, "", "run", "-d", "--name", box, "setid-image", "sleep", "1000"); code != 0 {
+			t.Fatalf("%s run: %d %s", name, code, out)
+		}
+		if out := e.must("exec", box, "stat", "-c", "%a", "/suid"); strings.TrimSpace(out) != "6755" {
+			t.Fatalf("the image's /suid is %q, not setuid: the test proves nothing", out)
+		}
+		dest := filepath.Join(searchable(t, t.TempDir()), "suid")
+		if out, code := dockerCLI(t, bin, sock, "", "cp", box+":/suid", dest); code != 0 {
+			t.Fatalf("%s cp: %d %s", name, code, out)
+		}
+		fi, err := os.Stat(dest)
+		if err != nil || fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			t.Errorf("%s: docker cp left %v (%v): want no setuid or setgid bit", name, fi.Mode(), err)
+		}
+		dockerCLI(t, bin, sock, "", "rm", "-f", box)
+	}
+}
