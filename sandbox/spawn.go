@@ -734,10 +734,10 @@ func (b *Backend) bindSource(rec *record, m specs.Mount, lm *spawnd.Mount) (*os.
 		lm.Dev, lm.Ino = st.Dev, st.Ino
 		return nil, nil
 	}
-	if lm.ReadOnly {
-		return cloneSource(fd)
-	}
-	if slices.Contains(rec.HandOver, m.Destination) {
+	// Read-only sources too are idmapped by the rule below: a root-owned
+	// 0700 directory must be readable by container root (docker-py's
+	// VolumeBindTest binds mkdtemp directories read-only).
+	if !lm.ReadOnly && slices.Contains(rec.HandOver, m.Destination) {
 		opened, err := fdPath(fd)
 		if err != nil {
 			return nil, err
@@ -762,7 +762,7 @@ func (b *Backend) bindSource(rec *record, m specs.Mount, lm *spawnd.Mount) (*os.
 	// root is not host root, and cannot write it.
 	_, mapped := userns.FromHost(b.store.Mapping().UIDs, st.Uid)
 	if !mapped && (st.Uid != 0 || st.Mode&unix.S_IFMT == unix.S_IFDIR) {
-		if rec.Unconfined && (st.Uid == 0 || st.Gid == 0) {
+		if !lm.ReadOnly && rec.Unconfined && (st.Uid == 0 || st.Gid == 0) {
 			// Only seccomp keeps setuid and setgid bits off the files
 			// the sandbox writes there as host root's.
 			return nil, fmt.Errorf("%s is owned by host root (%d:%d): files the sandbox writes there would be root's, and without the seccomp filter they could be setuid or setgid; use a workspace owned by an unprivileged user, or keep the filter", m.Source, st.Uid, st.Gid)
