@@ -348,10 +348,22 @@ func TestKeepAndPrune(t *testing.T) {
 	}
 	// A sandbox whose init was killed from outside (or whose slopbox was
 	// killed) is cleaned up by prune.
+	// Its PID 1 from its state file: inspect's State.Pid is 0 once the
+	// main command has ended, as Docker's, and kill(0) would SIGKILL this
+	// test's own process group (it took make test's root phase with it).
 	var info []map[string]any
 	json.Unmarshal([]byte(e.must("inspect", "kept")), &info)
-	pid := int(info[0]["State"].(map[string]any)["Pid"].(float64))
-	syscall.Kill(pid, syscall.SIGKILL)
+	var rec struct {
+		Pid int `json:"pid"`
+	}
+	b, err := os.ReadFile(filepath.Join(e.root, "c", info[0]["Id"].(string), "state.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &rec)
+	}
+	if err != nil || rec.Pid <= 1 {
+		t.Fatalf("the kept sandbox's PID 1 from its state: %d %v", rec.Pid, err)
+	}
+	syscall.Kill(rec.Pid, syscall.SIGKILL)
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if !strings.Contains(e.must("ps"), "kept") {
 			break
