@@ -237,7 +237,7 @@ func writeFileAtomic(s *Store, path string, b []byte) error {
 // allowed by WithInsecureRegistries.
 func (s *Store) ParseReference(ref string) (name.Reference, error) {
 	r, err := name.ParseReference(ref)
-	if err != nil && !strings.Contains(ref, "/") {
+	if err != nil && ref != "" && !strings.Contains(ref, "/") {
 		// go-containerregistry wants two characters in a repository
 		// name; docker takes x as docker.io/library/x.
 		if lr, lerr := name.ParseReference("library/" + ref); lerr == nil {

@@ -221,8 +221,10 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 	}
 	if owned && !spec.Keep { // a kept sandbox outlives its caller, killed or not
 		rec.Owner = self()
-	} else if len(command) > 0 && !create {
-		rec.Starting = self() // run -d: RunDetached follows
+	} else if !owned && len(command) > 0 && !create {
+		// run -d: RunDetached follows. Not for a foreground run kept
+		// with --keep: its command ran attached, and the sandbox lives on.
+		rec.Starting = self()
 	}
 	for _, m := range spec.Mounts {
 		if m.HandOver && !m.ReadOnly {
