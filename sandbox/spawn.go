@@ -45,6 +45,12 @@ func (b *Backend) Spawn(ctx context.Context, spec backend.SpawnSpec) (backend.Sa
 // create the sandbox is only recorded, not started; with owned it is
 // recorded as the calling process's (SpawnForeground).
 func (b *Backend) spawn(ctx context.Context, spec backend.SpawnSpec, command []string, create, owned bool) (*Sandbox, error) {
+	// As root each bind (the workspace, mounts, assets) goes to the spawn
+	// server as a descriptor, at most spawnd.MaxFDs in one message: refused
+	// here, before anything starts.
+	if n := len(spec.Mounts) + len(spec.StaticAssets) + 1; os.Geteuid() == 0 && n > spawnd.MaxFDs {
+		return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("more than %d bind mounts: as root each is passed as a descriptor, and the kernel passes at most %d in one message; bind a common parent directory instead", spawnd.MaxFDs, spawnd.MaxFDs))
+	}
 	return b.spawnWith(ctx, spec, nil, command, create, owned)
 }
 
