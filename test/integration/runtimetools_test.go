@@ -64,6 +64,7 @@ func TestRuntimeTools(t *testing.T) {
 			t.Fatalf("%s is needed to compare against (scripts/deps.sh installs it): %v", rt.name, err)
 		}
 		res := runValidation(t, suite, rt.name, bin, rt.hideUnified)
+		restoreDevNull(t, rt.name)
 		rows = append(rows, fmt.Sprintf("| %s | %d of %d | %d | %d | %d | %.0f s |", rt.name, res.binaries-res.binariesFailed, res.binaries, res.ok, res.notOK, res.skip, res.took.Seconds()))
 		t.Logf("%s: %d ok, %d not ok, %d skipped in %s", rt.name, res.ok, res.notOK, res.skip, res.took.Round(time.Second))
 		if rt.name != "slopbox-runc" {
@@ -337,4 +338,27 @@ func removeCgroupTree(dir string) {
 	for i := len(dirs) - 1; i >= 0; i-- {
 		os.Remove(dirs[i])
 	}
+}
+
+// restoreDevNull puts the host's /dev/null back as it must be (character
+// device 1:3, root's, mode 0666) if a validation run changed it, and says
+// which runtime's run did. Some of the suite's bundles have no mount
+// namespace and work on the host's /dev: on this machine /dev/null was
+// seen deleted (then recreated as a regular file by the next write) and
+// chowned to uid 1000 while the suite ran, which breaks everything after
+// it on the host.
+func restoreDevNull(t *testing.T, runtime string) {
+	t.Helper()
+	var st unix.Stat_t
+	err := unix.Lstat("/dev/null", &st)
+	if err == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == unix.Mkdev(1, 3) && st.Uid == 0 && st.Gid == 0 && st.Mode&0o777 == 0o666 {
+		return
+	}
+	t.Logf("%s's validation run changed the host's /dev/null (%v, mode %#o, owner %d:%d, rdev %#x): restored", runtime, err, st.Mode, st.Uid, st.Gid, st.Rdev)
+	os.Remove("/dev/null")
+	if err := unix.Mknod("/dev/null", unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Errorf("restore /dev/null: %v", err)
+	}
+	os.Chmod("/dev/null", 0o666)
+	os.Chown("/dev/null", 0, 0)
 }
