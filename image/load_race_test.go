@@ -5,44 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/slopbox/slopbox/test/fixtures"
 )
-
-// flipNames swaps a and b in dir with renameat2(RENAME_EXCHANGE) until the
-// returned func is called, as a sandbox writing a shared directory can.
-func flipNames(t *testing.T, dir, a, b string) func() {
-	t.Helper()
-	d, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer d.Close()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := unix.Renameat2(int(d.Fd()), a, int(d.Fd()), b, unix.RENAME_EXCHANGE); err != nil {
-				t.Errorf("renameat2: %v", err)
-				return
-			}
-		}
-	}()
-	var once sync.Once
-	stopFn := func() { once.Do(func() { close(stop); wg.Wait() }) }
-	t.Cleanup(stopFn)
-	return stopFn
-}
 
 // TestLoadDirNeverFollowsSwappedSymlink: load of an OCI layout directory
 // reads it into an archive (tarTree); a blob swapped with a symlink to a
@@ -64,7 +31,7 @@ func TestLoadDirNeverFollowsSwappedSymlink(t *testing.T) {
 	os.Mkdir(filepath.Join(dir, "d"), 0o755)
 	os.WriteFile(filepath.Join(dir, "d", "secret"), []byte(strings.Repeat("y", len(secretText))), 0o644)
 	os.Symlink(secretDir, filepath.Join(dir, "ds"))
-	stops := []func(){flipNames(t, blobs, "f", "s"), flipNames(t, dir, "d", "ds")}
+	stops := []func(){fixtures.FlipNames(t, blobs, "f", "s"), fixtures.FlipNames(t, dir, "d", "ds")}
 	tries, wins := 0, 0
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); tries++ {
 		var b bytes.Buffer

@@ -7,43 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// Flip swaps the names a and b in dir with renameat2(RENAME_EXCHANGE) until
-// stop is closed, as a sandbox sharing dir can. The returned func stops it
-// and waits.
-func flip(t *testing.T, dir, a, b string) func() {
-	t.Helper()
-	d, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer d.Close()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := unix.Renameat2(int(d.Fd()), a, int(d.Fd()), b, unix.RENAME_EXCHANGE); err != nil {
-				t.Errorf("renameat2: %v", err)
-				return
-			}
-		}
-	}()
-	var once sync.Once
-	return func() { once.Do(func() { close(stop); wg.Wait() }) }
-}
+	"github.com/slopbox/slopbox/test/fixtures"
+)
 
 // TestWriteNeverFollowsSwappedSymlink: a tree whose file the sandbox keeps
 // swapping with a symlink to a secret host file (renameat2 RENAME_EXCHANGE)
@@ -68,9 +38,9 @@ func TestWriteNeverFollowsSwappedSymlink(t *testing.T) {
 	os.Mkdir(filepath.Join(tree, "d"), 0o755)
 	os.WriteFile(filepath.Join(tree, "d", "secret"), []byte(strings.Repeat("y", len(secretText))), 0o644)
 	os.Symlink(secretDir, filepath.Join(tree, "ds"))
-	stop := flip(t, filepath.Join(tree, "sub"), "f", "s")
+	stop := fixtures.FlipNames(t, filepath.Join(tree, "sub"), "f", "s")
 	defer stop()
-	stopDir := flip(t, tree, "d", "ds")
+	stopDir := fixtures.FlipNames(t, tree, "d", "ds")
 	defer stopDir()
 	tries, wins := 0, 0
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); tries++ {

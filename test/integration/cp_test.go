@@ -10,45 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// flipNames swaps the names a and b in dir with renameat2(RENAME_EXCHANGE)
-// until the returned func is called, as a sandbox writing a shared
-// directory can.
-func flipNames(t *testing.T, dir, a, b string) func() {
-	t.Helper()
-	d, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer d.Close()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := unix.Renameat2(int(d.Fd()), a, int(d.Fd()), b, unix.RENAME_EXCHANGE); err != nil {
-				t.Errorf("renameat2: %v", err)
-				return
-			}
-		}
-	}()
-	var once sync.Once
-	stopFn := func() { once.Do(func() { close(stop); wg.Wait() }) }
-	t.Cleanup(stopFn)
-	return stopFn
-}
+	"github.com/slopbox/slopbox/test/fixtures"
+)
 
 // TestCopyInRacingSymlink: `cp HOSTDIR box:DEST` while the directory's
 // files are swapped with symlinks to a secret host file (renameat2
@@ -70,7 +38,7 @@ func TestCopyInRacingSymlink(t *testing.T) {
 		// Same size as the secret: a followed symlink gives a well-formed entry.
 		os.WriteFile(filepath.Join(tree, fmt.Sprintf("f%d", i)), []byte(strings.Repeat("x", len(secretText))), 0o644)
 		os.Symlink(secret, filepath.Join(tree, fmt.Sprintf("s%d", i)))
-		stops = append(stops, flipNames(t, tree, fmt.Sprintf("f%d", i), fmt.Sprintf("s%d", i)))
+		stops = append(stops, fixtures.FlipNames(t, tree, fmt.Sprintf("f%d", i), fmt.Sprintf("s%d", i)))
 	}
 	tries := 0
 	for deadline := time.Now().Add(8 * time.Second); tries < 40 && time.Now().Before(deadline); tries++ {

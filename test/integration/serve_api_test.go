@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // engineDo sends one Engine API request to sock and returns the status and
@@ -462,7 +464,7 @@ func TestServeDiffExportHistory(t *testing.T) {
 	}
 	must("run", "--name", "flip", e.ref, "sh", "-c", "mkdir -p /x/d && touch /x/d/inner && ln -s "+host+" /x/s")
 	id := strings.TrimSpace(must("inspect", "-f", "{{.Id}}", "flip"))
-	stop := flipNames(t, filepath.Join(e.root, "c", id, "upper", "x"), "d", "s")
+	stop := fixtures.FlipNames(t, filepath.Join(e.root, "c", id, "upper", "x"), "d", "s")
 	deadline := time.Now().Add(4 * time.Second)
 	tries, inner := 0, 0
 	for time.Now().Before(deadline) {
@@ -533,7 +535,7 @@ func TestServeArchiveStopped(t *testing.T) {
 	}
 	must("run", "--name", "flip", e.ref, "sh", "-c", "mkdir -p /x/d && touch /x/d/inner && ln -s "+host+" /x/s")
 	id := strings.TrimSpace(must("inspect", "-f", "{{.Id}}", "flip"))
-	stop := flipNames(t, filepath.Join(e.root, "c", id, "upper", "x"), "d", "s")
+	stop := fixtures.FlipNames(t, filepath.Join(e.root, "c", id, "upper", "x"), "d", "s")
 	deadline := time.Now().Add(4 * time.Second)
 	tries, inner := 0, 0
 	for time.Now().Before(deadline) {
