@@ -33,12 +33,21 @@ RACE_CLI='^(TestServe.*|TestDetachedMainCommand|TestSandboxAcrossProcesses|TestC
 
 TEST_BUDGET_MIN=${TEST_BUDGET_MIN:-80}
 DEADLINE=$((SECONDS + TEST_BUDGET_MIN * 60))
-logs=$(mktemp -d /tmp/slopbox-test-logs.XXXXXX)
+# SLOPBOX_TEST_LOGS=DIR keeps each phase's log and gotestsum JSON (with
+# every test's time) in DIR; otherwise they go when the run ends.
+if [[ -n ${SLOPBOX_TEST_LOGS:-} ]]; then
+	logs=$SLOPBOX_TEST_LOGS
+	mkdir -p "$logs"
+	keep_logs=1
+else
+	logs=$(mktemp -d /tmp/slopbox-test-logs.XXXXXX)
+	keep_logs=""
+fi
 chmod 755 "$logs"
 summary=$logs/summary
 : >"$summary"
 work=""
-trap 'rm -rf "$logs" ${work:+"$work"}' EXIT
+trap '[[ -n $keep_logs ]] || rm -rf "$logs"; rm -rf ${work:+"$work"}' EXIT
 
 # checked NAME LIMIT CMD...: runs a phase under a time limit; its result
 # is printed as it ends and, when it failed, kept for the summary printed
