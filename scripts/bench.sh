@@ -173,5 +173,18 @@ wait "$cpid" || true
 { findmnt -rn -o TARGET | grep "^$cdir/" || true; } | sort -r | xargs -r umount -l
 rm -rf "$cdir"
 
+# The runtime-spec's validation suite against slopbox-runc, runc and crun
+# in turn, on this machine in this run (make test runs slopbox's alone).
+rtok=1
+SLOPBOX_RUNTIMETOOLS_PEERS=runc,crun SLOPBOX_BIN=$SLOPBOX_BIN go test -tags "seccomp netgo osusergo slopbox_helper" \
+	-ldflags "-extldflags -static" -count=1 -timeout 20m -run '^TestRuntimeTools$' ./test/integration/ >"$OUT/runtime-tools.log" 2>&1 || rtok=
+cp .work/runtime-tools/summary.md "$OUT/runtime-tools.md" 2>/dev/null || rtok=
+
 go run ./bench/cmd/report "$OUT" >BENCHMARKS.md
+if [[ -n $rtok ]]; then
+	printf '\n## The runtime-spec validation suite (runtime-tools v0.9.0), same run\n\n' >>BENCHMARKS.md
+	cat "$OUT/runtime-tools.md" >>BENCHMARKS.md
+else
+	echo "runtime-tools comparison failed (log: $OUT/runtime-tools.log)" >&2
+fi
 echo "wrote BENCHMARKS.md from $OUT" >&2

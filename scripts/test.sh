@@ -27,6 +27,9 @@ ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestRootOwnedWorkspaceMapsToUnpri
 # own, not beside other packages.
 STRESS='^(TestConcurrentProcessesOnOneRoot|TestManySandboxesOnOneID|TestManySandboxesPSS)$'
 STRESS_PKGS=(./test/integration/ ./sandbox/)
+# Packages with concurrency of their own: their root pass runs under the
+# race detector.
+RACE_PKGS=(./backend/ ./image/... ./sandbox/... ./test/conformance/ ./dockercompat/... ./build/ ./internal/...)
 # The CLI and serve under the race detector (a -race slopbox through
 # SLOPBOX_BIN): the integration tests that drive them hardest.
 RACE_CLI='^(TestServe.*|TestDetachedMainCommand|TestSandboxAcrossProcesses|TestCreateStart|TestCopy|TestTerminal|TestLogBound|TestRunExitCodes|TestPauseUnpause)$'
@@ -87,6 +90,22 @@ checked() {
 }
 status=0
 
+# checked_bg NAME OUT CMD...: a phase (a checked or gotest call) run in the
+# background, its output kept in OUT and shown by wait_bg when it ends.
+bg_pid="" bg_out=""
+checked_bg() {
+	bg_out=$2
+	shift 2
+	"$@" >"$bg_out" 2>&1 &
+	bg_pid=$!
+}
+wait_bg() {
+	local rc=0
+	wait "$bg_pid" || rc=1
+	cat "$bg_out"
+	return "$rc"
+}
+
 # gotest NAME LIMIT GOTESTARGS...: go test through gotestsum, which prints
 # each package as it ends and, at its end, the failures and skips with
 # their output; its JSON is kept for the list of skips printed last.
@@ -135,13 +154,21 @@ if [[ $(id -u) -eq 0 && -c /dev/net/tun ]]; then
 	chmod 0666 /dev/net/tun
 fi
 
-gotest root 22m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 20m -skip "$STRESS" ./... || status=1
+# The root pass. The packages with concurrency of their own run once,
+# under the race detector, beside the others (the integration tests, one
+# after the other, mostly wait on processes); the integration tests that
+# drive the CLI and serve hardest run once too, below, against a -race
+# slopbox. Every test runs as root exactly once in these three phases.
+mapfile -t race_pkgs < <(go list "${RACE_PKGS[@]}")
+mapfile -t plain_pkgs < <(go list ./... | grep -vxF -f <(printf '%s\n' "${race_pkgs[@]}"))
+checked_bg root-race "$logs/root-race.out" gotest root-race 18m -race -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 16m -skip "$STRESS" "${race_pkgs[@]}"
+gotest root 22m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 20m -skip "$STRESS|$RACE_CLI" "${plain_pkgs[@]}" || status=1
+wait_bg || status=1
 gotest root-stress 6m -p 1 -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 5m -run "$STRESS" "${STRESS_PKGS[@]}" || status=1
 
-# The race detector over the packages with concurrency, and over the CLI
-# and serve: a -race slopbox drives the integration tests named above.
+# The CLI and serve under the race detector: a -race slopbox drives the
+# integration tests named in RACE_CLI.
 go build -race -tags "$TAGS" -o "$logs/slopbox-race" ./cmd/slopbox
-gotest race 14m -race -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 12m ./backend/ ./image/ ./sandbox/ ./test/conformance/ ./dockercompat/... ./build/ || status=1
 SLOPBOX_BIN=$logs/slopbox-race gotest race-cli 15m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 14m -run "$RACE_CLI" ./test/integration/ || status=1
 
 # Each fuzz target for a bounded time (its seeds and testdata/fuzz corpus

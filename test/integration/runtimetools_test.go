@@ -20,13 +20,16 @@ import (
 
 // TestRuntimeTools runs the OCI runtime-spec's own conformance suite,
 // opencontainers/runtime-tools' validation binaries (built from the
-// module test/runtimetools pins), with RUNTIME set to slopbox-runc, to
-// runc and to crun in turn, on the same machine in the same run. Every
+// module test/runtimetools pins), with RUNTIME set to slopbox-runc. Every
 // slopbox failure must be listed, with its reason, in
 // test/runtimetools/known-failures.txt: an unlisted one fails the test.
-// The counts of all three go to .work/runtime-tools/summary.md (and the
-// log), which the README quotes. Root only: the suite's bundles run as
-// root and it creates cgroups at fixed paths.
+// With SLOPBOX_RUNTIMETOOLS_PEERS=runc,crun (make bench sets it) the same
+// suite then runs against those runtimes on the same machine in the same
+// run, for the comparison docs/oci-runtime.md quotes; make test leaves
+// them out: they test runc and crun, not slopbox (three minutes here),
+// and some of their bundles change the host's /dev. The counts go to
+// .work/runtime-tools/summary.md (and the log). Root only: the suite's
+// bundles run as root and it creates cgroups at fixed paths.
 func TestRuntimeTools(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("runtime-tools' validation runs as root (scripts/test.sh runs it in the root pass)")
@@ -52,10 +55,21 @@ func TestRuntimeTools(t *testing.T) {
 	if b, err := os.ReadFile("/sys/fs/cgroup/unified/cgroup.controllers"); err == nil && len(bytes.TrimSpace(b)) > 0 {
 		hybrid = true
 	}
-	runtimes := []struct {
+	type runtime struct {
 		name, bin   string
 		hideUnified bool
-	}{{"slopbox-runc", link, false}, {"runc", "runc", false}, {"crun", "crun", hybrid}}
+	}
+	runtimes := []runtime{{"slopbox-runc", link, false}}
+	for _, peer := range strings.FieldsFunc(os.Getenv("SLOPBOX_RUNTIMETOOLS_PEERS"), func(r rune) bool { return r == ',' || r == ' ' }) {
+		switch peer {
+		case "runc":
+			runtimes = append(runtimes, runtime{"runc", "runc", false})
+		case "crun":
+			runtimes = append(runtimes, runtime{"crun", "crun", hybrid})
+		default:
+			t.Fatalf("SLOPBOX_RUNTIMETOOLS_PEERS: unknown runtime %q (runc, crun)", peer)
+		}
+	}
 	var rows []string
 	var slopboxFailures []string
 	for _, rt := range runtimes {
