@@ -204,6 +204,9 @@ type Limits struct {
 	// fills it gets ENOSPC, and what it holds counts as the sandbox's
 	// memory. Without it /tmp is the image's, in the root filesystem.
 	TmpBytes int64
+	// Tmpfs are tmpfs mounts at other paths (path: size in bytes), each
+	// bounded and counted as TmpBytes is.
+	Tmpfs map[string]int64
 	// RootfsBytes, when set, bounds what can be written to the root
 	// filesystem (its writable layer lives in memory, counted as the
 	// sandbox's, and does not survive a stop).

@@ -156,6 +156,7 @@ func hostSystemPath(src string) (string, bool) {
 type HostSharing struct {
 	Privileged                            bool
 	Devices                               []string
+	DeviceCgroupRules                     []string
 	PidMode, IpcMode, UTSMode, UsernsMode string
 }
 
@@ -169,6 +170,8 @@ func (h HostSharing) Check() error {
 		return refuse("--privileged", "would turn the sandbox off; slopbox has no privileged mode (for one capability: --cap-add NAME --allow-unsafe cap-add=NAME)")
 	case len(h.Devices) > 0:
 		return refuse("--device "+h.Devices[0], "would pass a host device in; slopbox passes none")
+	case len(h.DeviceCgroupRules) > 0:
+		return refuse("--device-cgroup-rule "+h.DeviceCgroupRules[0], "would let the sandbox use a host device; slopbox passes none")
 	}
 	for _, ns := range []struct{ flag, value string }{{"--pid", h.PidMode}, {"--ipc", h.IpcMode}, {"--uts", h.UTSMode}, {"--userns", h.UsernsMode}} {
 		switch ns.value {

@@ -61,6 +61,11 @@ func Commit(ctx context.Context, b *sandbox.Backend, o CommitOptions) (*Result, 
 	if cmd := sb.Info().Command; len(cmd) > 0 {
 		cfg.Config.Cmd = slices.Clone(cmd)
 	}
+	// Docker's container_config: the container's config, its image as
+	// Docker names it.
+	cc := img.Config.DeepCopy().Config
+	cc.Cmd, cc.Image, cc.Hostname = slices.Clone(sb.Info().Command), image.DockerName(sb.Info().Image), sb.Info().Hostname
+
 	for _, c := range changes {
 		applyChange(cfg, c)
 	}
@@ -83,7 +88,7 @@ func Commit(ctx context.Context, b *sandbox.Backend, o CommitOptions) (*Result, 
 	if o.Name != "" {
 		names = []string{o.Name}
 	}
-	dgst, err := store.WriteBuilt(cfg, base, []image.NewLayer{nl}, names)
+	dgst, err := store.WriteDerived(cfg, base, []image.NewLayer{nl}, names, img.ID, &cc)
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,9 @@ type CreateRecord struct {
 	EnvNames []string `json:",omitempty"`
 	// Image is the image as the request named it (Docker's Config.Image).
 	Image string `json:",omitempty"`
+	// DNS, DNSSearch, DNSOptions and ExtraHosts as the create gave them.
+	DNS, DNSSearch, DNSOptions, ExtraHosts []string `json:",omitempty"`
+	Echoed
 }
 
 const createdFile = "engine-create.json"
@@ -42,7 +45,8 @@ var createdLock sync.Mutex
 func (o *CreateOptions) SaveCreated(dir string, img v1.Config) error {
 	c := CreateRecord{Binds: o.Volumes, Entrypoint: o.EffectiveEntrypoint(img.Entrypoint), GroupAdd: o.GroupAdd,
 		RestartPolicy: o.RestartPolicy, LogConfig: o.LogConfig, CpuShares: o.CpuShares, Healthcheck: o.EffectiveHealthcheck(img.Healthcheck),
-		EnvNames: o.EnvNames, Image: o.Image}
+		EnvNames: o.EnvNames, Image: o.Image, Echoed: o.Echoed,
+		DNS: o.DNS, DNSSearch: o.DNSSearch, DNSOptions: o.DNSOptions, ExtraHosts: o.ExtraHosts}
 	for _, m := range o.Mounts {
 		c.Mounts = append(c.Mounts, map[string]any{"Type": m.Type, "Source": m.Source, "Target": m.Target, "ReadOnly": m.ReadOnly})
 	}

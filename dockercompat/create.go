@@ -46,7 +46,7 @@ type CreateOptions struct {
 	// path no other mount (nor the /tmp tmpfs) covers.
 	AnonymousVolumes []string
 	Mounts           []MountOption
-	Tmpfs            []string // --tmpfs /tmp[:size=N] / HostConfig.Tmpfs
+	Tmpfs            []string // --tmpfs PATH[:size=N] / HostConfig.Tmpfs
 	StorageOpt       []string // size=N
 	// Memory is a size in go-units' form (512m, 2g, 1048576).
 	Memory                                    string
@@ -66,6 +66,19 @@ type CreateOptions struct {
 	LogConfig     LogConfig
 	CpuShares     int64
 	Healthcheck   *v1.HealthConfig
+	// Kept for inspect, and honoured, checked or warned of (echoed.go).
+	Echoed
+	// Lookup finds another container by name or id, for VolumesFrom and
+	// Links (nil: neither can be used).
+	Lookup func(ref string) (Container, error)
+}
+
+// Container is what VolumesFrom and Links read of another container.
+type Container struct {
+	Name string
+	Env  []string // KEY=VALUE
+	// Mounts are its bind mounts, Volume set for a volume's.
+	Mounts []backend.Mount
 }
 
 // MountOption is one --mount (or HostConfig.Mounts entry): a bind mount,
@@ -142,6 +155,21 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 		s.Ports = nil
 	}
 	env := map[string]string{}
+	if len(o.Links) > 0 && s.Network == backend.NetworkHost {
+		return s, nil, nil, backend.InvalidValue("conflicting options: host type networking can't be used with links. This would result in undefined behavior")
+	}
+	for _, l := range o.Links {
+		// As Docker's legacy links: the linked container's name and
+		// environment, before the container's own (which wins).
+		c, alias, err := o.linked(l)
+		if err != nil {
+			return s, nil, nil, err
+		}
+		for _, kv := range LinkEnv(o.Name, alias, c.Env) {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+	}
 	for _, kv := range o.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		if k == "" {
@@ -197,14 +225,35 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 		}
 		s.Mounts = append(s.Mounts, m)
 	}
+	for _, v := range o.VolumesFrom {
+		ms, err := o.volumesFrom(v, s.Mounts)
+		if err != nil {
+			return s, nil, nil, err
+		}
+		s.Mounts = append(s.Mounts, ms...)
+	}
 	if s.Limits, err = o.limits(tmpfs); err != nil {
 		return s, nil, nil, err
 	}
+	for _, m := range s.Mounts {
+		if t := path.Clean(m.Target); s.Limits.Tmpfs[t] > 0 || t == "/tmp" && s.Limits.TmpBytes > 0 {
+			return s, nil, nil, backend.InvalidValue("Duplicate mount point: %s (a tmpfs and another mount)", t)
+		}
+	}
+	volumes := len(o.AnonymousVolumes) > 0
+	for _, m := range s.Mounts {
+		volumes = volumes || m.Volume != "" || m.AnonymousVolume
+	}
+	w, err := o.checkEchoed(s.Limits.MemoryBytes, volumes)
+	if err != nil {
+		return s, nil, nil, err
+	}
+	warnings = append(warnings, w...)
 	// An anonymous volume for each of Config.Volumes no other mount or
 	// tmpfs covers. It starts empty: the image's files there are not
 	// copied in (dockerd copies them).
 	for _, target := range o.AnonymousVolumes {
-		covered := s.Limits.TmpBytes > 0 && path.Clean(target) == "/tmp"
+		covered := s.Limits.TmpBytes > 0 && path.Clean(target) == "/tmp" || s.Limits.Tmpfs[path.Clean(target)] > 0
 		for _, m := range s.Mounts {
 			covered = covered || path.Clean(m.Target) == path.Clean(target)
 		}
@@ -217,6 +266,61 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 		return s, nil, nil, err
 	}
 	return s, warnings, nil, nil
+}
+
+// linked finds the container a link names.
+func (o *CreateOptions) linked(l string) (Container, string, error) {
+	ref, alias, err := ParseLink(l)
+	if err != nil {
+		return Container{}, "", err
+	}
+	if o.Lookup == nil {
+		return Container{}, "", backend.InvalidValue("links are not supported here")
+	}
+	c, err := o.Lookup(ref)
+	if err != nil {
+		return Container{}, "", backend.InvalidValue("could not get container for %s: %v", ref, err)
+	}
+	return c, alias, nil
+}
+
+// volumesFrom is the mounts VolumesFrom entry v (CONTAINER[:ro|rw]) adds:
+// the container's bind mounts and volumes at their paths, read-only with
+// ro, read-write with rw, else as they are there; a path one of have
+// already covers is left out.
+func (o *CreateOptions) volumesFrom(v string, have []backend.Mount) ([]backend.Mount, error) {
+	ref, mode, _ := strings.Cut(v, ":")
+	if mode != "" && mode != "ro" && mode != "rw" {
+		return nil, backend.InvalidValue("invalid mode for volumes-from: %s", mode)
+	}
+	if o.Lookup == nil {
+		return nil, backend.InvalidValue("volumes-from is not supported here")
+	}
+	c, err := o.Lookup(ref)
+	if err != nil {
+		return nil, backend.InvalidValue("volumes-from %s: %v", ref, err)
+	}
+	var out []backend.Mount
+	for _, m := range c.Mounts {
+		covered := false
+		for _, h := range append(slices.Clone(have), out...) {
+			covered = covered || path.Clean(h.Target) == path.Clean(m.Target)
+		}
+		if covered {
+			continue
+		}
+		nm := backend.Mount{Target: m.Target, ReadOnly: m.ReadOnly}
+		if mode != "" {
+			nm.ReadOnly = mode == "ro"
+		}
+		if m.Volume != "" {
+			nm.Volume = m.Volume
+		} else {
+			nm.Source = m.Source
+		}
+		out = append(out, nm)
+	}
+	return out, nil
 }
 
 // Limits checks --memory, --cpus, --pids-limit, --tmpfs and --storage-opt
@@ -244,11 +348,18 @@ func (o *CreateOptions) limits(tmpfs []string) (backend.Limits, error) {
 		l.MemoryBytes = n
 	}
 	for _, t := range tmpfs {
-		n, err := ParseTmpfs(t)
+		dst, n, err := ParseTmpfs(t)
 		if err != nil {
 			return l, err
 		}
-		l.TmpBytes = n
+		if dst == "/tmp" {
+			l.TmpBytes = n
+			continue
+		}
+		if l.Tmpfs == nil {
+			l.Tmpfs = map[string]int64{}
+		}
+		l.Tmpfs[dst] = n
 	}
 	for _, opt := range o.StorageOpt {
 		v, ok := strings.CutPrefix(opt, "size=")
@@ -265,32 +376,35 @@ func (o *CreateOptions) limits(tmpfs []string) (backend.Limits, error) {
 // tmpfs without one would get half the host's memory.
 const DefaultTmpBytes = 64 << 20
 
-// ParseTmpfs reads --tmpfs /tmp[:OPTIONS] (HostConfig.Tmpfs is the same,
-// path and options apart) and returns the size of /tmp, the only path
-// that can be a tmpfs: size=N is a size as Docker reads it (go-units'
-// RAMInBytes: size=64 is 64 bytes, size=64m 64 MiB), refused when it
-// does not fit in 63 bits.
-func ParseTmpfs(t string) (int64, error) {
+// ParseTmpfs reads --tmpfs PATH[:OPTIONS] (HostConfig.Tmpfs is the same,
+// path and options apart) and returns the path, cleaned, and the tmpfs's
+// size: size=N is a size as Docker reads it (go-units' RAMInBytes:
+// size=64 is 64 bytes, size=64m 64 MiB), refused when it does not fit in
+// 63 bits; without it DefaultTmpBytes (a tmpfs counts as the sandbox's
+// memory: Docker's default, half the host's memory, is not taken). PATH
+// is any absolute path but the root.
+func ParseTmpfs(t string) (string, int64, error) {
 	dst, opts, _ := strings.Cut(t, ":")
-	if path.Clean(dst) != "/tmp" {
-		return 0, backend.InvalidValue("--tmpfs %q: only /tmp can be a tmpfs for now", t)
+	if !path.IsAbs(dst) || path.Clean(dst) == "/" {
+		return "", 0, backend.InvalidValue("--tmpfs %q: invalid mount path %q (an absolute path other than /)", t, dst)
 	}
+	dst = path.Clean(dst)
 	size := int64(DefaultTmpBytes)
 	for _, o := range strings.Split(opts, ",") {
 		if v, ok := strings.CutPrefix(o, "size="); ok {
 			n, err := ParseSize("--tmpfs "+dst+" size", v)
 			if err != nil {
-				return 0, err
+				return "", 0, err
 			}
 			if n <= 0 {
-				return 0, backend.InvalidValue("--tmpfs %q: invalid size %q (want e.g. size=64m)", t, v)
+				return "", 0, backend.InvalidValue("--tmpfs %q: invalid size %q (want e.g. size=64m)", t, v)
 			}
 			size = n
 		} else if o != "" && o != "rw" && o != "nosuid" && o != "nodev" && o != "noexec" && o != "exec" {
-			return 0, backend.InvalidValue("--tmpfs %q: option %q is not supported (size= only)", t, o)
+			return "", 0, backend.InvalidValue("--tmpfs %q: option %q is not supported (size= only)", t, o)
 		}
 	}
-	return size, nil
+	return dst, size, nil
 }
 
 // ParseSize reads a size as Docker does (go-units' RAMInBytes: 512m, 2g,

@@ -273,6 +273,14 @@ func (s *Store) ManifestLayers(dgst string) ([]ocispec.Descriptor, error) {
 // list every layer's diffID), under names (none: untagged). It returns the
 // image's manifest digest.
 func (s *Store) WriteBuilt(cfg *v1.ConfigFile, base []ocispec.Descriptor, added []NewLayer, names []string) (string, error) {
+	return s.WriteDerived(cfg, base, added, names, "", nil)
+}
+
+// WriteDerived is WriteBuilt for an image made from another one (docker
+// commit): parent, that image's id, is kept with its names as Docker's
+// Parent (local, as Docker's: not in the image's config), and the
+// container's config is the config's container_config, as Docker's.
+func (s *Store) WriteDerived(cfg *v1.ConfigFile, base []ocispec.Descriptor, added []NewLayer, names []string, parent string, containerConfig *v1.Config) (string, error) {
 	if len(cfg.RootFS.DiffIDs) != len(base)+len(added) {
 		return "", fmt.Errorf("image config lists %d layers, but the image has %d", len(cfg.RootFS.DiffIDs), len(base)+len(added))
 	}
@@ -284,6 +292,18 @@ func (s *Store) WriteBuilt(cfg *v1.ConfigFile, base []ocispec.Descriptor, added 
 	rawCfg, err := json.Marshal(cfg)
 	if err != nil {
 		return "", err
+	}
+	if containerConfig != nil {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(rawCfg, &fields); err != nil {
+			return "", err
+		}
+		if fields["container_config"], err = json.Marshal(containerConfig); err != nil {
+			return "", err
+		}
+		if rawCfg, err = json.Marshal(fields); err != nil {
+			return "", err
+		}
 	}
 	cfgHash := v1.Hash{Algorithm: "sha256", Hex: sha256Hex(rawCfg)}
 	m := ocispec.Manifest{
@@ -310,6 +330,9 @@ func (s *Store) WriteBuilt(cfg *v1.ConfigFile, base []ocispec.Descriptor, added 
 		return "", err
 	}
 	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.Digest(manHash.String()), Size: int64(len(rawMan))}
+	if parent != "" {
+		desc.Annotations = map[string]string{annotationParent: parent}
+	}
 	err = s.updateIndex(func(idx *ocispec.Index) error {
 		if len(names) == 0 {
 			setRef(idx, desc, "localhost/unnamed@"+manHash.String(), "")

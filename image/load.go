@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -272,6 +273,10 @@ func layoutNames(d v1.Descriptor, img v1.Image) []string {
 	}
 	return []string{unnamed(img)}
 }
+
+// Unnamed says whether n is the name the store gives an image that has
+// none (loaded or committed without a tag).
+func Unnamed(n string) bool { return strings.HasPrefix(n, "localhost/unnamed@") }
 
 func unnamed(img v1.Image) string {
 	h, _ := img.Digest()

@@ -38,6 +38,10 @@ const AnnotationRefName = ocispec.AnnotationRefName
 // (an index digest for multi-platform images), for the no-op re-pull check.
 const annotationSource = "io.slopbox.source.digest"
 
+// annotationParent is the id of the image an image was committed from
+// (Docker's Parent), on its index entries.
+const annotationParent = "io.slopbox.parent"
+
 // Store is a local image store. It is safe for concurrent use by several
 // processes.
 type Store struct {
@@ -401,7 +405,11 @@ func (s *Store) Tag(src, dst string) error {
 
 // setRef points name at d, replacing any entry of that name.
 func setRef(idx *ocispec.Index, d ocispec.Descriptor, refName, source string) {
+	parent := d.Annotations[annotationParent] // a name given to an image keeps its parent
 	d.Annotations = map[string]string{AnnotationRefName: refName}
+	if parent != "" {
+		d.Annotations[annotationParent] = parent
+	}
 	if source != "" {
 		d.Annotations[annotationSource] = source
 	}
@@ -499,7 +507,30 @@ func (s *Store) Inspect(ref string) (map[string]any, error) {
 		"Size":         size,
 		"Layers":       m.Layers,
 		"Container":    cfg.Container, // the sandbox a commit made it from
+		// The image a commit or build made it from (Docker's local
+		// Parent), "" for one pulled or loaded.
+		"Parent":          d.Annotations[annotationParent],
+		"ContainerConfig": s.containerConfig(m),
+		"Author":          cfg.Author,
 	}, nil
+}
+
+// containerConfig is the container_config of a committed image's config
+// (Docker's), nil when it has none.
+func (s *Store) containerConfig(m *ocispec.Manifest) *v1.Config {
+	h, err := v1.NewHash(m.Config.Digest.String())
+	if err != nil {
+		return nil
+	}
+	b, err := os.ReadFile(s.blobPath(h))
+	if err != nil {
+		return nil
+	}
+	var c struct {
+		ContainerConfig *v1.Config `json:"container_config"`
+	}
+	json.Unmarshal(b, &c)
+	return c.ContainerConfig
 }
 
 // pidAlive reports whether a process with this pid exists.

@@ -503,6 +503,9 @@ var errRootPath = errors.New("the root directory")
 // names it, symlinks on the way resolved inside the sandbox's filesystem,
 // the last one stored; read on the host through its layers.
 func (s *Sandbox) ReadFiles(src string, w io.Writer) error {
+	if ok, err := s.readMounted(w, src); ok {
+		return err // below a mount: its source on the host (archive.go)
+	}
 	merged, image, err := s.rootDirs()
 	if err != nil {
 		return err

@@ -512,8 +512,9 @@ type template struct {
 	layers      []string
 	mapKey      string
 	network     string
-	tmpBytes    int64 // a tmpfs of this size at /tmp
-	rootfsBytes int64 // the writable layer on a tmpfs of this size
+	tmpBytes    int64            // a tmpfs of this size at /tmp
+	tmpfs       map[string]int64 // and at these paths
+	rootfsBytes int64            // the writable layer on a tmpfs of this size
 	readOnly    bool
 	caps        [2][]string // added, dropped
 	unconfined  bool        // no seccomp profile
@@ -521,13 +522,13 @@ type template struct {
 }
 
 func templateOf(rec *record) template {
-	return template{layers: rec.Layers, mapKey: rec.MapKey, network: rec.Network, tmpBytes: rec.Limits.TmpBytes,
+	return template{layers: rec.Layers, mapKey: rec.MapKey, network: rec.Network, tmpBytes: rec.Limits.TmpBytes, tmpfs: rec.Limits.Tmpfs,
 		rootfsBytes: rec.Limits.RootfsBytes, readOnly: rec.ReadOnly,
 		caps: [2][]string{rec.CapAdd, rec.CapDrop}, unconfined: rec.Unconfined, setid: rec.Build}
 }
 
 func (t template) key() string {
-	return fmt.Sprintf("%q %q %q %d %d %v %q %v %v", t.layers, t.mapKey, t.network, t.tmpBytes, t.rootfsBytes, t.readOnly, t.caps, t.unconfined, t.setid)
+	return fmt.Sprintf("%q %q %q %d %d %v %q %v %v %v", t.layers, t.mapKey, t.network, t.tmpBytes, t.rootfsBytes, t.readOnly, t.caps, t.unconfined, t.setid, t.tmpfs)
 }
 
 // prestart starts PID 1 of sandbox id over dir, unclaimed, and returns its
@@ -572,7 +573,7 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 		oci.WithMounts(append([]specs.Mount{{
 			Destination: agentPath, Type: "bind", Source: bins.init,
 			Options: []string{"bind", "ro", "nosuid", "nodev"},
-		}}, tmpMount(t.tmpBytes)...)),
+		}}, tmpMounts(t.tmpBytes, t.tmpfs)...)),
 		oci.WithCapabilities(t.caps[0], t.caps[1]),
 		unconfined(t.unconfined),
 		setidModes(t.setid && !t.unconfined),
@@ -826,13 +827,24 @@ func setidModes(on bool) oci.Opt {
 	return nil
 }
 
-// tmpMount is /tmp as a tmpfs of size bytes (none for 0).
-func tmpMount(size int64) []specs.Mount {
-	if size <= 0 {
-		return nil
+// tmpMounts are /tmp as a tmpfs of size bytes (none for 0) and the other
+// tmpfs mounts (--tmpfs PATH), each of its size.
+func tmpMounts(size int64, others map[string]int64) []specs.Mount {
+	var out []specs.Mount
+	if size > 0 {
+		out = append(out, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs",
+			Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", size)}})
 	}
-	return []specs.Mount{{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs",
-		Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", size)}}}
+	// Shallower first, so that a tmpfs inside another one is mounted in it.
+	for _, dst := range slices.SortedFunc(maps.Keys(others), func(a, b string) int {
+		return cmp.Or(cmp.Compare(strings.Count(a, "/"), strings.Count(b, "/")), cmp.Compare(a, b))
+	}) {
+		if others[dst] > 0 {
+			out = append(out, specs.Mount{Destination: dst, Type: "tmpfs", Source: "tmpfs",
+				Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", others[dst])}})
+		}
+	}
+	return out
 }
 
 func specMaps(maps []userns.IDMap) []specs.LinuxIDMapping {

@@ -19,7 +19,7 @@ func (s *Sandbox) Update(l backend.Limits) (warnings []string, err error) {
 		return nil, err
 	}
 	rec := s.rec
-	l.TmpBytes, l.RootfsBytes, l.Strict = rec.Limits.TmpBytes, rec.Limits.RootfsBytes, rec.Limits.Strict
+	l.TmpBytes, l.Tmpfs, l.RootfsBytes, l.Strict = rec.Limits.TmpBytes, rec.Limits.Tmpfs, rec.Limits.RootfsBytes, rec.Limits.Strict
 	if rec.alive() {
 		m, err := cgroupManager(rec)
 		if err != nil {

@@ -120,12 +120,16 @@ func stopCmd() *cobra.Command {
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
+			var t *int // without -t: the container's StopTimeout, else 10 s
+			if cmd.Flags().Changed("time") {
+				t = &grace
+			}
 			return eachSandbox(args, func(sb *sandbox.Sandbox) error {
-				return sb.StopGrace(ctx, sig, time.Duration(max(grace, 0))*time.Second)
+				return sb.StopGrace(ctx, sig, dockercompat.StopGrace(sb.Info().StateDir, t))
 			})
 		},
 	}
-	c.Flags().IntVarP(&grace, "time", "t", int(sandbox.DefaultStopGrace/time.Second), "seconds to wait for the main command to exit before killing every process")
+	c.Flags().IntVarP(&grace, "time", "t", dockercompat.DefaultStopTimeout, "seconds to wait for the main command to exit before killing every process (default: the container's --stop-timeout, else 10; -1 waits for ever)")
 	c.Flags().StringVarP(&sigName, "signal", "s", "TERM", "signal sent to the main command first")
 	return c
 }
@@ -157,7 +161,7 @@ func rmCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return eachSandbox(args, func(sb *sandbox.Sandbox) error {
 				if sb.Running() && !force {
-					return fmt.Errorf("cannot remove running sandbox %s: stop it first or use rm -f", sb.Name())
+					return dockercompat.ErrRemoveRunning(sb.ID())
 				}
 				if volumes {
 					return sb.RemoveWithVolumes()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat"
+	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/sandbox"
 )
@@ -40,6 +41,12 @@ type spawnFlags struct {
 	cpus                                            float64
 	pids                                            int64
 	keep, strict, readOnly, allowHostLoopback       bool
+	// Docker's create options kept for inspect (dockercompat.Echoed).
+	cpusetCpus, cpusetMems, runtime, isolation, volumeDriver string
+	macAddress, memorySwap                                   string
+	volumesFrom, links, deviceCgroupRules                    []string
+	stopTimeout                                              int
+	memorySwappiness                                         int64
 }
 
 func (f *spawnFlags) register(fs *pflag.FlagSet) {
@@ -60,7 +67,7 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.keep, "keep", false, "keep the sandbox after the command (for inspection)")
 	fs.BoolVar(&f.strict, "strict-limits", false, "fail when a limit cannot be enforced on this host")
 	fs.BoolVar(&f.readOnly, "read-only", false, "mount the root filesystem read-only")
-	fs.StringArrayVar(&f.tmpfs, "tmpfs", nil, "mount a tmpfs at /tmp: /tmp[:size=64m] (the only path supported)")
+	fs.StringArrayVar(&f.tmpfs, "tmpfs", nil, "mount a tmpfs: PATH[:size=64m] (64m by default; it counts as the sandbox's memory)")
 	fs.StringArrayVar(&f.storageOpts, "storage-opt", nil, "size=N: bound what the root filesystem can hold (kept in memory, lost at stop)")
 	fs.StringArrayVar(&f.capAdd, "cap-add", nil, "add a capability to Docker's default set (unsafe ones need --allow-unsafe cap-add=NAME)")
 	fs.StringArrayVar(&f.capDrop, "cap-drop", nil, "drop a capability (or ALL)")
@@ -78,6 +85,18 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.entrypoint, "entrypoint", "", "replace the image's entrypoint (\"\" clears it)")
 	fs.StringVar(&f.platform, "platform", "", "only this host's platform can run")
 	fs.BoolVar(&f.initFlag, "init", false, "accepted: the sandbox's PID 1 already reaps orphans and forwards nothing")
+	fs.IntVar(&f.stopTimeout, "stop-timeout", dockercompat.DefaultStopTimeout, "seconds stop waits for the main command before killing every process (-1: for ever)")
+	fs.StringArrayVar(&f.volumesFrom, "volumes-from", nil, "mount the volumes and bind mounts of a container, CONTAINER[:ro|rw]")
+	fs.StringArrayVar(&f.links, "link", nil, "CONTAINER[:ALIAS]: its name and environment in ALIAS_NAME, ALIAS_ENV_KEY (Docker's legacy links)")
+	fs.StringVar(&f.runtime, "runtime", "", "runc only (slopbox runs runc's libcontainer)")
+	fs.StringVar(&f.isolation, "isolation", "", "default only")
+	fs.StringVar(&f.volumeDriver, "volume-driver", "", "local only, for the volumes it uses")
+	fs.StringVar(&f.cpusetCpus, "cpuset-cpus", "", "accepted with a warning: not applied")
+	fs.StringVar(&f.cpusetMems, "cpuset-mems", "", "accepted with a warning: not applied")
+	fs.StringVar(&f.memorySwap, "memory-swap", "", "memory plus swap: the --memory value (no swap) is applied, another is accepted with a warning")
+	fs.Int64Var(&f.memorySwappiness, "memory-swappiness", -1, "accepted with a warning: not applied")
+	fs.StringVar(&f.macAddress, "mac-address", "", "accepted with a warning: not applied")
+	fs.StringArrayVar(&f.deviceCgroupRules, "device-cgroup-rule", nil, "refused: host devices are not passed into sandboxes")
 	fs.StringArrayVar(&f.allowUnsafe, "allow-unsafe", nil, "allow one weakening the policy refuses: cap-add=NAME, seccomp=unconfined or mount=PATH")
 	// Docker's flags that would share the host with the sandbox: known,
 	// so that the refusal names the policy rather than an unknown flag.
@@ -87,7 +106,7 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.utsNS, "uts", "", "refused when host")
 	fs.StringVar(&f.userNS, "userns", "", "refused when host: container root is never host root")
 	fs.StringArrayVar(&f.devices, "device", nil, "refused: host devices are not passed into sandboxes")
-	for _, n := range []string{"privileged", "pid", "ipc", "uts", "userns", "device"} {
+	for _, n := range []string{"privileged", "pid", "ipc", "uts", "userns", "device", "device-cgroup-rule"} {
 		fs.Lookup(n).Hidden = true
 	}
 	fs.Lookup("net").Hidden = true
@@ -112,7 +131,35 @@ func (f *spawnFlags) options(fs *pflag.FlagSet, img string, args []string) (dock
 	o.CapAdd, o.CapDrop, o.SecurityOpt, o.AllowUnsafe = f.capAdd, f.capDrop, f.securityOpts, f.allowUnsafe
 	o.ExtraHosts, o.DNS, o.DNSSearch, o.DNSOptions = f.addHosts, f.dns, f.dnsSearch, f.dnsOptions
 	o.GroupAdd = f.groupAdd
-	o.HostSharing = backend.HostSharing{Privileged: f.privileged, Devices: f.devices, PidMode: f.pidNS, IpcMode: f.ipcNS, UTSMode: f.utsNS, UsernsMode: f.userNS}
+	o.HostSharing = backend.HostSharing{Privileged: f.privileged, Devices: f.devices, DeviceCgroupRules: f.deviceCgroupRules, PidMode: f.pidNS, IpcMode: f.ipcNS, UTSMode: f.utsNS, UsernsMode: f.userNS}
+	o.Echoed = dockercompat.Echoed{CpusetCpus: f.cpusetCpus, CpusetMems: f.cpusetMems, Runtime: f.runtime, Isolation: f.isolation,
+		VolumeDriver: f.volumeDriver, VolumesFrom: f.volumesFrom, Links: f.links, MacAddress: f.macAddress}
+	o.Lookup = func(ref string) (dockercompat.Container, error) {
+		b, err := openBackend() // only when --volumes-from or --link names one
+		if err != nil {
+			return dockercompat.Container{}, err
+		}
+		return dockerview.Lookup(b)(ref)
+	}
+	if fs != nil && fs.Changed("init") {
+		o.Init = &f.initFlag
+	}
+	if fs != nil && fs.Changed("stop-timeout") {
+		o.StopTimeout = &f.stopTimeout
+	}
+	if fs != nil && fs.Changed("memory-swappiness") {
+		o.MemorySwappiness = &f.memorySwappiness
+	}
+	if f.memorySwap != "" {
+		n := int64(-1)
+		if f.memorySwap != "-1" {
+			var err error
+			if n, err = dockercompat.ParseSize("--memory-swap", f.memorySwap); err != nil {
+				return o, err
+			}
+		}
+		o.MemorySwap = n
+	}
 	if fs != nil && fs.Changed("entrypoint") {
 		o.Entrypoint = []string{f.entrypoint} // one word, as docker's: "" clears it
 	}

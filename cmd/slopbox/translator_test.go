@@ -25,6 +25,8 @@ func TestOneTranslator(t *testing.T) {
 		body string   // the create body
 		want func(*testing.T, backend.SpawnSpec, []string)
 		err  error
+		// warnings: how many create warnings both give.
+		warnings int
 	}{
 		{name: "tmpfs size=64 is 64 bytes", argv: []string{"--tmpfs", "/tmp:size=64", "img"},
 			body: `{"Image":"img","HostConfig":{"Tmpfs":{"/tmp":"size=64"}}}`,
@@ -66,7 +68,7 @@ func TestOneTranslator(t *testing.T) {
 			}},
 		{name: "host network drops ports", argv: []string{"--network", "host", "-p", "80", "img"},
 			body: `{"Image":"img","HostConfig":{"NetworkMode":"host","PortBindings":{"80/tcp":[{}]}}}`,
-			want: func(t *testing.T, s backend.SpawnSpec, _ []string) { eq(t, len(s.Ports), 0) }},
+			want: func(t *testing.T, s backend.SpawnSpec, _ []string) { eq(t, len(s.Ports), 0) }, warnings: 1},
 		{name: "limits, env, labels, binds", argv: []string{"-m", "512m", "--cpus", "1.5", "--pids-limit", "100", "-e", "A=1", "-e", "B=",
 			"-l", "k=v", "-v", "/srv:/data:ro", "--read-only", "--cap-drop", "ALL", "-u", "1000", "-w", "/w", "-h", "box", "--name", "n", "img", "x"},
 			body: `{"Image":"img","Cmd":["x"],"Env":["A=1","B="],"Labels":{"k":"v"},"User":"1000","WorkingDir":"/w","Hostname":"box",
@@ -93,6 +95,55 @@ func TestOneTranslator(t *testing.T) {
 			body: `{"Image":"img","HostConfig":{"Privileged":true}}`, err: backend.ErrUnsafe},
 		{name: "host pid refused", argv: []string{"--pid", "host", "img"},
 			body: `{"Image":"img","HostConfig":{"PidMode":"host"}}`, err: backend.ErrUnsafe},
+		{name: "tmpfs at any path", argv: []string{"--tmpfs", "/tmp1:size=3M", "--tmpfs", "/run/x", "img"},
+			body: `{"Image":"img","HostConfig":{"Tmpfs":{"/tmp1":"size=3M","/run/x":""}}}`,
+			want: func(t *testing.T, s backend.SpawnSpec, _ []string) {
+				eq(t, s.Limits.Tmpfs, map[string]int64{"/tmp1": 3 << 20, "/run/x": 64 << 20})
+				eq(t, s.Limits.TmpBytes, int64(0))
+			}},
+		{name: "tmpfs mount at any path", argv: []string{"--mount", "type=tmpfs,target=/cache,tmpfs-size=1048576", "img"},
+			body: `{"Image":"img","HostConfig":{"Mounts":[{"Type":"tmpfs","Target":"/cache","TmpfsOptions":{"SizeBytes":1048576}}]}}`,
+			want: func(t *testing.T, s backend.SpawnSpec, _ []string) {
+				eq(t, s.Limits.Tmpfs, map[string]int64{"/cache": 1 << 20})
+			}},
+		{name: "tmpfs at a relative path refused", argv: []string{"--tmpfs", "data", "img"},
+			body: `{"Image":"img","HostConfig":{"Tmpfs":{"data":""}}}`, err: backend.ErrInvalidValue},
+		{name: "tmpfs and a bind at one path refused", argv: []string{"--tmpfs", "/data", "-v", "/srv:/data", "img"},
+			body: `{"Image":"img","HostConfig":{"Tmpfs":{"/data":""},"Binds":["/srv:/data"]}}`, err: backend.ErrInvalidValue},
+		{name: "echoed fields honoured", argv: []string{"--runtime", "runc", "--isolation", "default", "--init", "--stop-timeout", "25",
+			"--volume-driver", "foo", "-m", "64m", "--memory-swap", "64m", "img"},
+			body: `{"Image":"img","StopTimeout":25,"HostConfig":{"Runtime":"runc","Isolation":"default","Init":true,"VolumeDriver":"foo",
+				"Memory":67108864,"MemorySwap":67108864}}`,
+			want: func(t *testing.T, s backend.SpawnSpec, _ []string) { eq(t, s.Limits.MemoryBytes, int64(64<<20)) }},
+		{name: "echoed fields warned of", argv: []string{"--cpuset-cpus", "0,1", "--memory-swappiness", "40", "--mac-address", "02:42:ac:11:00:0a",
+			"-m", "700m", "--memory-swap", "1g", "img"},
+			body: `{"Image":"img","MacAddress":"02:42:ac:11:00:0a","HostConfig":{"CpusetCpus":"0,1","MemorySwappiness":40,
+				"Memory":734003200,"MemorySwap":1073741824}}`,
+			want: func(t *testing.T, s backend.SpawnSpec, _ []string) {}, warnings: 4},
+		{name: "unknown runtime refused", argv: []string{"--runtime", "kata", "img"},
+			body: `{"Image":"img","HostConfig":{"Runtime":"kata"}}`, err: backend.ErrInvalidValue},
+		{name: "hyperv isolation refused", argv: []string{"--isolation", "hyperv", "img"},
+			body: `{"Image":"img","HostConfig":{"Isolation":"hyperv"}}`, err: backend.ErrInvalidValue},
+		{name: "memory swap below memory refused", argv: []string{"-m", "64m", "--memory-swap", "32m", "img"},
+			body: `{"Image":"img","HostConfig":{"Memory":67108864,"MemorySwap":33554432}}`, err: backend.ErrInvalidValue},
+		{name: "a volume driver but local refused for a volume", argv: []string{"--volume-driver", "foo", "-v", "data:/data", "img"},
+			body: `{"Image":"img","HostConfig":{"VolumeDriver":"foo","Binds":["data:/data"]}}`, err: backend.ErrInvalidValue},
+		{name: "device cgroup rules refused", argv: []string{"--device-cgroup-rule", "c 7:128 rwm", "img"},
+			body: `{"Image":"img","HostConfig":{"DeviceCgroupRules":["c 7:128 rwm"]}}`, err: backend.ErrUnsafe},
+		{name: "volumes-from mounts the other's", argv: []string{"--volumes-from", "other:ro", "-v", "/srv:/data", "img"},
+			body: `{"Image":"img","HostConfig":{"VolumesFrom":["other:ro"],"Binds":["/srv:/data"]}}`,
+			want: func(t *testing.T, s backend.SpawnSpec, _ []string) {
+				eq(t, s.Mounts, []backend.Mount{{Source: "/srv", Target: "/data"}, {Volume: "vol", Target: "/vol", ReadOnly: true},
+					{Source: "/home/u/src", Target: "/src", ReadOnly: true}})
+			}},
+		{name: "links put the other's name and environment", argv: []string{"--link", "other:db", "-e", "DB_ENV_FOO=mine", "--name", "self", "img"},
+			body: `{"Image":"img","Env":["DB_ENV_FOO=mine"],"HostConfig":{"Links":["other:db"]}}`,
+			want: func(t *testing.T, s backend.SpawnSpec, _ []string) {
+				// The other's FOO=1 is DB_ENV_FOO, which the container's own -e replaces.
+				eq(t, s.Env, map[string]string{"DB_NAME": "/self/db", "DB_ENV_FOO": "mine", "DB_ENV_BAR": "2", "DB_ENV_DB_ENV_FOO": "1"})
+			}},
+		{name: "link to a missing container refused", argv: []string{"--link", "nosuch:db", "img"},
+			body: `{"Image":"img","HostConfig":{"Links":["nosuch:db"]}}`, err: backend.ErrInvalidValue},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var sf spawnFlags
@@ -111,8 +162,21 @@ func TestOneTranslator(t *testing.T) {
 				t.Fatal(err)
 			}
 			apiOpts.Name = cliOpts.Name
-			cli, cliCmd, cliErr := translate(cliOpts, imgEntrypoint, imgCmd)
-			api, apiCmd, apiErr := translate(apiOpts, imgEntrypoint, imgCmd)
+			// Another container, for VolumesFrom and Links.
+			other := func(ref string) (dockercompat.Container, error) {
+				if ref != "other" {
+					return dockercompat.Container{}, errors.New("no such container")
+				}
+				return dockercompat.Container{Name: "other", Env: []string{"PATH=/bin", "DB_ENV_FOO=1", "FOO=1", "BAR=2", "HOME=/root"},
+					Mounts: []backend.Mount{{Source: "/vols/vol/_data", Volume: "vol", Target: "/vol"},
+						{Source: "/home/u/src", Target: "/src"}, {Source: "/x", Target: "/data"}}}, nil
+			}
+			cliOpts.Lookup, apiOpts.Lookup = other, other
+			if !reflect.DeepEqual(cliOpts.Echoed, apiOpts.Echoed) {
+				t.Errorf("the CLI's and the API's echoed fields differ:\n%+v\n%+v", cliOpts.Echoed, apiOpts.Echoed)
+			}
+			cli, cliCmd, cliWarn, cliErr := translate(cliOpts, imgEntrypoint, imgCmd)
+			api, apiCmd, apiWarn, apiErr := translate(apiOpts, imgEntrypoint, imgCmd)
 			if tc.err != nil {
 				if !errors.Is(cliErr, tc.err) || !errors.Is(apiErr, tc.err) {
 					t.Fatalf("want %v from both: the CLI's %v, the API's %v", tc.err, cliErr, apiErr)
@@ -122,6 +186,9 @@ func TestOneTranslator(t *testing.T) {
 			if cliErr != nil || apiErr != nil {
 				t.Fatalf("the CLI's %v, the API's %v", cliErr, apiErr)
 			}
+			if len(cliWarn) != tc.warnings || !reflect.DeepEqual(cliWarn, apiWarn) {
+				t.Errorf("want %d warnings from both: the CLI's %q, the API's %q", tc.warnings, cliWarn, apiWarn)
+			}
 			if !reflect.DeepEqual(cli, api) || !reflect.DeepEqual(cliCmd, apiCmd) {
 				t.Errorf("the CLI's and the API's differ:\n%+v %q\n%+v %q", cli, cliCmd, api, apiCmd)
 			}
@@ -130,9 +197,9 @@ func TestOneTranslator(t *testing.T) {
 	}
 }
 
-func translate(o dockercompat.CreateOptions, ep, cmd []string) (backend.SpawnSpec, []string, error) {
-	s, _, _, err := o.ToSpawnSpec()
-	return s, o.Command(ep, cmd), err
+func translate(o dockercompat.CreateOptions, ep, cmd []string) (backend.SpawnSpec, []string, []string, error) {
+	s, warnings, _, err := o.ToSpawnSpec()
+	return s, o.Command(ep, cmd), warnings, err
 }
 
 func eq[T any](t *testing.T, got, want T) {

@@ -5,6 +5,7 @@
 package dockerview
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/oci"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -134,23 +136,68 @@ func Inspect(i sandbox.Info) map[string]any {
 	if cc.Healthcheck != nil {
 		config["Healthcheck"] = cc.Healthcheck
 	}
+	if cc.MacAddress != "" {
+		config["MacAddress"] = cc.MacAddress
+	}
+	if cc.StopTimeout != nil {
+		config["StopTimeout"] = *cc.StopTimeout
+	}
 	return map[string]any{
 		"Id": i.ID, "Created": i.Created.Format(time.RFC3339Nano), "Path": path, "Args": args,
 		"State": state,
 		"Image": i.ImageID, "Name": "/" + i.Name, "RestartCount": dockercompat.RestartCount(i.StateDir), "Driver": "overlay", "Platform": "linux",
 		"LogPath": i.StateDir + "/container.log", "MountLabel": "", "ProcessLabel": "", "AppArmorProfile": "", "ExecIDs": nil,
-		"HostConfig": map[string]any{
-			"NetworkMode": i.Network, "AutoRemove": i.AutoRemove, "ReadonlyRootfs": i.ReadonlyRootfs, "PortBindings": portMap(i, true),
-			"Memory": i.Limits.MemoryBytes, "NanoCpus": int64(i.Limits.CPUs * 1e9), "PidsLimit": i.Limits.Pids,
-			"CapAdd": i.CapAdd, "CapDrop": i.CapDrop, "Privileged": false,
-			"Binds": binds, "Mounts": mounts, "Tmpfs": cc.Tmpfs,
-			"LogConfig": cc.LogConfig, "RestartPolicy": cc.RestartPolicy, "GroupAdd": cc.GroupAdd, "CpuShares": cc.CpuShares,
-			"SecurityOpt": []string{"seccomp=" + i.SeccompProfile, "no-new-privileges"},
-		},
+		"HostConfig":      hostConfig(i, cc, binds, mounts),
 		"Config":          config,
-		"NetworkSettings": map[string]any{"Ports": portMap(i, i.Running), "Networks": map[string]any{}, "IPAddress": ""},
+		"NetworkSettings": map[string]any{"Ports": portMap(i, i.Running), "Networks": map[string]any{}, "IPAddress": "", "MacAddress": cc.MacAddress},
 		"Mounts":          inspectMounts(i),
 	}
+}
+
+// hostConfig is inspect's HostConfig: Docker's whole key set, each with
+// what the create asked for (cc) or what the sandbox has, and dockerd's
+// default for what slopbox has no setting of.
+func hostConfig(i sandbox.Info, cc dockercompat.CreateRecord, binds, mounts any) map[string]any {
+	orNull := func(v []string) any {
+		if v == nil {
+			return nil
+		}
+		return v
+	}
+	orEmpty := func(v []string) []string {
+		if v == nil {
+			return []string{}
+		}
+		return v
+	}
+	swap := cc.MemorySwap
+	if swap == 0 {
+		swap = i.Limits.MemoryBytes // the memory+swap limit it has: no swap
+	}
+	h := map[string]any{
+		"Binds": binds, "ContainerIDFile": "", "LogConfig": cc.LogConfig, "NetworkMode": i.Network,
+		"PortBindings": portMap(i, true), "RestartPolicy": cc.RestartPolicy, "AutoRemove": i.AutoRemove,
+		"VolumeDriver": cc.VolumeDriver, "VolumesFrom": orNull(cc.VolumesFrom),
+		"CapAdd": i.CapAdd, "CapDrop": i.CapDrop, "CgroupnsMode": "private",
+		"Dns": orEmpty(cc.DNS), "DnsOptions": orEmpty(cc.DNSOptions), "DnsSearch": orEmpty(cc.DNSSearch), "ExtraHosts": orNull(cc.ExtraHosts),
+		"GroupAdd": cc.GroupAdd, "IpcMode": "private", "Cgroup": "", "Links": orNull(cc.Links), "OomScoreAdj": 0,
+		"PidMode": "", "Privileged": false, "PublishAllPorts": false, "ReadonlyRootfs": i.ReadonlyRootfs,
+		"SecurityOpt": []string{"seccomp=" + i.SeccompProfile, "no-new-privileges"},
+		"UTSMode":     "", "UsernsMode": "", "ShmSize": 64 << 20, "Runtime": cmp.Or(cc.Runtime, "runc"), "ConsoleSize": []int{0, 0},
+		"Isolation": cc.Isolation, "CpuShares": cc.CpuShares, "Memory": i.Limits.MemoryBytes, "NanoCpus": int64(i.Limits.CPUs * 1e9),
+		"CgroupParent": "", "BlkioWeight": 0, "BlkioWeightDevice": []any{}, "BlkioDeviceReadBps": nil, "BlkioDeviceWriteBps": nil,
+		"BlkioDeviceReadIOps": nil, "BlkioDeviceWriteIOps": nil, "CpuPeriod": 0, "CpuQuota": 0, "CpuRealtimePeriod": 0,
+		"CpuRealtimeRuntime": 0, "CpusetCpus": cc.CpusetCpus, "CpusetMems": cc.CpusetMems, "Devices": []any{},
+		"DeviceCgroupRules": nil, "DeviceRequests": nil, "KernelMemory": 0, "KernelMemoryTCP": 0, "MemoryReservation": 0,
+		"MemorySwap": swap, "MemorySwappiness": cc.MemorySwappiness, "OomKillDisable": false, "PidsLimit": i.Limits.Pids,
+		"Ulimits": nil, "CpuCount": 0, "CpuPercent": 0, "IOMaximumIOps": 0, "IOMaximumBandwidth": 0,
+		"MaskedPaths": oci.DefaultMaskedPaths, "ReadonlyPaths": oci.DefaultReadonlyPaths,
+		"Mounts": mounts, "Tmpfs": cc.Tmpfs,
+	}
+	if cc.Init != nil {
+		h["Init"] = *cc.Init
+	}
+	return h
 }
 
 // portMap is the sandbox's published ports as inspect shows them:
@@ -252,4 +299,23 @@ func Filter(filters map[string][]string) (func(sandbox.Info) bool, error) {
 		}
 		return true
 	}, nil
+}
+
+// Lookup is CreateOptions.Lookup over the sandboxes of b: a container's
+// name, environment (the main command's, as Docker's Config.Env) and
+// bind mounts, for VolumesFrom and Links.
+func Lookup(b *sandbox.Backend) func(ref string) (dockercompat.Container, error) {
+	return func(ref string) (dockercompat.Container, error) {
+		sb, err := b.Open(ref)
+		if err != nil {
+			return dockercompat.Container{}, err
+		}
+		i := sb.Info()
+		c := dockercompat.Container{Name: i.Name, Mounts: i.BindMounts}
+		for k, v := range i.Env {
+			c.Env = append(c.Env, k+"="+v)
+		}
+		sort.Strings(c.Env)
+		return c, nil
+	}
 }

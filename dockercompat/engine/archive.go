@@ -4,7 +4,7 @@ import (
 	"archive/tar"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
+	"errors"
 	"io"
 	"io/fs"
 	"net/http"
@@ -21,7 +21,8 @@ import (
 // so that the client's copy to a new name creates it); PUT extracts a tar into the directory P. The
 // sandbox's side runs inside the sandbox, as slopbox cp's does; a created
 // or stopped container's files are read on the host through its layers
-// (Sandbox.ReadFiles).
+// or the sources of its mounts (Sandbox.ReadFiles), and written below its
+// mounts only (Sandbox.WriteFiles).
 func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
 	p := r.URL.Query().Get("path")
 	if p == "" {
@@ -29,15 +30,27 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 		return
 	}
 	running := sb.Running()
-	if !running && r.Method == http.MethodPut {
-		// Docker copies into a stopped container's filesystem; slopbox
-		// copies in through the running sandbox, confined to it.
-		writeError(w, http.StatusConflict, fmt.Sprintf("container %s is not running: slopbox copies files into it only while it runs; start it first", sb.Name()))
-		return
-	}
 	switch r.Method {
 	case http.MethodPut:
-		if err := sb.CopyIn(r.Context(), r.Body, p, true); err != nil {
+		var err error
+		if running {
+			err = sb.CopyIn(r.Context(), r.Body, p, true)
+		} else {
+			// Created or stopped: below its mounts, written on the host
+			// (Sandbox.WriteFiles); its own filesystem only while it runs.
+			err = sb.WriteFiles(r.Body, p)
+		}
+		switch {
+		case errors.Is(err, sandbox.ErrNotMounted):
+			writeError(w, http.StatusConflict, err.Error())
+			return
+		case errors.Is(err, sandbox.ErrReadOnlyMount):
+			writeError(w, http.StatusForbidden, err.Error())
+			return
+		case errors.Is(err, fs.ErrNotExist):
+			writeError(w, http.StatusNotFound, err.Error())
+			return
+		case err != nil:
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}

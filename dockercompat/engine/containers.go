@@ -61,6 +61,8 @@ type createBody struct {
 	ExposedPorts map[string]struct{}
 	Volumes      map[string]struct{} // anonymous volumes (docker -v /path)
 	Healthcheck  *v1.HealthConfig
+	MacAddress   string
+	StopTimeout  *int
 	HostConfig   struct {
 		Binds  []string
 		Mounts []struct {
@@ -88,6 +90,11 @@ type createBody struct {
 		RestartPolicy                          dockercompat.RestartPolicy
 		LogConfig                              dockercompat.LogConfig
 		CpuShares                              int64
+		CpusetCpus, CpusetMems                 string
+		Runtime, Isolation, VolumeDriver       string
+		VolumesFrom, Links, DeviceCgroupRules  []string
+		MemorySwap                             int64
+		MemorySwappiness                       *int64
 	}
 }
 
@@ -116,7 +123,11 @@ func (s *Server) options(c *createBody, name string) (dockercompat.CreateOptions
 		ExtraHosts: h.ExtraHosts, DNS: h.Dns, DNSSearch: h.DnsSearch, DNSOptions: h.DnsOptions,
 		AllowedMountRoots: s.AllowedMountRoots, PolicyUnsafe: s.AllowUnsafe,
 		GroupAdd: h.GroupAdd, RestartPolicy: h.RestartPolicy, LogConfig: h.LogConfig, CpuShares: h.CpuShares, Healthcheck: c.Healthcheck,
-		AnonymousVolumes: slices.Sorted(maps.Keys(c.Volumes))}
+		AnonymousVolumes: slices.Sorted(maps.Keys(c.Volumes)),
+		Echoed: dockercompat.Echoed{CpusetCpus: h.CpusetCpus, CpusetMems: h.CpusetMems, Runtime: h.Runtime, Isolation: h.Isolation,
+			VolumeDriver: h.VolumeDriver, VolumesFrom: h.VolumesFrom, Init: h.Init, MemorySwap: h.MemorySwap,
+			MemorySwappiness: h.MemorySwappiness, MacAddress: c.MacAddress, StopTimeout: c.StopTimeout, Links: h.Links},
+		Lookup: dockerview.Lookup(s.b)}
 	// As dockerd: a name alone stays in Config.Env as given and is not
 	// set in the process.
 	o.Env = nil
@@ -141,7 +152,7 @@ func (s *Server) options(c *createBody, name string) (dockercompat.CreateOptions
 	if ipc == "shareable" {
 		ipc = "" // the daemon's default: the sandbox's own
 	}
-	o.HostSharing = backend.HostSharing{Privileged: h.Privileged, Devices: devices, PidMode: h.PidMode, IpcMode: ipc, UTSMode: h.UTSMode, UsernsMode: h.UsernsMode}
+	o.HostSharing = backend.HostSharing{Privileged: h.Privileged, Devices: devices, DeviceCgroupRules: h.DeviceCgroupRules, PidMode: h.PidMode, IpcMode: ipc, UTSMode: h.UTSMode, UsernsMode: h.UsernsMode}
 	// "80/tcp": [{HostIp, HostPort}] (docker-py's ports={"80/tcp": 8080}
 	// and -p): the container port is the key, as everywhere in this API.
 	// An empty HostIp is 127.0.0.1, not Docker's every interface.
@@ -279,6 +290,9 @@ func (s *Server) open(w http.ResponseWriter, ref string) *sandbox.Sandbox {
 func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb string) {
 	m := r.Method
 	switch {
+	case m == http.MethodDelete && boolParam(r, "link"):
+		s.linkRemove(w, ref, verb)
+		return
 	case verb == "" && m == http.MethodDelete:
 		s.containerRemove(w, r, ref)
 		return
@@ -457,14 +471,15 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 // stop is docker stop: SIGTERM to the main command, SIGKILL for the whole
 // sandbox after t seconds (10 by default) or at once when it has none.
 func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error {
-	grace := sandbox.DefaultStopGrace
+	var tp *int
 	if t != "" {
 		n, err := strconv.Atoi(t)
 		if err != nil {
 			return badRequest("invalid t=%q", t)
 		}
-		grace = time.Duration(max(n, 0)) * time.Second
+		tp = &n
 	}
+	grace := dockercompat.StopGrace(sb.Info().StateDir, tp)
 	watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
 	watch.stoppedByAPI()
 	s.cancelRestart(sb.ID())
@@ -478,6 +493,41 @@ func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error 
 	}
 	s.emitContainer("stop", sb.Info(), nil)
 	return nil
+}
+
+// linkRemove is DELETE /containers/{name}/{alias}?link=1: the link alias
+// of container name goes from its HostConfig.Links (what the link put in
+// its environment stays, as in Docker's).
+func (s *Server) linkRemove(w http.ResponseWriter, ref, alias string) {
+	if alias == "" {
+		writeError(w, http.StatusConflict, "Conflict, cannot remove the default link name of the container")
+		return
+	}
+	sb := s.open(w, ref)
+	if sb == nil {
+		return
+	}
+	found := false
+	err := dockercompat.UpdateCreated(sb.Info().StateDir, func(c *dockercompat.CreateRecord) error {
+		kept := c.Links[:0]
+		for _, l := range c.Links {
+			if _, a, err := dockercompat.ParseLink(l); err == nil && a == alias {
+				found = true
+				continue
+			}
+			kept = append(kept, l)
+		}
+		c.Links = kept
+		return nil
+	})
+	switch {
+	case err != nil:
+		fail(w, err)
+	case !found:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("Could not find container for entity id /%s/%s", sb.Name(), alias))
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
 }
 
 func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) {
@@ -494,7 +544,7 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 	}
 	s.cancelRestart(sb.ID())
 	if sb.Running() && !boolParam(r, "force") {
-		writeError(w, http.StatusConflict, fmt.Sprintf("cannot remove container %q: container is running: stop the container before removing or force remove", "/"+sb.Name()))
+		writeError(w, http.StatusConflict, dockercompat.ErrRemoveRunning(sb.ID()).Error())
 		return
 	}
 	if sb.Running() && len(sb.Info().Command) > 0 {

@@ -54,19 +54,36 @@ func (s *Server) imageRoute(w http.ResponseWriter, r *request, rest string) {
 		if boolParam(r, "force") {
 			rm = s.b.Store().ForceRemove
 		}
+		img, err := s.b.Store().Get(name)
+		if err != nil {
+			s.imageError(w, name, err)
+			return
+		}
 		removed, err := rm(name)
 		if err != nil {
 			s.imageError(w, name, err)
 			return
 		}
-		out := []map[string]string{{"Untagged": name}}
-		for _, d := range removed {
-			out = append(out, map[string]string{"Deleted": d})
-		}
-		writeJSON(w, http.StatusOK, out)
+		writeJSON(w, http.StatusOK, s.removedImage(img.ID, removed))
 	default:
 		writeError(w, http.StatusNotFound, fmt.Sprintf("page not found: %s /images/%s is not served by slopbox", r.Method, rest))
 	}
+}
+
+// removedImage is DELETE /images/{name}'s answer, dockerd's: an Untagged
+// entry for each name removed (as Docker prints it; an image without a
+// name has none), then Deleted with the image's id once no name is left.
+func (s *Server) removedImage(id string, names []string) []map[string]string {
+	out := []map[string]string{}
+	for _, n := range names {
+		if !image.Unnamed(n) {
+			out = append(out, map[string]string{"Untagged": image.DockerName(n)})
+		}
+	}
+	if _, err := s.b.Store().Get(id); err != nil {
+		out = append(out, map[string]string{"Deleted": id})
+	}
+	return out
 }
 
 // imageError answers a missing image as Docker does: 404 "No such image",
@@ -168,8 +185,10 @@ func (s *Server) imageInspect(w http.ResponseWriter, r *request, name string) {
 	if c, ok := m["Created"].(time.Time); ok {
 		m["Created"] = c.Format(time.RFC3339Nano)
 	}
-	m["Parent"], m["Comment"], m["DockerVersion"], m["Author"] = "", "", "", ""
-	m["ContainerConfig"] = m["Config"]
+	m["Comment"], m["DockerVersion"] = "", ""
+	if c, _ := m["Container"].(string); c == "" {
+		m["ContainerConfig"] = m["Config"] // not a commit: the image's own
+	}
 	m["VirtualSize"] = m["Size"]
 	m["GraphDriver"] = map[string]any{"Name": "overlay", "Data": map[string]string{}}
 	if tags, ok := m["RepoTags"].([]string); ok {

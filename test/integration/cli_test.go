@@ -196,7 +196,7 @@ func TestVerbExitCodes(t *testing.T) {
 		msg  string
 		args []string
 	}{
-		{1, "stop it first or use rm -f", []string{"rm", "live"}},
+		{1, "Stop the container before attempting removal or force remove", []string{"rm", "live"}},
 		{1, "no such sandbox: nosuch", []string{"stop", "nosuch"}},
 		{1, "no such sandbox: nosuch", []string{"rm", "nosuch"}},
 		{1, "no such sandbox: nosuch", []string{"kill", "nosuch"}},
