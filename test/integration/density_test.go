@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,26 +12,57 @@ import (
 	"time"
 )
 
-// TestDetachedPSS: a `run -d` container costs at most 256 KiB of PSS
-// beyond its own command: its PID 1, the exec's supervisor below it, and
-// whatever keeps its log and exit on the host (no Go runtime per idle
-// container). It starts 20 and sums /proc/PID/smaps_rollup's Pss over
-// every process they added (the trees of their PID 1s, and every host
-// process that names the state root), the commands aside. An upper bound:
-// a change that puts more in every container fails here.
+// TestDetachedPSS: a detached container (`run -d` through the CLI, or
+// docker's run -d through serve) costs at most 256 KiB of PSS beyond its
+// own command: its PID 1, the exec's supervisor below it, and the monitor
+// that keeps its log and exit on the host (no Go runtime per idle
+// container). It starts 20 and sums /proc/PID/smaps_rollup's Pss over the
+// processes they added (the trees of their PID 1s and of their monitors),
+// the commands aside. An upper bound: a change that puts more in every
+// container fails here.
 func TestDetachedPSS(t *testing.T) {
 	const n = 20
+	t.Run("cli", func(t *testing.T) {
+		e := newEnv(t)
+		e.must("pull", e.ref)
+		var ids []string
+		for i := range n {
+			ids = append(ids, strings.TrimSpace(e.must("run", "-d", "--name", fmt.Sprintf("idle%d", i), e.ref, "sleep", "3600")))
+		}
+		detachedPSS(t, e, ids)
+	})
+	t.Run("serve", func(t *testing.T) {
+		e := newEnv(t)
+		sock := e.serve(t)
+		docker := func(args ...string) string {
+			t.Helper()
+			out, code := dockerCLI(t, debianDocker, sock, "", args...)
+			if code != 0 {
+				t.Fatalf("docker %v: exit %d\n%s", args, code, out)
+			}
+			return out
+		}
+		docker("pull", e.ref)
+		var ids []string
+		for i := range n {
+			ids = append(ids, strings.TrimSpace(docker("run", "-d", "--name", fmt.Sprintf("idle%d", i), e.ref, "sleep", "3600")))
+		}
+		detachedPSS(t, e, ids)
+	})
+}
+
+// detachedPSS checks what the detached containers ids cost beyond their
+// commands (sleep).
+func detachedPSS(t *testing.T, e *env, ids []string) {
 	const maxKiB = 256
-	e := newEnv(t)
-	e.must("pull", e.ref)
-	var ids []string
-	for i := range n {
-		ids = append(ids, strings.TrimSpace(e.must("run", "-d", "--name", fmt.Sprintf("idle%d", i), e.ref, "sleep", "3600")))
-	}
+	n := len(ids)
 	time.Sleep(time.Second) // every monitor set up and idle
-	procs := map[int]string{}
+	procs := map[int]bool{}
 	for _, id := range ids {
-		dirs, _ := filepath.Glob(filepath.Join(e.root, "c", id+"*"))
+		if len(id) < 16 {
+			t.Fatalf("not a container id: %q", id)
+		}
+		dirs, _ := filepath.Glob(filepath.Join(e.root, "c", id[:16]+"*"))
 		if len(dirs) != 1 {
 			t.Fatalf("state directory of %s: %v", id, dirs)
 		}
@@ -43,21 +73,14 @@ func TestDetachedPSS(t *testing.T) {
 		if err != nil || json.Unmarshal(b, &st) != nil || st.Pid <= 0 {
 			t.Fatalf("state of %s: %v %s", id, err, b)
 		}
-		for _, p := range procTree(st.Pid) {
-			procs[p] = id
+		var mon int
+		b, err = os.ReadFile(filepath.Join(dirs[0], "monitor.pid"))
+		if _, serr := fmt.Sscan(string(b), &mon); err != nil || serr != nil || mon <= 1 {
+			t.Fatalf("monitor of %s: %v %q", id, err, b)
 		}
-	}
-	// Host processes serving them (a monitor), and anything below those.
-	ents, _ := os.ReadDir("/proc")
-	for _, ent := range ents {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
-		if bytes.Contains(cmdline, []byte(e.root)) {
-			for _, p := range procTree(pid) {
-				procs[p] = "host"
+		for _, root := range []int{st.Pid, mon} {
+			for _, p := range procTree(root) {
+				procs[p] = true
 			}
 		}
 	}
@@ -71,7 +94,7 @@ func TestDetachedPSS(t *testing.T) {
 		}
 		pss, ok := pssKiB(p)
 		if !ok {
-			continue // gone meanwhile
+			t.Fatalf("process %d (%s) of the containers is gone", p, name)
 		}
 		total += pss
 		k := kinds[name]
@@ -86,9 +109,12 @@ func TestDetachedPSS(t *testing.T) {
 	for _, k := range names {
 		parts = append(parts, fmt.Sprintf("%d %s: %d KiB", kinds[k][0], k, kinds[k][1]))
 	}
-	t.Logf("%d run -d containers: PSS beyond their commands %d KiB in all, %d KiB each (%s)", n, total, total/n, strings.Join(parts, ", "))
-	if total/n > maxKiB {
-		t.Errorf("a run -d container adds %d KiB of PSS beyond its command, more than %d KiB", total/n, maxKiB)
+	t.Logf("%d detached containers: PSS beyond their commands %d KiB in all, %d KiB each (%s)", n, total, total/int64(n), strings.Join(parts, ", "))
+	if len(procs) < 4*n {
+		t.Errorf("%d processes found for %d containers: PID 1, supervisor, command and monitor each expected", len(procs), n)
+	}
+	if total/int64(n) > maxKiB {
+		t.Errorf("a detached container adds %d KiB of PSS beyond its command, more than %d KiB", total/int64(n), maxKiB)
 	}
 }
 
