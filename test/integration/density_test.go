@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -143,4 +144,70 @@ func pssKiB(pid int) (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// TestMonitorKilled: SIGKILL of a container's monitor (while its command
+// runs, and right as the command ends) loses nothing already logged and
+// leaves nothing behind: the sandbox still stops, is removed by rm -f or
+// prune, and no process, mount or state of it is left.
+func TestMonitorKilled(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", e.ref)
+	monitorOf := func(name string) int {
+		t.Helper()
+		var dir string
+		for id := range e.sandboxDirs() {
+			if b, err := os.ReadFile(filepath.Join(e.root, "c", id, "state.json")); err == nil && strings.Contains(string(b), `"`+name+`"`) {
+				dir = filepath.Join(e.root, "c", id)
+			}
+		}
+		var pid int
+		b, err := os.ReadFile(filepath.Join(dir, "monitor.pid"))
+		if _, serr := fmt.Sscan(string(b), &pid); err != nil || serr != nil || pid <= 1 {
+			t.Fatalf("monitor of %s: %v %q", name, err, b)
+		}
+		return pid
+	}
+	seen := map[string]bool{}
+	// While the command runs.
+	e.must("run", "-d", "--name", "idle", e.ref, "sh", "-c", "echo before; exec sleep 1000")
+	waitFor(t, "the first line in the log", func() bool { out, _ := e.run("", "logs", "idle"); return out == "before\n" })
+	syscall.Kill(monitorOf("idle"), syscall.SIGKILL)
+	// Right as the command ends: the monitor is recording the exit.
+	e.must("run", "-d", "--name", "ending", e.ref, "sh", "-c", "sleep 0.3; echo done")
+	pid := monitorOf("ending")
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if _, ok := pssKiB(pid); !ok {
+			break
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(b), "\x00exited\x00") {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Logf("killed the monitor as it recorded the exit")
+			break
+		}
+	}
+	// Whatever the kill left: wait answers, rm -f removes.
+	if out, code := e.run("", "wait", "ending"); code != 0 || (out != "0\n" && out != "137\n") {
+		t.Errorf("wait after the monitor was killed: %d %q", code, out)
+	}
+	e.must("rm", "-f", "ending")
+	for id := range e.sandboxDirs() {
+		seen[id] = true
+	}
+	if out := e.must("logs", "idle"); out != "before\n" {
+		t.Errorf("logs after the monitor was killed: %q", out)
+	}
+	e.must("stop", "idle")
+	e.must("rm", "-f", "idle")
+	e.must("prune")
+	if out := e.must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("sandboxes left after rm -f and prune: %s", out)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for left := e.leftovers(seen); len(left) > 0; left = e.leftovers(seen) {
+		if time.Now().After(deadline) {
+			t.Fatalf("left on the host:\n%s", strings.Join(left, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
