@@ -13,6 +13,11 @@ TAGS      := $(BASETAGS) slopbox_helper
 LDFLAGS   := -s -w -extldflags -static -X main.version=$(shell git describe --always --dirty 2>/dev/null || echo dev)
 BIN       := bin/slopbox
 HELPER    := sandbox/slopbox-spawn.bin
+# The per-container monitor (sandbox/internal/spawnd/monitor.c), static:
+# against musl when musl-gcc is there (a few KiB of PSS per container),
+# else against glibc.
+MONITOR    := sandbox/slopbox-monitor.bin
+MONITOR_CC ?= $(shell command -v musl-gcc 2>/dev/null || echo cc)
 export CGO_ENABLED := 1
 
 STATICCHECK_VERSION := v0.8.2
@@ -33,6 +38,8 @@ deps:
 helper:
 	$(GO) build -tags "$(BASETAGS)" -ldflags "-s -w -extldflags -static" -o $(HELPER) ./sandbox/internal/spawnd/slopbox-spawn
 	sha256sum $(HELPER) | cut -c1-16 | tr -d '\n' > $(HELPER).id
+	$(MONITOR_CC) -static -Os -s -Wall -DSLOPBOX_MONITOR_MAIN -o $(MONITOR) sandbox/internal/spawnd/monitor.c
+	sha256sum $(MONITOR) | cut -c1-16 | tr -d '\n' > $(MONITOR).id
 
 build: deps helper
 	$(GO) build -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/slopbox
@@ -97,4 +104,4 @@ bench: build
 	@scripts/bench.sh
 
 clean:
-	rm -rf bin .work $(HELPER) $(HELPER).id
+	rm -rf bin .work $(HELPER) $(HELPER).id $(MONITOR) $(MONITOR).id

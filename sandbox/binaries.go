@@ -20,6 +20,10 @@ import (
 type binaries struct {
 	server string
 	init   string
+	// monitor keeps a detached main command's log and exit on the host
+	// (internal/spawnd/monitor.c): the static C build embedded in this
+	// binary, or else init, which carries the same code as a constructor.
+	monitor string
 }
 
 // binaries returns, once per Backend, the programs to use:
@@ -38,6 +42,28 @@ func (b *Backend) binaries() (binaries, error) {
 }
 
 func (b *Backend) installBinaries() (binaries, error) {
+	bins, err := b.installServer()
+	if err != nil {
+		return bins, err
+	}
+	bins.monitor = bins.init
+	if len(monitorBinary) > 0 {
+		id := monitorBinaryID
+		if len(id) != 16 || strings.Trim(id, "0123456789abcdef") != "" {
+			return binaries{}, fmt.Errorf("the embedded monitor has no valid id (%q): rebuild with make", id)
+		}
+		dst := filepath.Join(b.root, "bin", "monitor-"+id)
+		if _, err := os.Stat(dst); err != nil {
+			if err := installFile(dst, bytes.NewReader(monitorBinary), 0o755); err != nil {
+				return binaries{}, fmt.Errorf("install the monitor: %w", err)
+			}
+		}
+		bins.monitor = dst
+	}
+	return bins, nil
+}
+
+func (b *Backend) installServer() (binaries, error) {
 	dir := filepath.Join(b.root, "bin")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return binaries{}, err

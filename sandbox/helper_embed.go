@@ -15,3 +15,14 @@ var spawnHelper []byte
 //
 //go:embed slopbox-spawn.bin.id
 var spawnHelperID string
+
+// monitorBinary is the static C monitor (./internal/spawnd/monitor.c) that
+// make puts here: the process each detached main command keeps on the host.
+//
+//go:embed slopbox-monitor.bin
+var monitorBinary []byte
+
+// monitorBinaryID names its installed copy, as spawnHelperID.
+//
+//go:embed slopbox-monitor.bin.id
+var monitorBinaryID string

@@ -3,7 +3,11 @@
 package sandbox
 
 // Built without the slopbox_helper tag: this binary is its own spawn server.
+// The monitor is then this binary too: its C constructor
+// (internal/spawnd/monitor.c) runs before the Go runtime.
 var (
-	spawnHelper   []byte
-	spawnHelperID string
+	spawnHelper     []byte
+	spawnHelperID   string
+	monitorBinary   []byte
+	monitorBinaryID string
 )

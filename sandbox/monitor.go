@@ -7,14 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -26,24 +23,25 @@ import (
 )
 
 // A sandbox's main command (docker run -d, start) runs under a monitor: a
-// small re-exec of this binary, in its own session, that outlives the
-// slopbox process that started it (podman's conmon plays this part). It
-//   - keeps the command's output as the sandbox's log (logs.go), bounded;
+// small static C program (internal/spawnd/monitor.c), in its own session,
+// that outlives the slopbox process that started it (podman's conmon plays
+// this part), with no Go runtime while the command runs. It
+//   - keeps the command's output as the sandbox's log, bounded;
 //   - holds the command's stdin open with -i, so a shell waits for input
 //     rather than exiting at once (docker run -di);
-//   - records the command's exit status (exitFile) and then stops the
-//     sandbox, as a docker container stops when its main process exits
-//     (and removes it when it was made with AutoRemove).
+//   - forwards the signals sent to it to the command (Signal);
+//   - once the command has ended, execs this program (monitorMain), which
+//     records its exit status (exitFile) and then stops the sandbox, as a
+//     docker container stops when its main process exits (and removes it
+//     when it was made with AutoRemove).
 // It exits when the command has, or when the sandbox is gone.
 
 const (
 	monitorHelper = "sandbox-monitor"
 	exitFile      = "exit.json"
 	monitorFile   = "monitor.pid" // "pid start-time" of the monitor
-	// monitorReady holds the monitor's pid once it forwards signals: the
-	// Go runtime handles every signal from its first instruction (so
-	// SigCgt says nothing), and ends the process on SIGTERM until
-	// signal.Notify has run.
+	// monitorReady holds the monitor's pid once it forwards signals:
+	// until it has blocked them, a signal would end it.
 	monitorReady = "monitor.ready"
 )
 
@@ -210,17 +208,25 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 			return fmt.Errorf("exec: %w", execErr)
 		}
 	}
-	exe, err := os.Executable()
+	bins, err := s.b.binaries()
 	if err != nil {
 		return err
 	}
+	// The monitor execs this program once the command has ended, to
+	// record its exit and stop the sandbox: an fd of it, which stays valid
+	// whatever becomes of its path (an upgrade, a test binary removed).
+	self, err := os.OpenFile("/proc/self/exe", unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	files = append([]*os.File{self}, files...)
 	mode := "pipes"
 	if o.TTY {
 		mode = "tty"
 	}
-	m := exec.Command(exe, s.b.root, s.rec.ID, mode)
+	m := exec.Command(bins.monitor, s.b.root, s.rec.ID, mode)
 	m.Args[0] = "slopbox-monitor"
-	m.Env = append(os.Environ(), reexec.Env+"="+monitorHelper)
+	m.Env = append(os.Environ(), reexec.Env+"="+monitorHelper, "_SLOPBOX_MONITOR=1")
 	m.ExtraFiles = files
 	m.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := m.Start(); err != nil {
@@ -238,58 +244,25 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 	return nil
 }
 
-// monitorMain is the monitor process: args are the state root, the
-// sandbox id and "pipes" or "tty"; fd 3 is the connection to PID 1, then
-// the output files and, optionally, the held stdin.
+// monitorMain is the end of a monitor process (internal/spawnd/monitor.c),
+// which execs this program, under its own pid, once the command has ended
+// and its output is in the log: args are the state root, the sandbox id,
+// "exited", the command's wait status and "ok", or "lost" when PID 1 went
+// away before it reported one. The signals the monitor forwarded stay
+// blocked here (the Go runtime keeps a blocked signal blocked), so a late
+// kill -s cannot end it half-way.
 func monitorMain(args []string) int {
-	if len(args) != 3 {
+	if len(args) != 5 || args[2] != "exited" {
 		fmt.Fprintln(os.Stderr, "slopbox-monitor: internal use only")
 		return 2
 	}
-	root, id, mode := args[0], args[1], args[2]
-	// First of all: a signal sent to the monitor (kill -s) goes to the
-	// command's processes instead of ending the monitor.
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, forwardedSignals...)
-	os.WriteFile(filepath.Join(root, "c", id, monitorReady), []byte(strconv.Itoa(os.Getpid())), 0o600)
-	nc, err := net.FileConn(os.NewFile(3, "agent"))
+	root, id := args[0], args[1]
+	val, err := strconv.ParseInt(args[3], 10, 32)
 	if err != nil {
-		return 1
+		return 2
 	}
-	conn := &agentConn{c: nc.(*net.UnixConn)}
-	go func() {
-		for s := range sigs {
-			conn.kill(s.(syscall.Signal))
-		}
-	}()
 	dir := filepath.Join(root, "c", id)
-	lw := &logWriter{path: filepath.Join(dir, logFile)}
-	defer lw.close()
-	outs := []*os.File{os.NewFile(4, "stdout")}
-	streams := []string{"stdout"}
-	if mode != "tty" {
-		outs = append(outs, os.NewFile(5, "stderr"))
-		streams = append(streams, "stderr")
-	}
-	var wg sync.WaitGroup
-	for i, f := range outs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			lw.copyFrom(f, streams[i])
-		}()
-	}
-	typ, val, err := conn.reply(0)
-	p := &proc{lost: err != nil || typ != replyExited, status: syscall.WaitStatus(val)}
-	// Output written just before the exit is still in the pipes (or the
-	// terminal); what background processes keep writing is not waited for.
-	drained := make(chan struct{})
-	go func() { wg.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(2 * time.Second):
-	}
-	lw.close()
+	p := &proc{lost: args[4] != "ok", status: syscall.WaitStatus(val)}
 	var b bytes.Buffer
 	json.NewEncoder(&b).Encode(exitRecord{ExitCode: p.exitCode(), FinishedAt: time.Now().UTC()})
 	if _, err := os.Stat(filepath.Join(dir, stateFile)); err != nil {
@@ -516,117 +489,24 @@ func exitInfo(dir string, i *Info) {
 	}
 }
 
-// logWriter appends JSON lines ({"log","stream","time"}, docker's
-// json-file format) to the sandbox's log, keeping at most maxLog bytes in
-// it and the one before it (logFile.1), whatever its readers do: a reader
-// that falls more than that behind is told it missed output (logTail).
-type logWriter struct {
-	path string
-	mu   sync.Mutex
-	f    *os.File
-	size int64
-}
-
+// The log: JSON lines ({"log","stream","time"}, docker's json-file
+// format), written by the monitor (internal/spawnd/monitor.c, whose
+// MAX_LOG is maxLog), which keeps at most maxLog bytes in it and the one
+// before it (logFile.1), whatever its readers do: a reader that falls more
+// than that behind is told it missed output (logTail).
 const (
 	logFile = "container.log"
 	maxLog  = 8 << 20
+	// readerGrace is how long a rotation waits for the readers of the log
+	// before the one before it (monitor.c's READER_GRACE_MS), and a
+	// removal with the command (AutoRemove) for a reader of the log.
+	readerGrace = 2 * time.Second
 )
 
 type logLine struct {
 	Log    string    `json:"log"`
 	Stream string    `json:"stream"`
 	Time   time.Time `json:"time"`
-}
-
-// copyFrom logs what f yields, a line at a time (a partial line when a
-// read ends without a newline or at 16 KiB, as docker splits them).
-func (w *logWriter) copyFrom(f *os.File, stream string) {
-	defer f.Close()
-	buf := make([]byte, 32<<10)
-	var pending []byte
-	for {
-		n, err := f.Read(buf)
-		pending = append(pending, buf[:n]...)
-		for {
-			i := bytes.IndexByte(pending, '\n')
-			if i < 0 && len(pending) < 16<<10 {
-				break
-			}
-			if i < 0 {
-				i = len(pending) - 1
-			}
-			w.write(stream, pending[:i+1])
-			pending = pending[i+1:]
-		}
-		if err != nil {
-			// EOF, or EIO from a terminal whose last holder closed it.
-			if len(pending) > 0 {
-				w.write(stream, pending)
-			}
-			return
-		}
-		if len(pending) > 0 && n < len(buf) {
-			w.write(stream, pending)
-			pending = nil
-		}
-	}
-}
-
-func (w *logWriter) write(stream string, p []byte) {
-	b, err := json.Marshal(logLine{Log: string(p), Stream: stream, Time: time.Now().UTC()})
-	if err != nil {
-		return
-	}
-	b = append(b, '\n')
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.f != nil && w.size+int64(len(b)) > maxLog {
-		w.rotate()
-	}
-	if w.f == nil {
-		f, err := os.OpenFile(w.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
-			return
-		}
-		fi, _ := f.Stat()
-		w.f, w.size = f, fi.Size()
-	}
-	if n, err := w.f.Write(b); err == nil {
-		w.size += int64(n)
-	}
-}
-
-// rotate makes the log the one before. The one before that is emptied
-// first: a reader still holding it open (a slow logs -f) would otherwise
-// keep its blocks on disk after the rename unlinks it. A reader of it
-// holds a shared lock on it (logTail.open): the writer waits for it, up to
-// readerGrace, so that a reader that keeps up misses nothing, and one that
-// does not slows the command down only that much.
-func (w *logWriter) rotate() {
-	w.f.Close()
-	w.f = nil
-	if old, err := os.OpenFile(w.path+".1", os.O_WRONLY|unix.O_NOFOLLOW, 0); err == nil {
-		deadline := time.Now().Add(readerGrace)
-		for unix.Flock(int(old.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		old.Truncate(0)
-		old.Close()
-	}
-	os.Rename(w.path, w.path+".1")
-}
-
-// readerGrace is how long a rotation waits for the readers of the log
-// before the one before it.
-const readerGrace = 2 * time.Second
-
-func (w *logWriter) close() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.f != nil {
-		w.f.Close()
-		w.f = nil
-	}
 }
 
 // LogOptions select what Logs prints.

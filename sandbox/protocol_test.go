@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // The PID 1 wire protocol is written twice: here (protocol.go) and in C
@@ -102,4 +104,54 @@ func killFrame(t *testing.T, sig syscall.Signal) []byte {
 		t.Fatal(err)
 	}
 	return buf[:n]
+}
+
+// The monitor (internal/spawnd/monitor.c) speaks the same protocol to PID
+// 1 (OP_KILL frames, the REPLY_EXITED reply) and writes the log the Go
+// readers read: its constants must be these.
+func TestMonitorMatchesGo(t *testing.T) {
+	src, err := os.ReadFile("internal/spawnd/monitor.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := string(src)
+	defines := map[string]uint64{}
+	for _, m := range regexp.MustCompile(`(?m)^#define (\w+) \(?(0x[0-9a-fA-F]+|\d+)u?(?: << (\d+)\))?`).FindAllStringSubmatch(c, -1) {
+		v, err := strconv.ParseUint(m[2], 0, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m[3] != "" {
+			shift, _ := strconv.Atoi(m[3])
+			v <<= shift
+		}
+		defines[m[1]] = v
+	}
+	for name, want := range map[string]uint64{
+		"AGENT_MAGIC": agentMagic, "OP_KILL": opKill, "REPLY_EXITED": replyExited,
+		"MAX_LOG": maxLog, "READER_GRACE_MS": uint64(readerGrace.Milliseconds()),
+	} {
+		if got, ok := defines[name]; !ok {
+			t.Errorf("monitor.c does not define %s", name)
+		} else if got != want {
+			t.Errorf("%s is %#x in monitor.c, %#x in Go", name, got, want)
+		}
+	}
+	// The kill frame it sends is the one kill() sends.
+	kill := killFrame(t, syscall.SIGTERM)
+	if !strings.Contains(c, "uint32_t msg[4] = {12, AGENT_MAGIC, OP_KILL, (uint32_t)sig};") || len(kill) != 16 {
+		t.Errorf("monitor.c's kill frame differs from kill()'s % x", kill)
+	}
+	// The signals it forwards are the ones Signal accepts.
+	m := regexp.MustCompile(`static const int fwd\[\] = \{([^}]*)\}`).FindStringSubmatch(c)
+	if m == nil {
+		t.Fatal("the forwarded signals were not found in monitor.c")
+	}
+	var names []string
+	for _, s := range forwardedSignals {
+		names = append(names, unix.SignalName(s.(syscall.Signal)))
+	}
+	if got := strings.ReplaceAll(m[1], " ", ""); got != strings.Join(names, ",") {
+		t.Errorf("monitor.c forwards %s; Signal delivers %s", got, strings.Join(names, ","))
+	}
 }
