@@ -28,20 +28,22 @@ type helperRequest struct {
 	Root     string        `json:"root"`
 	Ref      string        `json:"ref,omitempty"`
 	Path     string        `json:"path,omitempty"`
-	FD       int           `json:"fd,omitempty"`      // an open archive passed to the child
-	Key      string        `json:"key,omitempty"`     // id mapping variant (extract), cache key (commit-*)
-	Parents  []string      `json:"parents,omitempty"` // diffIDs, for commit-tar
+	FD       int           `json:"fd,omitempty"`       // an open archive passed to the child
+	Key      string        `json:"key,omitempty"`      // id mapping variant (extract), cache key (commit-*)
+	Parents  []string      `json:"parents,omitempty"`  // diffIDs, for commit-tar and export-paths
+	Patterns []string      `json:"patterns,omitempty"` // for export-paths
 	Insecure []string      `json:"insecure,omitempty"`
 	Progress Progress      `json:"progress"`
 	Stall    time.Duration `json:"stall,omitempty"`
 }
 
 type helperResponse struct {
-	Error    string    `json:"error,omitempty"`
-	Kind     string    `json:"kind,omitempty"` // sentinel name, so errors.Is survives the process boundary
-	Names    []string  `json:"names,omitempty"`
-	Warnings []string  `json:"warnings,omitempty"`
-	Layer    *NewLayer `json:"layer,omitempty"`
+	Error    string        `json:"error,omitempty"`
+	Kind     string        `json:"kind,omitempty"` // sentinel name, so errors.Is survives the process boundary
+	Names    []string      `json:"names,omitempty"`
+	Warnings []string      `json:"warnings,omitempty"`
+	Layer    *NewLayer     `json:"layer,omitempty"`
+	Matches  []ExportMatch `json:"matches,omitempty"`
 }
 
 var sentinels = map[string]error{
@@ -172,6 +174,10 @@ func helperMain() int {
 				nl, err = s.commitTarInside(ctx, req.Parents, os.NewFile(uintptr(req.FD), "tar"), req.Key)
 			}
 			resp.Layer = &nl
+		case "export-paths":
+			out := os.NewFile(uintptr(req.FD), "tar")
+			resp.Matches, err = s.exportPathsInside(ctx, req.Parents, req.Patterns, out)
+			out.Close()
 		default:
 			err = fmt.Errorf("unknown operation %q", req.Op)
 		}
