@@ -154,7 +154,7 @@ func (bl *Builder) copy(ctx context.Context, s *stage, c copySpec, done map[stri
 func (bl *Builder) commitCopy(ctx context.Context, s *stage, src string, tmp *os.File, sum stdhash.Hash) error {
 	key := hash(s.chain, src, hex.EncodeToString(sum.Sum(nil)))
 	store := bl.b.Store()
-	if nl, ok := store.CachedLayer(key); ok && !bl.o.NoCache {
+	if nl, ok := bl.cached(s, key, src, true); ok {
 		fmt.Fprintln(bl.out, " ---> Using cache")
 		s.addLayer(nl, store.LayerDir(nl.DiffID), src)
 		s.chain = key

@@ -9,11 +9,12 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"slices"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
+
+	"github.com/slopbox/slopbox/internal/lowerdirs"
 )
 
 // ExportMatch is one path a pattern given to ExportPaths matched.
@@ -53,14 +54,15 @@ func (s *Store) exportPathsInside(ctx context.Context, parents, patterns []strin
 	if len(parents) == 0 {
 		return nil, fmt.Errorf("%s: the source has no files", strings.Join(patterns, " "))
 	}
-	var lower []string
-	for _, p := range slices.Backward(parents) {
+	var layers []string
+	for _, p := range parents {
 		h, err := v1.NewHash(p)
 		if err != nil {
 			return nil, err
 		}
-		lower = append(lower, s.LayerDir(h))
+		layers = append(layers, s.LayerDir(h))
 	}
+	lower := lowerdirs.Of(layers)
 	dir := lower[0]
 	if len(lower) > 1 {
 		tmp, err := s.tempDir("export")

@@ -32,6 +32,8 @@ type helperRequest struct {
 	Key      string        `json:"key,omitempty"`      // id mapping variant (extract), cache key (commit-*)
 	Parents  []string      `json:"parents,omitempty"`  // diffIDs, for commit-tar and export-paths
 	Patterns []string      `json:"patterns,omitempty"` // for export-paths
+	Layer    *NewLayer     `json:"layer,omitempty"`    // for put-cache and put-cache-marks
+	Keys     []string      `json:"keys,omitempty"`     // for put-cache-marks
 	Insecure []string      `json:"insecure,omitempty"`
 	Progress Progress      `json:"progress"`
 	Stall    time.Duration `json:"stall,omitempty"`
@@ -174,6 +176,15 @@ func helperMain() int {
 				nl, err = s.commitTarInside(ctx, req.Parents, os.NewFile(uintptr(req.FD), "tar"), req.Key)
 			}
 			resp.Layer = &nl
+		case "put-cache", "put-cache-marks":
+			switch {
+			case req.Layer == nil:
+				err = errors.New("no layer")
+			case req.Op == "put-cache":
+				err = s.PutCache(ctx, req.Key, *req.Layer)
+			default:
+				err = s.PutCacheMarks(ctx, req.Key, *req.Layer, req.Keys)
+			}
 		case "export-paths":
 			out := os.NewFile(uintptr(req.FD), "tar")
 			resp.Matches, err = s.exportPathsInside(ctx, req.Parents, req.Patterns, out)

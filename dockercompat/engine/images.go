@@ -169,6 +169,17 @@ func (s *Server) imageInspect(w http.ResponseWriter, r *request, name string) {
 		m["Created"] = c.Format(time.RFC3339Nano)
 	}
 	m["Parent"], m["Comment"], m["DockerVersion"], m["Author"] = "", "", "", ""
+	// Docker's image Config always has OnBuild (null when empty):
+	// docker-py's test_build_container_with_target reads it.
+	if raw, err := json.Marshal(m["Config"]); err == nil {
+		var cfg map[string]any
+		if json.Unmarshal(raw, &cfg) == nil && cfg != nil {
+			if _, ok := cfg["OnBuild"]; !ok {
+				cfg["OnBuild"] = nil
+			}
+			m["Config"] = cfg
+		}
+	}
 	m["ContainerConfig"] = m["Config"]
 	m["VirtualSize"] = m["Size"]
 	m["GraphDriver"] = map[string]any{"Name": "overlay", "Data": map[string]string{}}
