@@ -61,6 +61,14 @@ type Options struct {
 	// Network is none, host or bridge; empty: bridge where it works.
 	Network string
 	Labels  map[string]string
+	// CacheFrom names images whose steps the build may reuse, as docker's
+	// --cache-from: with it set, the local cache is not used; a step is
+	// reused when such an image's history up to it (and its layers) is
+	// the build's so far, and its next entry is the same instruction.
+	// Names not in the store are passed over.
+	CacheFrom []string
+	// ExtraHosts ("NAME:IP", --add-host) are in RUN steps' /etc/hosts.
+	ExtraHosts []string
 	// Out receives the classic builder's progress ("Step 1/3 : …") and the
 	// output of RUN; nil discards it.
 	Out io.Writer
@@ -101,6 +109,16 @@ type Builder struct {
 	lex *shell.Lex
 	// noBridge is set once a bridge step could not start.
 	noBridge bool
+	// cacheFrom is Options.CacheFrom's images found in the store.
+	cacheFrom []cacheImage
+	marks     *markRun
+	ctx       context.Context
+}
+
+// cacheImage is an image given as --cache-from.
+type cacheImage struct {
+	cfg    *v1.ConfigFile
+	layers []ocispec.Descriptor
 }
 
 // New returns a builder over b.
@@ -120,7 +138,8 @@ type stage struct {
 
 // Build runs the build. On failure nothing is tagged.
 func (bl *Builder) Build(ctx context.Context, o Options) (*Result, error) {
-	bl.o, bl.out = o, o.Out
+	bl.o, bl.out, bl.ctx = o, o.Out, ctx
+	defer bl.flushMarks()
 	if bl.out == nil {
 		bl.out = io.Discard
 	}
@@ -137,6 +156,16 @@ func (bl *Builder) Build(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("Dockerfile: %w", err)
 	}
 	bl.lex = shell.NewLex(res.EscapeToken)
+	bl.cacheFrom = nil
+	for _, name := range o.CacheFrom {
+		img, err := bl.b.Store().Get(name)
+		if err != nil {
+			continue // as docker's: an image it cannot find is no cache
+		}
+		if ls, err := bl.b.Store().ManifestLayers(img.Digest); err == nil && len(ls) == len(img.Config.RootFS.DiffIDs) {
+			bl.cacheFrom = append(bl.cacheFrom, cacheImage{cfg: img.Config, layers: ls})
+		}
+	}
 	stages, metaArgs, err := instructions.Parse(res.AST, nil)
 	if err != nil {
 		return nil, fmt.Errorf("Dockerfile: %w", err)
@@ -201,6 +230,7 @@ func (bl *Builder) Build(ctx context.Context, o Options) (*Result, error) {
 			}
 			fmt.Fprintf(bl.out, " ---> %s\n", short(cur.chain))
 		}
+		bl.flushMarks()
 		done[fmt.Sprint(i)] = cur
 		if st.Name != "" {
 			done[strings.ToLower(st.Name)] = cur
@@ -314,6 +344,10 @@ func (bl *Builder) command(ctx context.Context, s *stage, c instructions.Command
 	}
 	src := c.(interface{ String() string }).String()
 	cfg := &s.cfg.Config
+	switch c.(type) {
+	case *instructions.RunCommand, *instructions.CopyCommand, *instructions.AddCommand:
+		bl.flushMarks()
+	}
 	switch c := c.(type) {
 	case *instructions.EnvCommand:
 		for _, kv := range c.Env {
@@ -391,9 +425,141 @@ func (bl *Builder) command(ctx context.Context, s *stage, c instructions.Command
 	default:
 		return fmt.Errorf("%s is not supported by slopbox build", strings.ToUpper(c.Name()))
 	}
-	s.chain = hash(s.chain, src, s.argsKey())
+	key := hash(s.chain, src, s.argsKey())
+	bl.metaCache(s, key, src)
+	s.chain = key
 	s.cfg.History = append(s.cfg.History, v1.History{Created: v1.Time{Time: image.Now()}, CreatedBy: src, EmptyLayer: true})
 	return nil
+}
+
+// metaCache says " ---> Using cache" for a step that makes no layer (ENV,
+// LABEL, …) when it was built before, as docker's classic builder does for
+// every step. Runs of such steps are recorded together (markRun), once
+// the run ends, with the layer they stand on: image prune drops them with
+// it.
+func (bl *Builder) metaCache(s *stage, key, src string) {
+	top, ok := s.top()
+	if !ok {
+		return // FROM scratch and no layer yet: nothing to record
+	}
+	if bl.marks != nil && bl.marks.top.DiffID != top.DiffID {
+		bl.flushMarks()
+	}
+	if bl.marks == nil {
+		bl.marks = &markRun{start: key, top: top, known: bl.b.Store().CacheMarks(key)}
+	}
+	m := bl.marks
+	m.keys = append(m.keys, key)
+	m.dirty = m.dirty || !m.known[key]
+	hit := false
+	switch {
+	case bl.o.NoCache:
+	case len(bl.o.CacheFrom) > 0:
+		_, hit = bl.cacheFromHit(s, src, false)
+	default:
+		hit = m.known[key]
+	}
+	if hit {
+		fmt.Fprintln(bl.out, " ---> Using cache")
+	}
+}
+
+// markRun is a run of steps that make no layer, being built.
+type markRun struct {
+	start string // the first step's key, which names the run
+	top   image.NewLayer
+	known map[string]bool // recorded by an earlier build
+	keys  []string
+	dirty bool
+}
+
+// flushMarks records the run of layerless steps that just ended.
+func (bl *Builder) flushMarks() {
+	m := bl.marks
+	bl.marks = nil
+	if m == nil || !m.dirty || bl.ctx.Err() != nil {
+		return
+	}
+	if err := bl.b.Store().PutCacheMarks(bl.ctx, m.start, m.top, m.keys); err != nil {
+		fmt.Fprintf(bl.out, " ---> (steps not cached: %v)\n", err)
+	}
+}
+
+// cached is the layer the cache holds for a layer-making step with key:
+// the local cache's, or with --cache-from that image's next layer
+// (content, for COPY and ADD, being the local cache's: an image's history
+// does not say what it copied).
+func (bl *Builder) cached(s *stage, key, src string, content bool) (image.NewLayer, bool) {
+	if bl.o.NoCache {
+		return image.NewLayer{}, false
+	}
+	store := bl.b.Store()
+	local, ok := store.CachedLayer(key)
+	if len(bl.o.CacheFrom) == 0 {
+		return local, ok
+	}
+	nl, hit := bl.cacheFromHit(s, src, true)
+	if !hit || content && (!ok || local.DiffID != nl.DiffID) {
+		return image.NewLayer{}, false
+	}
+	if !ok {
+		store.PutCache(bl.ctx, key, nl)
+	}
+	return nl, true
+}
+
+// cacheFromHit finds, among the --cache-from images, one whose history
+// and layers so far are s's and whose next history entry is src (making
+// a layer or not, as layer says); its layer, when it makes one.
+func (bl *Builder) cacheFromHit(s *stage, src string, layer bool) (image.NewLayer, bool) {
+	h, n := len(s.cfg.History), len(s.cfg.RootFS.DiffIDs)
+next:
+	for _, ci := range bl.cacheFrom {
+		if h >= len(ci.cfg.History) || n > len(ci.cfg.RootFS.DiffIDs) || layer && n == len(ci.cfg.RootFS.DiffIDs) {
+			continue
+		}
+		for i := range h {
+			a, b := ci.cfg.History[i], s.cfg.History[i]
+			if a.CreatedBy != b.CreatedBy || a.EmptyLayer != b.EmptyLayer {
+				continue next
+			}
+		}
+		if !slices.Equal(ci.cfg.RootFS.DiffIDs[:n], s.cfg.RootFS.DiffIDs) {
+			continue
+		}
+		if e := ci.cfg.History[h]; e.CreatedBy != src || e.EmptyLayer == layer {
+			continue
+		}
+		if !layer {
+			return image.NewLayer{}, true
+		}
+		d, err := v1.NewHash(ci.layers[n].Digest.String())
+		if err != nil {
+			continue
+		}
+		nl := image.NewLayer{DiffID: ci.cfg.RootFS.DiffIDs[n], Digest: d, Size: ci.layers[n].Size}
+		if _, err := os.Stat(bl.b.Store().LayerDir(nl.DiffID)); err != nil {
+			continue
+		}
+		return nl, true
+	}
+	return image.NewLayer{}, false
+}
+
+// top is the layer the stage stands on so far.
+func (s *stage) top() (image.NewLayer, bool) {
+	if n := len(s.added); n > 0 {
+		return s.added[n-1], true
+	}
+	n := len(s.base)
+	if n == 0 || n > len(s.cfg.RootFS.DiffIDs) {
+		return image.NewLayer{}, false
+	}
+	d, err := v1.NewHash(s.base[n-1].Digest.String())
+	if err != nil {
+		return image.NewLayer{}, false
+	}
+	return image.NewLayer{DiffID: s.cfg.RootFS.DiffIDs[n-1], Digest: d, Size: s.base[n-1].Size}, true
 }
 
 // cmdline is CMD's or ENTRYPOINT's argv: the shell form runs through SHELL.
@@ -487,13 +653,11 @@ func (bl *Builder) run(ctx context.Context, s *stage, c *instructions.RunCommand
 	argv := bl.cmdline(s, c.ShellDependantCmdLine)
 	key := hash(s.chain, src, strings.Join(argv, "\x00"), s.argsKey())
 	store := bl.b.Store()
-	if !bl.o.NoCache {
-		if nl, ok := store.CachedLayer(key); ok {
-			fmt.Fprintln(bl.out, " ---> Using cache")
-			s.addLayer(nl, store.LayerDir(nl.DiffID), src)
-			s.chain = key
-			return nil
-		}
+	if nl, ok := bl.cached(s, key, src, false); ok {
+		fmt.Fprintln(bl.out, " ---> Using cache")
+		s.addLayer(nl, store.LayerDir(nl.DiffID), src)
+		s.chain = key
+		return nil
 	}
 	if len(s.layers) == 0 {
 		return errors.New("RUN needs a base image with a shell (FROM scratch has no files)")
@@ -519,7 +683,7 @@ func (bl *Builder) run(ctx context.Context, s *stage, c *instructions.RunCommand
 		}
 	}
 	spec := backend.SpawnSpec{NoWorkspaceMount: true, DisableSetup: true, Network: network, Env: env,
-		User: cmpOr(s.cfg.Config.User, "0:0"), Cwd: cmpOr(s.cfg.Config.WorkingDir, "/")}
+		User: cmpOr(s.cfg.Config.User, "0:0"), Cwd: cmpOr(s.cfg.Config.WorkingDir, "/"), ExtraHosts: bl.o.ExtraHosts}
 	sb, err := bl.b.SpawnBuildStep(ctx, spec, s.stepImage())
 	if err != nil && bl.o.Network == "" && network == backend.NetworkBridge {
 		// Bridge where it works, as docker's classic builder.

@@ -150,7 +150,7 @@ USER 1000:1000
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(out.String(), "Running in") || strings.Count(out.String(), "Using cache") != 4 {
+	if strings.Contains(out.String(), "Running in") || strings.Count(out.String(), "Using cache") != 7 {
 		t.Errorf("second build is not all cache hits:\n%s", out.String())
 	}
 	if res2.ID == "" || res.Digest == "" {
@@ -266,5 +266,123 @@ func TestBuildDockerignoreDoubleStar(t *testing.T) {
 	}
 	if got := runIn(t, b, "ignore-star", "0:0", "find /test -type f | sort"); got != "/test/dir/a/kept.txt\n" {
 		t.Errorf("copied files: %q, want only dir/a/kept.txt", got)
+	}
+}
+
+// TestBuildMultiStage: COPY --from takes files from an earlier stage (by
+// name and by index) and from an image, keeping their owners and modes
+// (a 0600 file of uid 1000 and a setuid one: read by the store, which
+// sees them as the image has them, rootless too); --chown overrides the
+// owner. --target stops at its stage: the image has stage one's files and
+// none of stage two's, and stage two's steps do not run.
+func TestBuildMultiStage(t *testing.T) {
+	b := testBackend(t)
+	ctx := context.Background()
+	dir := writeContext(t, map[string]string{"Dockerfile": `FROM base AS builder
+RUN mkdir -p /out/sub && echo from-stage-one > /out/hello && echo deep > /out/sub/deep && \
+    echo private > /out/private && chown 1000:1000 /out/private && chmod 600 /out/private && \
+    cp /bin/busybox /out/suid && chmod 4755 /out/suid
+FROM base
+COPY --from=builder /out/hello /hello
+COPY --from=0 /out /copied/
+COPY --from=builder --chown=7:8 /out/sub /chowned
+COPY --from=base /bin/busybox /bb/
+RUN echo stage-two-ran > /two
+`})
+	var out bytes.Buffer
+	if _, err := New(b).Build(ctx, Options{ContextDir: dir, Tags: []string{"multi"}, Out: &out, Network: "none"}); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	got := runIn(t, b, "multi", "0:0", "cat /hello /copied/hello /copied/sub/deep /copied/private /chowned/deep /two; stat -c '%u:%g %a %n' /copied/private /copied/suid /chowned/deep; /bb/busybox echo bb-runs")
+	for _, want := range []string{"from-stage-one\nfrom-stage-one\ndeep\nprivate\ndeep\nstage-two-ran\n", "1000:1000 600 /copied/private", "0:0 4755 /copied/suid", "7:8 644 /chowned/deep", "bb-runs"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("run output %q lacks %q", got, want)
+		}
+	}
+	out.Reset()
+	if _, err := New(b).Build(ctx, Options{ContextDir: dir, Tags: []string{"multi"}, Out: &out, Network: "none"}); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if strings.Contains(out.String(), "Running in") {
+		t.Errorf("the second multi-stage build ran a step:\n%s", out.String())
+	}
+
+	out.Reset()
+	if _, err := New(b).Build(ctx, Options{ContextDir: dir, Tags: []string{"first"}, Target: "builder", Out: &out, Network: "none", NoCache: true}); err != nil {
+		t.Fatalf("--target: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "Step 2/2 : RUN mkdir") || strings.Contains(out.String(), "COPY") {
+		t.Errorf("--target builder: the build went past its stage:\n%s", out.String())
+	}
+	if got := runIn(t, b, "first", "0:0", "cat /out/hello; ls /two /hello 2>&1 | grep -c 'No such file'"); got != "from-stage-one\n2\n" {
+		t.Errorf("--target builder image: %q", got)
+	}
+	if _, err := New(b).Build(ctx, Options{ContextDir: dir, Tags: []string{"nope"}, Target: "nosuch", Out: &out, Network: "none"}); err == nil || !strings.Contains(err.Error(), `target stage "nosuch" could not be found`) {
+		t.Errorf("--target nosuch: %v", err)
+	}
+	bad := writeContext(t, map[string]string{"Dockerfile": "FROM base AS one\nFROM base\nCOPY --from=one /not/there /x\n"})
+	if _, err := New(b).Build(ctx, Options{ContextDir: bad, Tags: []string{"nope"}, Out: &out, Network: "none"}); err == nil || !strings.Contains(err.Error(), "/not/there: not found in the source") {
+		t.Errorf("COPY --from of a missing path: %v", err)
+	}
+}
+
+// TestBuildCacheFrom: every step, layer or not, says "Using cache" when
+// it was built before (docker's classic builder); with CacheFrom only the
+// steps the named image's history has are reused, and a name the store
+// lacks gives no cache (docker-py's test_build_with_cache_from).
+func TestBuildCacheFrom(t *testing.T) {
+	b := testBackend(t)
+	dir := writeContext(t, map[string]string{"Dockerfile": "FROM base\nENV FOO=bar\nRUN touch baz\nRUN touch bax\nLABEL x=y\n"})
+	build := func(tag string, o Options) int {
+		var out bytes.Buffer
+		o.ContextDir, o.Tags, o.Out, o.Network = dir, []string{tag}, &out, "none"
+		if _, err := New(b).Build(context.Background(), o); err != nil {
+			t.Fatalf("%v\n%s", err, out.String())
+		}
+		return strings.Count(out.String(), "Using cache")
+	}
+	if n := build("cf1", Options{}); n != 0 {
+		t.Errorf("first build: %d cache hits", n)
+	}
+	if n := build("cf1", Options{}); n != 4 {
+		t.Errorf("second build: %d cache hits, want 4", n)
+	}
+	if n := build("cf2", Options{CacheFrom: []string{"cf1"}}); n != 4 {
+		t.Errorf("--cache-from cf1: %d cache hits, want 4", n)
+	}
+	if n := build("cf3", Options{CacheFrom: []string{"nosuchtag"}}); n != 0 {
+		t.Errorf("--cache-from nosuchtag: %d cache hits, want 0", n)
+	}
+	if n := build("cf4", Options{CacheFrom: []string{"base"}}); n != 0 {
+		t.Errorf("--cache-from base (no step of this build): %d cache hits, want 0", n)
+	}
+}
+
+// TestBuildRepeatedLayers: RUN steps that change nothing make the same
+// empty layer; an image listing a layer several times builds, runs and
+// takes COPY --from (overlayfs refuses a lowerdir given twice: "too many
+// levels of symbolic links" at the third such step, found by make bench).
+func TestBuildRepeatedLayers(t *testing.T) {
+	b := testBackend(t)
+	dir := writeContext(t, map[string]string{"Dockerfile": "FROM base AS one\nRUN true 1\nRUN true 2\nRUN true 3\nRUN echo top > /top\nRUN true 4\nFROM one\nCOPY --from=one /top /copied\n"})
+	var out bytes.Buffer
+	if _, err := New(b).Build(context.Background(), Options{ContextDir: dir, Tags: []string{"repeated"}, Out: &out, Network: "none"}); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	img, err := b.Store().Get("repeated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen, repeated := map[string]int{}, 0
+	for _, id := range img.Config.RootFS.DiffIDs {
+		if seen[id.String()]++; seen[id.String()] == 2 {
+			repeated++
+		}
+	}
+	if repeated == 0 {
+		t.Fatalf("the image lists no layer twice: %v", img.Config.RootFS.DiffIDs)
+	}
+	if got := runIn(t, b, "repeated", "0:0", "cat /top /copied"); got != "top\ntop\n" {
+		t.Errorf("run: %q", got)
 	}
 }

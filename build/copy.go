@@ -20,10 +20,14 @@ import (
 	"syscall"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/klauspost/compress/gzip"
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"github.com/moby/buildkit/frontend/dockerfile/shell"
 	"github.com/moby/patternmatcher"
 	"golang.org/x/sys/unix"
+
+	"github.com/slopbox/slopbox/image"
 )
 
 // copySpec is a COPY or ADD.
@@ -42,9 +46,6 @@ type copySpec struct {
 // symlinks say), written as a tar with their destination names, owners
 // and modes, and applied over the stage's layers by the store.
 func (bl *Builder) copy(ctx context.Context, s *stage, c copySpec, done map[string]*stage) error {
-	if c.from != "" {
-		return fmt.Errorf("COPY --from is not supported by slopbox build yet")
-	}
 	if len(c.contents) > 0 {
 		return errors.New("here-documents in COPY and ADD are not supported by slopbox build")
 	}
@@ -66,6 +67,9 @@ func (bl *Builder) copy(ctx context.Context, s *stage, c copySpec, done map[stri
 		dest = path.Join("/", s.cfg.Config.WorkingDir, dest)
 	}
 	dirDest := strings.HasSuffix(c.dest, "/") || c.dest == "." || len(c.sources) > 1
+	if c.from != "" {
+		return bl.copyFrom(ctx, s, c, done, dest, dirDest, uid, gid, mode)
+	}
 	root, err := os.OpenRoot(bl.o.ContextDir)
 	if err != nil {
 		return fmt.Errorf("build context: %w", err)
@@ -141,11 +145,18 @@ func (bl *Builder) copy(ctx context.Context, s *stage, c copySpec, done map[stri
 	if err := bw.Flush(); err != nil {
 		return err
 	}
-	key := hash(s.chain, c.src, hex.EncodeToString(h.Sum(nil)))
+	return bl.commitCopy(ctx, s, c.src, tmp, h)
+}
+
+// commitCopy stores the tar in tmp as s's next layer, or takes the layer
+// from the cache: its key is s's chain, the instruction and sum, the sum
+// of what is copied.
+func (bl *Builder) commitCopy(ctx context.Context, s *stage, src string, tmp *os.File, sum stdhash.Hash) error {
+	key := hash(s.chain, src, hex.EncodeToString(sum.Sum(nil)))
 	store := bl.b.Store()
-	if nl, ok := store.CachedLayer(key); ok && !bl.o.NoCache {
+	if nl, ok := bl.cached(s, key, src, true); ok {
 		fmt.Fprintln(bl.out, " ---> Using cache")
-		s.addLayer(nl, store.LayerDir(nl.DiffID), c.src)
+		s.addLayer(nl, store.LayerDir(nl.DiffID), src)
 		s.chain = key
 		return nil
 	}
@@ -156,9 +167,141 @@ func (bl *Builder) copy(ctx context.Context, s *stage, c copySpec, done map[stri
 	if err != nil {
 		return err
 	}
-	s.addLayer(nl, store.LayerDir(nl.DiffID), c.src)
+	s.addLayer(nl, store.LayerDir(nl.DiffID), src)
 	s.chain = key
 	return nil
+}
+
+// copyFrom is COPY --from=STAGE|IMAGE: the sources are read from the
+// stage's (or image's) layers by the store (Store.ExportPaths), never
+// from the caller's files, and keep their owners (as BuildKit's COPY
+// --from does) unless --chown is given, and their modes (setuid bits too)
+// unless --chmod is.
+func (bl *Builder) copyFrom(ctx context.Context, s *stage, c copySpec, done map[string]*stage, dest string, dirDest bool, uid, gid int, mode *fs.FileMode) error {
+	from, _, err := bl.lex.ProcessWord(c.from, shell.EnvsFromSlice(s.expandEnv()))
+	if err != nil {
+		return err
+	}
+	layers, err := bl.source(ctx, from, done)
+	if err != nil {
+		return fmt.Errorf("COPY --from=%s: %w", from, err)
+	}
+	for _, pat := range c.sources {
+		if strings.Contains(pat, "://") {
+			return fmt.Errorf("%s: remote sources are not supported by slopbox build", pat)
+		}
+	}
+	exp, err := os.CreateTemp("", "slopbox-from-")
+	if err != nil {
+		return err
+	}
+	os.Remove(exp.Name())
+	defer exp.Close()
+	store := bl.b.Store()
+	matches, err := store.ExportPaths(ctx, layers, c.sources, exp)
+	if err != nil {
+		return fmt.Errorf("COPY --from=%s failed: %w", from, err)
+	}
+	perPattern := map[int]int{}
+	for _, m := range matches {
+		if perPattern[m.Pattern]++; perPattern[m.Pattern] > 1 {
+			dirDest = true
+		}
+	}
+	if _, err := exp.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp("", "slopbox-copy-")
+	if err != nil {
+		return err
+	}
+	os.Remove(tmp.Name())
+	defer tmp.Close()
+	h := sha256.New()
+	bw := bufio.NewWriter(tmp)
+	w := &copyWriter{tw: tar.NewWriter(bw), sum: h, layers: s.layers, written: map[string]bool{}}
+	base := strings.TrimPrefix(path.Clean(dest), "/")
+	tr := tar.NewReader(bufio.NewReader(exp))
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		ks, rel, _ := strings.Cut(strings.TrimSuffix(hdr.Name, "/"), "/")
+		k, err := strconv.Atoi(ks)
+		if err != nil || k < 0 || k >= len(matches) {
+			return fmt.Errorf("COPY --from=%s: the store exported %q", from, hdr.Name)
+		}
+		m := matches[k]
+		if rel == "" {
+			rel = "."
+		}
+		var name string
+		switch {
+		case m.Dir && rel == m.Path:
+			if w.existsInImage(dest) {
+				continue
+			}
+			name = base
+		case m.Dir:
+			sub := rel
+			if m.Path != "." {
+				sub = strings.TrimPrefix(rel, m.Path+"/")
+			}
+			name = path.Join(base, sub)
+		case dirDest || w.isDirInImage(dest):
+			name = path.Join(base, path.Base(m.Path))
+		default:
+			name = base
+		}
+		if name == "" || name == "." || w.written[name] {
+			continue
+		}
+		w.written[name] = true
+		hdr.Name = name
+		if hdr.Typeflag == tar.TypeDir {
+			hdr.Name += "/"
+		}
+		if c.chown != "" {
+			hdr.Uid, hdr.Gid = uid, gid
+		}
+		if mode != nil {
+			hdr.Mode = int64(*mode)
+		}
+		if err := w.header(hdr); err != nil {
+			return err
+		}
+		if _, err := io.Copy(io.MultiWriter(w.tw, h), tr); err != nil {
+			return err
+		}
+	}
+	if err := w.tw.Close(); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	return bl.commitCopy(ctx, s, c.src, tmp, h)
+}
+
+// source is the layers of COPY --from's source: a stage built before
+// (by name or index), else an image (pulled if the store lacks it).
+func (bl *Builder) source(ctx context.Context, from string, done map[string]*stage) ([]v1.Hash, error) {
+	if st, ok := done[strings.ToLower(from)]; ok {
+		return slices.Clone(st.cfg.RootFS.DiffIDs), nil
+	}
+	store := bl.b.Store()
+	img, err := store.Get(from)
+	if errors.Is(err, image.ErrNotFound) {
+		img, err = store.Pull(ctx, from)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(img.Config.RootFS.DiffIDs), nil
 }
 
 func explainOutside(err error) error {

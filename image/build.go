@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/image/archive"
+	"github.com/slopbox/slopbox/internal/lowerdirs"
 	"github.com/slopbox/slopbox/internal/userns"
 )
 
@@ -84,14 +84,15 @@ func (s *Store) commitTarInside(ctx context.Context, parents []string, f *os.Fil
 	}
 	target := upper
 	if len(parents) > 0 {
-		var lower []string
-		for _, p := range slices.Backward(parents) {
+		var layers []string
+		for _, p := range parents {
 			h, err := v1.NewHash(p)
 			if err != nil {
 				return NewLayer{}, err
 			}
-			lower = append(lower, s.LayerDir(h))
+			layers = append(layers, s.LayerDir(h))
 		}
+		lower := lowerdirs.Of(layers)
 		// The helper has a mount namespace of its own (userns.Command).
 		if err := unix.Mount("overlay", merged, "overlay", unix.MS_NODEV|unix.MS_NOSUID, fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", strings.Join(lower, ":"), upper, work)); err != nil {
 			return NewLayer{}, fmt.Errorf("mount the image's layers: %w", err)
@@ -182,6 +183,65 @@ func (s *Store) cachePath(key string) string { return s.path("buildcache", key) 
 
 func validCacheKey(key string) bool { return len(key) == 64 && isHex(key) }
 
+// PutCache records nl, a layer already in the store, in the build cache
+// under key (a layer taken from a --cache-from image).
+func (s *Store) PutCache(ctx context.Context, key string, nl NewLayer) error {
+	if !userns.Inside() {
+		_, err := s.runHelperResp(ctx, helperRequest{Op: "put-cache", Key: key, Layer: &nl}, nil)
+		return err
+	}
+	if !exists(s.LayerDir(nl.DiffID)) || !exists(s.blobPath(nl.Digest)) {
+		return fmt.Errorf("build cache: layer %s is not in the store", nl.DiffID)
+	}
+	return s.putCache(key, nl)
+}
+
+// cacheMarks is a run of build steps that make no layer (ENV, LABEL, …):
+// their cache keys, under the key of the run's first step, with the layer
+// they stand on (image prune drops them with it). One file per run: a
+// Dockerfile of 100,000 ENV lines writes one.
+type cacheMarks struct {
+	Layer NewLayer `json:"layer"`
+	Keys  []string `json:"keys"`
+}
+
+func (s *Store) marksPath(run string) string { return s.path("buildcache-steps", run) }
+
+// CacheMarks returns the keys recorded for the run of layerless steps
+// that starts with key run.
+func (s *Store) CacheMarks(run string) map[string]bool {
+	out := map[string]bool{}
+	if !validCacheKey(run) {
+		return out
+	}
+	b, err := os.ReadFile(s.marksPath(run))
+	var m cacheMarks
+	if err != nil || json.Unmarshal(b, &m) != nil || !exists(s.LayerDir(m.Layer.DiffID)) {
+		return out
+	}
+	for _, k := range m.Keys {
+		out[k] = true
+	}
+	return out
+}
+
+// PutCacheMarks records the keys of a run of layerless steps starting
+// with key run, standing on layer top.
+func (s *Store) PutCacheMarks(ctx context.Context, run string, top NewLayer, keys []string) error {
+	if !validCacheKey(run) {
+		return fmt.Errorf("invalid build cache key %q", run)
+	}
+	if !userns.Inside() {
+		_, err := s.runHelperResp(ctx, helperRequest{Op: "put-cache-marks", Key: run, Layer: &top, Keys: keys}, nil)
+		return err
+	}
+	if err := os.MkdirAll(s.path("buildcache-steps"), 0o700); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(cacheMarks{Layer: top, Keys: keys})
+	return writeFileAtomic(s, s.marksPath(run), b)
+}
+
 func (s *Store) putCache(key string, nl NewLayer) error {
 	if !validCacheKey(key) {
 		return fmt.Errorf("invalid build cache key %q", key)
@@ -243,6 +303,18 @@ func (s *Store) PruneBuildCache() (int, error) {
 		}
 	}
 	n := 0
+	ents, _ := os.ReadDir(s.path("buildcache-steps"))
+	for _, e := range ents {
+		var m cacheMarks
+		b, err := os.ReadFile(s.marksPath(e.Name()))
+		if err == nil && json.Unmarshal(b, &m) == nil && used[m.Layer.DiffID.Hex] {
+			continue
+		}
+		if err := os.Remove(s.marksPath(e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return n, err
+		}
+		n++
+	}
 	for key, nl := range s.cacheEntries() {
 		if used[nl.DiffID.Hex] {
 			continue

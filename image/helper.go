@@ -28,20 +28,24 @@ type helperRequest struct {
 	Root     string        `json:"root"`
 	Ref      string        `json:"ref,omitempty"`
 	Path     string        `json:"path,omitempty"`
-	FD       int           `json:"fd,omitempty"`      // an open archive passed to the child
-	Key      string        `json:"key,omitempty"`     // id mapping variant (extract), cache key (commit-*)
-	Parents  []string      `json:"parents,omitempty"` // diffIDs, for commit-tar
+	FD       int           `json:"fd,omitempty"`       // an open archive passed to the child
+	Key      string        `json:"key,omitempty"`      // id mapping variant (extract), cache key (commit-*)
+	Parents  []string      `json:"parents,omitempty"`  // diffIDs, for commit-tar and export-paths
+	Patterns []string      `json:"patterns,omitempty"` // for export-paths
+	Layer    *NewLayer     `json:"layer,omitempty"`    // for put-cache and put-cache-marks
+	Keys     []string      `json:"keys,omitempty"`     // for put-cache-marks
 	Insecure []string      `json:"insecure,omitempty"`
 	Progress Progress      `json:"progress"`
 	Stall    time.Duration `json:"stall,omitempty"`
 }
 
 type helperResponse struct {
-	Error    string    `json:"error,omitempty"`
-	Kind     string    `json:"kind,omitempty"` // sentinel name, so errors.Is survives the process boundary
-	Names    []string  `json:"names,omitempty"`
-	Warnings []string  `json:"warnings,omitempty"`
-	Layer    *NewLayer `json:"layer,omitempty"`
+	Error    string        `json:"error,omitempty"`
+	Kind     string        `json:"kind,omitempty"` // sentinel name, so errors.Is survives the process boundary
+	Names    []string      `json:"names,omitempty"`
+	Warnings []string      `json:"warnings,omitempty"`
+	Layer    *NewLayer     `json:"layer,omitempty"`
+	Matches  []ExportMatch `json:"matches,omitempty"`
 }
 
 var sentinels = map[string]error{
@@ -172,6 +176,19 @@ func helperMain() int {
 				nl, err = s.commitTarInside(ctx, req.Parents, os.NewFile(uintptr(req.FD), "tar"), req.Key)
 			}
 			resp.Layer = &nl
+		case "put-cache", "put-cache-marks":
+			switch {
+			case req.Layer == nil:
+				err = errors.New("no layer")
+			case req.Op == "put-cache":
+				err = s.PutCache(ctx, req.Key, *req.Layer)
+			default:
+				err = s.PutCacheMarks(ctx, req.Key, *req.Layer, req.Keys)
+			}
+		case "export-paths":
+			out := os.NewFile(uintptr(req.FD), "tar")
+			resp.Matches, err = s.exportPathsInside(ctx, req.Parents, req.Patterns, out)
+			out.Close()
 		default:
 			err = fmt.Errorf("unknown operation %q", req.Op)
 		}

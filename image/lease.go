@@ -95,15 +95,18 @@ func (s *Store) holdersOf(diffIDs []string) []string {
 }
 
 // inUse refuses to remove the image of descriptor digest dgst while
-// sandboxes hold its layers.
-func (s *Store) inUse(ref, dgst string) error {
+// sandboxes hold its layers, but for those in kept (layers of the images
+// that stay).
+func (s *Store) inUse(ref, dgst string, kept map[string]bool) error {
 	_, cfg, err := s.manifest(dgst)
 	if err != nil {
 		return nil // nothing to protect: GC decides
 	}
 	var diffs []string
 	for _, d := range cfg.RootFS.DiffIDs {
-		diffs = append(diffs, d.Hex)
+		if !kept[d.Hex] {
+			diffs = append(diffs, d.Hex)
+		}
 	}
 	if holders := s.holdersOf(diffs); len(holders) > 0 {
 		return fmt.Errorf("%w: %s is used by sandbox %s (remove them first, or rmi -f: the name goes, the layers stay until they are removed)",

@@ -437,14 +437,30 @@ func (s *Store) remove(ref string, force bool) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !force {
-		if err := s.inUse(ref, d.Digest.String()); err != nil {
-			return nil, err
-		}
-	}
 	byName := false
 	if r, err := s.ParseReference(ref); err == nil && d.Annotations[AnnotationRefName] == r.Name() {
 		byName = true
+	}
+	if !force {
+		// Only layers no image left after the removal has can be freed:
+		// a sandbox holding another image's layers (a shared base, the
+		// same image under another name) does not keep this name.
+		kept := map[string]bool{}
+		if idx, err := s.readIndex(); err == nil {
+			for _, m := range idx.Manifests {
+				if byName && m.Annotations[AnnotationRefName] == d.Annotations[AnnotationRefName] || !byName && m.Digest == d.Digest {
+					continue
+				}
+				if _, cfg, err := s.manifest(m.Digest.String()); err == nil {
+					for _, h := range cfg.RootFS.DiffIDs {
+						kept[h.Hex] = true
+					}
+				}
+			}
+		}
+		if err := s.inUse(ref, d.Digest.String(), kept); err != nil {
+			return nil, err
+		}
 	}
 	var removed []string
 	err = s.updateIndex(func(idx *ocispec.Index) error {

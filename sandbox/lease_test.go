@@ -11,12 +11,22 @@ import (
 )
 
 // Item 1: an image in use keeps its layers. rmi is refused naming the
-// sandbox; forced, the name goes and the layers stay until the sandbox is
+// sandbox (not for a name whose layers other images keep anyway); forced, the name goes and the layers stay until the sandbox is
 // removed; then GC takes them.
 func TestImageInUseKeepsItsLayers(t *testing.T) {
 	b, ref := testBackend(t)
 	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, Name: "user-of-image", Keep: false})
 	layers := sb.rec.Layers
+	// Another name for the same image goes: the layers stay with ref
+	// (docker-py's test_build_with_cache_from removes build2, all of
+	// whose layers build1 and busybox have, while containers of busybox
+	// are about).
+	if err := b.Store().Tag(ref, "second-name"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Store().Remove("second-name"); err != nil {
+		t.Errorf("rmi of another name of an image in use: %v", err)
+	}
 	_, err := b.Store().Remove(ref)
 	if !errors.Is(err, image.ErrInUse) || !strings.Contains(err.Error(), "user-of-image") {
 		t.Fatalf("rmi of an image in use: %v, want ErrInUse naming the sandbox", err)

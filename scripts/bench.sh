@@ -88,6 +88,11 @@ engine slopbox-rootless "$rt/slopbox-bench.sock" "$(pgrep -u "$(bench_uid)" -f -
 pkill -u "$(bench_uid)" -f "slopbox-bench serve --socket $rt/slopbox-bench.sock" || true
 wait 2>/dev/null || true
 
+# Image builds (issue 25): SlopCodeBench's submission Dockerfile, fresh
+# and all cached, beside rootless podman and dockerd's classic builder;
+# a RUN step's cost (bench/build.sh, build.json).
+bench/build.sh "$HARNESS/lib/common.sh" "$OUT" || echo "build bench failed" >&2
+
 # CPU time per container, the whole machine's (/proc/stat: every process,
 # the kernel's work included), measured the same way for crun and slopbox:
 # CPU_RUNS runs of `true` in a row as the bench user, each in a new

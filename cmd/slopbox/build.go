@@ -91,6 +91,8 @@ func buildCmd() *cobra.Command {
 	f.BoolVar(&o.Pull, "pull", false, "pull base images even when they are in the store")
 	f.StringVar(&o.Network, "network", "", "network of RUN steps: none, host or bridge (default: bridge where it works)")
 	f.StringArrayVar(&labels, "label", nil, "add a label K=V")
+	f.StringArrayVar(&o.CacheFrom, "cache-from", nil, "reuse steps of this image (repeatable; the local cache is then not used)")
+	f.StringArrayVar(&o.ExtraHosts, "add-host", nil, "add NAME:IP to RUN steps' /etc/hosts (repeatable)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "print only the image id")
 	f.StringVar(&iidfile, "iidfile", "", "write the image id to this file")
 	f.Bool("rm", true, "accepted: build steps are always removed")

@@ -53,6 +53,20 @@ func (s *Server) imageBuild(w http.ResponseWriter, r *request) {
 			}
 		}
 	}
+	if v := q.Get("cachefrom"); v != "" {
+		if err := json.Unmarshal([]byte(v), &o.CacheFrom); err != nil {
+			writeError(w, http.StatusBadRequest, "cachefrom: not a JSON array of strings: "+err.Error())
+			return
+		}
+	}
+	// docker-py repeats extrahosts=NAME:IP; a comma-separated list too.
+	for _, v := range q["extrahosts"] {
+		for _, h := range strings.Split(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				o.ExtraHosts = append(o.ExtraHosts, h)
+			}
+		}
+	}
 	if v := q.Get("labels"); v != "" {
 		if err := json.Unmarshal([]byte(v), &o.Labels); err != nil {
 			writeError(w, http.StatusBadRequest, "labels: not a JSON object of strings: "+err.Error())

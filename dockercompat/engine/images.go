@@ -186,6 +186,22 @@ func (s *Server) imageInspect(w http.ResponseWriter, r *request, name string) {
 		m["Created"] = c.Format(time.RFC3339Nano)
 	}
 	m["Comment"], m["DockerVersion"] = "", ""
+	for _, k := range []string{"Parent", "Author"} {
+		if _, ok := m[k]; !ok {
+			m[k] = ""
+		}
+	}
+	// Docker's image Config always has OnBuild (null when empty):
+	// docker-py's test_build_container_with_target reads it.
+	if raw, err := json.Marshal(m["Config"]); err == nil {
+		var cfg map[string]any
+		if json.Unmarshal(raw, &cfg) == nil && cfg != nil {
+			if _, ok := cfg["OnBuild"]; !ok {
+				cfg["OnBuild"] = nil
+			}
+			m["Config"] = cfg
+		}
+	}
 	if c, _ := m["Container"].(string); c == "" {
 		m["ContainerConfig"] = m["Config"] // not a commit: the image's own
 	}

@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // buildContext writes a build context over base: a file COPY takes and a
@@ -225,4 +227,98 @@ func TestPush(t *testing.T) {
 	for _, n := range []string{built, reg + "/it/viaserve:v3"} {
 		e.run("", "rmi", "-f", n)
 	}
+}
+
+// TestBuildKilledMidStep: slopbox build SIGKILLed while a RUN step runs
+// (a sleep) tags nothing and leaves the store consistent: once prune and
+// image prune have run, no sandbox is listed, no process, mount or cgroup
+// of the step is left, the store's staging directory is empty, and a
+// rebuild works.
+func TestBuildKilledMidStep(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	dir := buildContext(t, e.ref)
+	df := filepath.Join(dir, "Dockerfile")
+	if err := os.WriteFile(df, []byte("FROM "+e.ref+"\nCOPY hello.txt /hello.txt\nRUN echo step-started && sleep 1000\nRUN echo built-by-run > /built\nCMD cat /hello.txt /built\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(e.bin, "--root", e.root, "build", "-t", "killed", dir)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan string, 1)
+	go func() {
+		var seen strings.Builder
+		buf := make([]byte, 4096)
+		for {
+			n, err := pr.Read(buf)
+			seen.Write(buf[:n])
+			if strings.Contains(seen.String(), "step-started\n") {
+				started <- seen.String()
+				io.Copy(io.Discard, pr)
+				return
+			}
+			if err != nil {
+				started <- seen.String()
+				return
+			}
+		}
+	}()
+	var out string
+	select {
+	case out = <-started:
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+	}
+	ids := e.sandboxDirs()
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	pw.Close()
+	if !strings.Contains(out, "step-started") {
+		t.Fatalf("the RUN step did not start:\n%s", out)
+	}
+	if len(ids) == 0 {
+		t.Fatalf("no sandbox directory while the step ran:\n%s", out)
+	}
+	if out, code := e.run("", "image", "inspect", "killed"); code == 0 {
+		t.Errorf("a killed build tagged its image: %s", out)
+	}
+	if out := e.must("images", "-q"); len(strings.Fields(out)) != 1 {
+		t.Errorf("images after the killed build: %q, want the base alone", out)
+	}
+	e.must("prune")
+	e.must("image", "prune", "-f")
+	if out := e.must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("prune left sandboxes: %q", out)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for left := e.leftovers(ids); len(left) > 0; left = e.leftovers(ids) {
+		if time.Now().After(deadline) {
+			t.Fatalf("left on the host after the killed build and prune:\n%s", strings.Join(left, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, d := range []string{"c", "tmp"} {
+		ents, _ := os.ReadDir(filepath.Join(e.root, d))
+		for _, ent := range ents {
+			if !strings.HasPrefix(ent.Name(), ".") {
+				t.Errorf("left after prune: %s/%s", d, ent.Name())
+			}
+		}
+	}
+
+	if err := os.WriteFile(df, []byte("FROM "+e.ref+"\nCOPY hello.txt /hello.txt\nRUN echo step-started\nRUN echo built-by-run > /built\nCMD cat /hello.txt /built\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out = e.must("build", "-t", "killed", dir)
+	if !strings.Contains(out, "Successfully tagged killed") {
+		t.Errorf("the rebuild:\n%s", out)
+	}
+	if got := e.must("run", "--rm", "killed"); got != "hello-from-context\nbuilt-by-run\n" {
+		t.Errorf("run of the rebuilt image: %q", got)
+	}
+	e.must("rmi", "killed")
+	e.must("image", "prune", "-f")
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/slopbox/slopbox/internal/lowerdirs"
 	"github.com/slopbox/slopbox/internal/reexec"
 )
 
@@ -507,8 +508,7 @@ func outsideKernelFS(p string) error {
 // option string within a page for images with many layers; that needs
 // the working directory, which prestarts running in parallel share.
 func (s *server) mountRootfs(req *Request, upper, work, rootfs string) error {
-	lower := slices.Clone(req.Layers)
-	slices.Reverse(lower)
+	lower := lowerdirs.Of(req.Layers)
 	abs := make([]string, len(lower))
 	for i, l := range lower {
 		abs[i] = filepath.Join(req.LayersRoot, l)

@@ -54,5 +54,5 @@ for want in ["1000\n/app\n", "1000:1000 /submission/main.py", "1000:1000 /app/ma
 print("OK run")
 
 again, text = build()
-assert "Running in" not in text and text.count("Using cache") == 4, text
+assert "Running in" not in text and text.count("Using cache") == 7, text
 print("OK cache")
