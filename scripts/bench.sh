@@ -2,8 +2,9 @@
 # make bench: times slopbox beside docker, podman, runc, crun, skopeo+umoci
 # and the host floors in one run, with ../shared/bench (BENCH_HARNESS to
 # override), and writes BENCHMARKS.md (ratios against the peers measured in
-# the same run). As root. Benchmarks change host settings the peers need
-# (see the harness's README); run them after the tests.
+# the same run) with bench.svg, their bar chart, beside it. As root.
+# Benchmarks change host settings the peers need (see the harness's
+# README); run them after the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -173,5 +174,7 @@ wait "$cpid" || true
 { findmnt -rn -o TARGET | grep "^$cdir/" || true; } | sort -r | xargs -r umount -l
 rm -rf "$cdir"
 
-go run ./bench/cmd/report "$OUT" >BENCHMARKS.md
-echo "wrote BENCHMARKS.md from $OUT" >&2
+# BENCHMARKS.md, and beside it bench.svg: the Targets table's ratios as
+# a bar chart, which BENCHMARKS.md shows.
+go run ./bench/cmd/report -svg bench.svg "$OUT" >BENCHMARKS.md
+echo "wrote BENCHMARKS.md and bench.svg from $OUT" >&2
