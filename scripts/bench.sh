@@ -2,8 +2,9 @@
 # make bench: times slopbox beside docker, podman, runc, crun, skopeo+umoci
 # and the host floors in one run, with ../shared/bench (BENCH_HARNESS to
 # override), and writes BENCHMARKS.md (ratios against the peers measured in
-# the same run). As root. Benchmarks change host settings the peers need
-# (see the harness's README); run them after the tests.
+# the same run) with bench.svg, their bar chart, beside it. As root.
+# Benchmarks change host settings the peers need (see the harness's
+# README); run them after the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -185,11 +186,13 @@ SLOPBOX_RUNTIMETOOLS_PEERS=runc,crun SLOPBOX_BIN=$SLOPBOX_BIN go test -tags "sec
 	-ldflags "-extldflags -static" -count=1 -timeout 20m -run '^TestRuntimeTools$' ./test/integration/ >"$OUT/runtime-tools.log" 2>&1 || rtok=
 cp .work/runtime-tools/summary.md "$OUT/runtime-tools.md" 2>/dev/null || rtok=
 
-go run ./bench/cmd/report "$OUT" >BENCHMARKS.md
+# BENCHMARKS.md, and beside it bench.svg: the Targets table's ratios as
+# a bar chart, which BENCHMARKS.md shows.
+go run ./bench/cmd/report -svg bench.svg "$OUT" >BENCHMARKS.md
 if [[ -n $rtok ]]; then
 	printf '\n## The runtime-spec validation suite (runtime-tools v0.9.0), same run\n\n' >>BENCHMARKS.md
 	cat "$OUT/runtime-tools.md" >>BENCHMARKS.md
 else
 	echo "runtime-tools comparison failed (log: $OUT/runtime-tools.log)" >&2
 fi
-echo "wrote BENCHMARKS.md from $OUT" >&2
+echo "wrote BENCHMARKS.md and bench.svg from $OUT" >&2

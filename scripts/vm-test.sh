@@ -2,8 +2,10 @@
 # make vm-test: the cgroup v2 suite (test/vm) in a Debian 12 VM with
 # systemd, as root and as the unprivileged `vagrant` user logged in over
 # ssh (its controllers delegated by user@.service). The VM comes from the
-# box `make vm-box` builds offline; the test binary and bin/slopbox are
-# built here and uploaded (compiling in the guest is 15-30x slower). The
+# box `make vm-box` builds offline; the test binary and the Debian package
+# (make deb) are built here and uploaded (compiling in the guest is 15-30x
+# slower), apt installs the package in the guest, and the suite runs the
+# installed /usr/bin/slopbox and units (TestInstalledPackage). The
 # results are copied to .work/vm/results/, and the VM is destroyed on every
 # exit path, failure and interrupt included, with the libvirt network and
 # the daemons this script started.
@@ -38,6 +40,9 @@ phase "box (make vm-box)"
 mkdir -p "$WORK" && rm -rf "$RESULTS" && mkdir -p "$RESULTS"
 go test -c -tags "$TAGS" -ldflags "-extldflags -static" -o "$WORK/vm.test" ./test/vm/
 [[ -x bin/slopbox ]] || make -s build
+# The package of bin/slopbox, as make deb builds it.
+rm -rf "$WORK/deb" && mkdir -p "$WORK/deb"
+deb=$(DEB_COMPRESS=gzip SLOPBOX=bin/slopbox scripts/deb.sh "$WORK/deb")
 phase "build"
 
 # The domain of this checkout and its volumes, whether vagrant knows of
@@ -113,9 +118,21 @@ bounded 900 vagrant up "$MACHINE" --provider libvirt >"$WORK/vagrant-up.log" 2>&
 phase "vagrant up"
 
 bounded 300 vagrant upload "$WORK/vm.test" /tmp/slopbox-vm/vm.test "$MACHINE" >/dev/null
-bounded 300 vagrant upload bin/slopbox /tmp/slopbox-vm/slopbox "$MACHINE" >/dev/null
-bounded 120 vagrant ssh "$MACHINE" -c 'chmod 755 /tmp/slopbox-vm /tmp/slopbox-vm/*' >/dev/null
+bounded 300 vagrant upload "$deb" "/tmp/slopbox-vm/${deb##*/}" "$MACHINE" >/dev/null
 phase "upload"
+# apt installs the package as a user would (in the same ssh session as the
+# chmod: each vagrant command costs seconds). The box is offline and keeps
+# no package lists: the package's Depends (scripts/deb.sh) must be in the
+# box already (scripts/vm-box.sh's PKGS), or apt says what it cannot find.
+if ! bounded 300 vagrant ssh "$MACHINE" -c "chmod 755 /tmp/slopbox-vm /tmp/slopbox-vm/vm.test && chmod 644 /tmp/slopbox-vm/*.deb &&
+	cd /tmp/slopbox-vm && s=\$(date +%s) && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ./${deb##*/} &&
+	echo \"apt-get install took \$((\$(date +%s) - s)) s in the guest\"" >"$RESULTS/apt-install.txt" 2>&1; then
+	tail -20 "$RESULTS/apt-install.txt" >&2
+	echo "vm-test: apt-get install of ${deb##*/} failed in the guest (log: $RESULTS/apt-install.txt)" >&2
+	exit 1
+fi
+tail -1 "$RESULTS/apt-install.txt" >&2
+phase "apt-get install of the package"
 
 # -test.v output of each pass goes to the results; the pass fails on any
 # failing test. A pass is bounded, so a hang fails it rather than CI.
@@ -129,8 +146,8 @@ run_pass() {
 	grep -E '^(=== RUN|--- (PASS|FAIL)|PASS|FAIL|ok|panic:)|vm_test.go' "$RESULTS/$name.txt" >&2 || true
 	phase "suite as $name"
 }
-run_pass vagrant "echo '(left out as vagrant, root only: $ROOT_ONLY)'; SLOPBOX_BIN=/tmp/slopbox-vm/slopbox timeout 900 ./vm.test -test.v -test.timeout 14m -test.skip '^($ROOT_ONLY)\$' 2>&1"
-run_pass root "sudo SLOPBOX_BIN=/tmp/slopbox-vm/slopbox timeout 900 ./vm.test -test.v -test.timeout 14m 2>&1"
+run_pass vagrant "echo '(left out as vagrant, root only: $ROOT_ONLY)'; SLOPBOX_BIN=/usr/bin/slopbox timeout 900 ./vm.test -test.v -test.timeout 14m -test.skip '^($ROOT_ONLY)\$' 2>&1"
+run_pass root "sudo SLOPBOX_BIN=/usr/bin/slopbox timeout 900 ./vm.test -test.v -test.timeout 14m 2>&1"
 # What the guest's kernel and cgroups looked like, for the record.
 bounded 120 vagrant ssh "$MACHINE" -c 'uname -r; stat -fc %T /sys/fs/cgroup; cat /sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/cgroup.controllers' >"$RESULTS/guest.txt" 2>&1 || true
 echo "vm-test: results in $RESULTS" >&2

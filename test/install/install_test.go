@@ -168,6 +168,32 @@ func TestDebianPackage(t *testing.T) {
 	if v := strings.TrimSpace(string(field)); v == "" || v[0] < '0' || v[0] > '9' {
 		t.Errorf("Version %q: a Debian version starts with a digit", v)
 	}
+	// make vm-test installs the package with apt in the offline box, which
+	// has no package lists: every dependency must be in the box already.
+	depends, err := exec.Command("dpkg-deb", "--field", deb, "Depends").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	box, err := os.ReadFile("../../scripts/vm-box.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var boxPkgs map[string]bool
+	for _, line := range strings.Split(string(box), "\n") {
+		if list, ok := strings.CutPrefix(line, "PKGS="); ok {
+			boxPkgs = map[string]bool{}
+			for _, p := range strings.Split(list, ",") {
+				boxPkgs[p] = true
+			}
+		}
+	}
+	for _, dep := range strings.Split(strings.TrimSpace(string(depends)), ",") {
+		// The first of alternatives, without a version constraint.
+		name := strings.Fields(strings.Split(dep, "|")[0])[0]
+		if !boxPkgs[name] {
+			t.Errorf("the package depends on %s, which scripts/vm-box.sh's PKGS (%v) does not put in the VM box: apt cannot install it offline there", name, boxPkgs)
+		}
+	}
 	contents, err := exec.Command("dpkg-deb", "--contents", deb).CombinedOutput()
 	if err != nil {
 		t.Fatalf("dpkg-deb --contents: %v\n%s", err, contents)
