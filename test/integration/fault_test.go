@@ -259,7 +259,8 @@ func TestConcurrentProcessesOnOneRoot(t *testing.T) {
 }
 
 // --read-only, --tmpfs /tmp:size= and --storage-opt size= as docker users
-// write them; what cannot be honoured is refused with a clear message.
+// write them; what cannot be honoured is refused with a clear message (a
+// tmpfs goes at any absolute path but /, as Docker's).
 func TestReadOnlyAndSizeFlags(t *testing.T) {
 	e := newEnv(t)
 	e.must("pull", "-q", e.ref)
@@ -272,7 +273,7 @@ func TestReadOnlyAndSizeFlags(t *testing.T) {
 	if code != 0 || strings.TrimSpace(out) != "1" {
 		t.Errorf("--storage-opt size=4m: exit %d %q", code, out)
 	}
-	for _, args := range [][]string{{"--tmpfs", "/run"}, {"--tmpfs", "/tmp:size=lots"}, {"--storage-opt", "dm.basesize=1g"}} {
+	for _, args := range [][]string{{"--tmpfs", "run"}, {"--tmpfs", "/"}, {"--tmpfs", "/tmp:size=lots"}, {"--storage-opt", "dm.basesize=1g"}} {
 		out, code := e.run("", append(append([]string{"run", "--rm"}, args...), e.ref, "true")...)
 		if code != 125 || !strings.Contains(out, args[0]) {
 			t.Errorf("%v: exit %d %q, want 125 naming the flag", args, code, out)
