@@ -291,6 +291,35 @@ func monitorMain(args []string) int {
 	return 0
 }
 
+// awaitExitRecord returns once the exit of the main command, which the
+// kill of PID 1 has just ended, is recorded: its monitor records it (137)
+// when it sees PID 1 gone, and docker stop returns with the exit code in
+// inspect. A monitor that has not done so within a bound is killed and
+// the record written here. Called by the monitor itself (its own Stop once
+// the command ended), it returns at once.
+func (s *Sandbox) awaitExitRecord() {
+	pid, alive := monitorPid(s.dir)
+	if pid == os.Getpid() {
+		return
+	}
+	for deadline := time.Now().Add(5 * time.Second); alive && time.Now().Before(deadline); _, alive = monitorPid(s.dir) {
+		if _, ok := readExit(s.dir); ok {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if alive {
+		killMonitor(s.dir)
+	}
+	if _, ok := readExit(s.dir); ok || !alive && pid == 0 {
+		return // recorded, or no main command ran under a monitor
+	}
+	b, err := json.Marshal(exitRecord{ExitCode: backend.ExitSignalBase + int(syscall.SIGKILL), FinishedAt: time.Now().UTC()})
+	if err == nil {
+		atomicfile.WriteVolatile(filepath.Join(s.dir, exitFile), bytes.NewReader(append(b, '\n')), 0o600)
+	}
+}
+
 // waitLogReaders waits, up to readerGrace, until no reader holds the log
 // at path or the one before it (see openLog).
 func waitLogReaders(path string) {

@@ -747,6 +747,7 @@ func (s *Sandbox) Stop() error {
 	if err := s.rec.killInit(5 * time.Second); err != nil {
 		return err
 	}
+	s.awaitExitRecord()
 	if err := killHelpers(s.rec, s.dir); err != nil {
 		return err
 	}
