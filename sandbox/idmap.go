@@ -242,3 +242,45 @@ func unmountStale(dir string) error {
 	}
 	return nil
 }
+
+// sliceClone (root) is idmapClone for a sandbox with an id slice of its
+// own (slice): a detached clone of the mount source fd (st its stat) in
+// which the store's ids appear as the slice's, and an owner outside the
+// store's range as the sandbox's user (uid, gid). Files the sandbox
+// writes there are stored with the store's ids, or the outside owner's.
+func sliceClone(fd int, st *unix.Stat_t, store, slice userns.Mapping, uid, gid uint32) (*os.File, error) {
+	nsfd, err := idmapUserns(sliceMap(st.Uid, store.UIDs[0], slice.UIDs[0], uid), sliceMap(st.Gid, store.GIDs[0], slice.GIDs[0], gid))
+	if err != nil {
+		return nil, fmt.Errorf("idmapped mount: %w", err)
+	}
+	defer unix.Close(nsfd)
+	tfd, err := unix.OpenTree(fd, "", unix.AT_EMPTY_PATH|unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("idmapped mount: open_tree: %w", err)
+	}
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(nsfd), Propagation: unix.MS_PRIVATE}
+	if err := unix.MountSetattr(tfd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		unix.Close(tfd)
+		path, _ := fdPath(fd)
+		return nil, fmt.Errorf("idmapped mount: the filesystem of %s does not support idmapped mounts (%w)", path, err)
+	}
+	return os.NewFile(uintptr(tfd), "idmapped-mount"), nil
+}
+
+// sliceMap maps the store's range onto the slice's and, when the on-disk
+// owner is outside the store's range, that owner onto the sandbox user's
+// id in the slice (the store's id for that user then stays unmapped).
+func sliceMap(owner uint32, store, slice userns.IDMap, user uint32) []syscall.SysProcIDMap {
+	size := min(store.Size, slice.Size)
+	if owner >= store.HostID && owner-store.HostID < size || user >= size {
+		return []syscall.SysProcIDMap{{ContainerID: int(store.HostID), HostID: int(slice.HostID), Size: int(size)}}
+	}
+	maps := []syscall.SysProcIDMap{{ContainerID: int(owner), HostID: int(slice.HostID + user), Size: 1}}
+	if user > 0 {
+		maps = append(maps, syscall.SysProcIDMap{ContainerID: int(store.HostID), HostID: int(slice.HostID), Size: int(user)})
+	}
+	if rest := size - user - 1; rest > 0 {
+		maps = append(maps, syscall.SysProcIDMap{ContainerID: int(store.HostID + user + 1), HostID: int(slice.HostID + user + 1), Size: int(rest)})
+	}
+	return maps
+}
