@@ -117,8 +117,13 @@ func New(root string, opts ...image.Option) (*Backend, error) {
 		// A sandbox's own server runs as its slice's root, not the
 		// store's: it passes through the store's directory (not
 		// listable) to its binary in bin/ and its directory in c/, and
-		// mounts the layers' directory, idmapped, over layers/.
+		// mounts the layers' directory, idmapped, over layers/. So can
+		// any local user, by name: nothing else below it is for others
+		// (TestStoreRootOpaqueToOtherUsers); the seccomp cache was.
 		if err := os.Chmod(root, 0o711); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(b.seccomp.dir, 0o700); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}
 	}

@@ -49,8 +49,10 @@ type sliceRange struct {
 	first uint64 // host id of slice 0
 	count int    // slices in the range
 	// taken: host id spans other users' subordinate ranges occupy; a slice
-	// overlapping one is never handed out.
-	taken []idSpan
+	// overlapping one is never handed out. Read again from subIDFiles at
+	// each allocation: a serve process outlives many useradds.
+	taken      []idSpan
+	subIDFiles []string
 }
 
 type idSpan struct{ start, end uint64 } // end exclusive
@@ -62,7 +64,9 @@ const maxSliceID = 1 << 31
 // rootSlices is the range for root: from the end of the store's range
 // (root's first /etc/subuid and /etc/subgid range, or slopbox's default)
 // up to 2^31, skipping every range /etc/subuid or /etc/subgid gives
-// another user.
+// another user. It never starts below the ids useradd hands out as
+// subordinate ranges (SUB_UID_MAX, SUB_GID_MAX in /etc/login.defs): a user
+// added later would get a live sandbox's host ids, as its own.
 func rootSlices(dir string, store userns.Mapping) *sliceRange {
 	end := uint64(0)
 	for _, maps := range [][]userns.IDMap{store.UIDs, store.GIDs} {
@@ -70,13 +74,39 @@ func rootSlices(dir string, store userns.Mapping) *sliceRange {
 			end = max(end, uint64(m.HostID)+uint64(m.Size))
 		}
 	}
-	first := end
-	r := &sliceRange{dir: dir, first: first}
+	first := max(end, subIDMax("/etc/login.defs"))
+	r := &sliceRange{dir: dir, first: first, subIDFiles: []string{"/etc/subuid", "/etc/subgid"}}
 	if first < maxSliceID {
 		r.count = int((maxSliceID - first) / SliceSize)
 	}
-	r.taken = subIDSpans("/etc/subuid", "/etc/subgid")
+	r.taken = subIDSpans(r.subIDFiles...)
 	return r
+}
+
+// defaultSubIDMax is shadow's default SUB_UID_MAX and SUB_GID_MAX.
+const defaultSubIDMax = 600100000
+
+// subIDMax is the end of the ids useradd gives as subordinate ranges: the
+// larger of SUB_UID_MAX and SUB_GID_MAX in login.defs (each 600100000
+// when not set there).
+func subIDMax(loginDefs string) uint64 {
+	vals := map[string]uint64{"SUB_UID_MAX": defaultSubIDMax, "SUB_GID_MAX": defaultSubIDMax}
+	if f, err := os.Open(loginDefs); err == nil {
+		s := bufio.NewScanner(f)
+		for s.Scan() {
+			fields := strings.Fields(s.Text())
+			if len(fields) < 2 {
+				continue
+			}
+			if _, ok := vals[fields[0]]; ok {
+				if v, err := strconv.ParseUint(fields[1], 10, 32); err == nil {
+					vals[fields[0]] = v
+				}
+			}
+		}
+		f.Close()
+	}
+	return max(vals["SUB_UID_MAX"], vals["SUB_GID_MAX"])
 }
 
 // subIDSpans lists the ranges the files give any user.
@@ -105,9 +135,11 @@ func subIDSpans(files ...string) []idSpan {
 }
 
 // usable says whether slice k overlaps no other user's subordinate range.
-func (r *sliceRange) usable(k int) bool {
+func (r *sliceRange) usable(k int) bool { return r.usableWith(k, r.taken) }
+
+func (r *sliceRange) usableWith(k int, taken []idSpan) bool {
 	start := r.first + uint64(k)*SliceSize
-	for _, t := range r.taken {
+	for _, t := range taken {
 		if start < t.end && t.start < start+SliceSize {
 			return false
 		}
@@ -139,6 +171,17 @@ func (r *sliceRange) mapping(k int) userns.Mapping {
 func (r *sliceRange) lock() (*flock.Flock, error) {
 	if err := os.MkdirAll(r.dir, 0o700); err != nil {
 		return nil, err
+	}
+	// The records decide which host ids a sandbox gets: written by
+	// anyone else, two sandboxes could be handed one slice.
+	for _, d := range []string{filepath.Dir(r.dir), r.dir} {
+		var st unix.Stat_t
+		if err := unix.Lstat(d, &st); err != nil {
+			return nil, err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+			return nil, fmt.Errorf("%s must be a directory of uid %d that no one else may write (it is mode %#o of uid %d); remove it to have it made again", d, os.Geteuid(), st.Mode, st.Uid)
+		}
 	}
 	l := flock.New(filepath.Join(r.dir, ".lock"))
 	if err := l.Lock(); err != nil {
@@ -192,6 +235,10 @@ func (r *sliceRange) alloc(root, id string) (int, error) {
 	}
 	defer l.Unlock()
 	want := holder{root, id}
+	taken := r.taken
+	if r.subIDFiles != nil {
+		taken = subIDSpans(r.subIDFiles...)
+	}
 	for sweep := false; ; sweep = true {
 		used, err := r.usedLocked()
 		if err != nil {
@@ -203,7 +250,7 @@ func (r *sliceRange) alloc(root, id string) (int, error) {
 			}
 		}
 		for k := range r.count {
-			if _, ok := used[k]; ok || !r.usable(k) {
+			if _, ok := used[k]; ok || !r.usableWith(k, taken) {
 				continue
 			}
 			f, err := os.OpenFile(filepath.Join(r.dir, strconv.Itoa(k)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -327,8 +374,10 @@ func (r *sliceRange) sweepLocked() (int, error) {
 }
 
 // sliceClones (root) returns detached clones of the sandbox directory dir
-// and of the layers' directory, idmapped from the store's ids to slice m:
-// a file the store's container id N owns appears as the slice's id N.
+// (read-write) and of the layers' directory (read-only: every sandbox
+// shares the layers), idmapped from the store's ids to slice m: a file the
+// store's container id N owns appears as the slice's id N. Nothing else of
+// the store is given to the slice: its root could write it all.
 func (b *Backend) sliceClones(m userns.Mapping, dir, layers string) ([]*os.File, error) {
 	store := b.store.Mapping()
 	nsfd, err := idmapUserns(
@@ -339,8 +388,8 @@ func (b *Backend) sliceClones(m userns.Mapping, dir, layers string) ([]*os.File,
 	}
 	defer unix.Close(nsfd)
 	var out []*os.File
-	for _, p := range []string{dir, layers} {
-		f, err := idmappedTree(p, nsfd)
+	for i, p := range []string{dir, layers} {
+		f, err := idmappedTree(p, nsfd, i == 1)
 		if err != nil {
 			for _, f := range out {
 				f.Close()
@@ -354,13 +403,16 @@ func (b *Backend) sliceClones(m userns.Mapping, dir, layers string) ([]*os.File,
 
 // idmappedTree returns a detached clone of directory p (no symlink
 // followed: these are slopbox's own directories) idmapped with the user
-// namespace nsfd.
-func idmappedTree(p string, nsfd int) (*os.File, error) {
+// namespace nsfd, and read-only with ro.
+func idmappedTree(p string, nsfd int, ro bool) (*os.File, error) {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, p, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
 	if err != nil {
 		return nil, fmt.Errorf("idmapped mount of %s: open_tree: %w", p, err)
 	}
 	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(nsfd), Propagation: unix.MS_PRIVATE}
+	if ro {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("idmapped mount of %s (Linux 5.19 or later, and a filesystem that supports idmapped mounts, give root-run sandboxes id slices of their own): %w", p, err)

@@ -424,7 +424,7 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 		rec.Pid = e.pid
 		rec.PidStart, _, _ = procStart(e.pid)
 		if err := b.adopt(rec, e.dir); err != nil {
-			b.discardEntry(srv, e)
+			b.discardEntry(e.srv, e) // as root, the sandbox's own server
 			return fmt.Errorf("spawn: %w", err)
 		}
 		err := b.claim(ctx, e.srv, rec, e.pid)
@@ -609,17 +609,25 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 		if err != nil {
 			return 0, err
 		}
+		if srv.mapping != nil && !filepath.IsLocal(rel) {
+			// A sandbox's own server sees the layers' directory only.
+			return 0, fmt.Errorf("layer %s is not in the store's layers directory %s", l, req.LayersRoot)
+		}
 		req.Layers = append(req.Layers, rel)
 	}
 	fds := []int{int(lnFile.Fd())}
 	var clones []*os.File // the call below owns them, as lnFile
 	if srv.mapping != nil {
-		// The sandbox's directory and the layers, as the server mounts
-		// them over their own paths in its mount namespace: idmapped from
-		// the store's ids to the slice's, so the image's files appear
-		// with their owners and what the sandbox writes to its upper
-		// layer is stored with the store's ids, as any sandbox's.
-		if clones, err = b.sliceClones(*srv.mapping, dir, filepath.Dir(req.LayersRoot)); err != nil {
+		// The sandbox's directory and the layers' directory, as the
+		// server mounts them over their own paths in its mount namespace:
+		// idmapped from the store's ids to the slice's, so the image's
+		// files appear with their owners and what the sandbox writes to
+		// its upper layer is stored with the store's ids, as any
+		// sandbox's. Only these two: the store root, other sandboxes'
+		// directories and the blobs stay the store's ids, which the
+		// slice's root cannot pass; and the layers, which every sandbox
+		// shares, are read-only.
+		if clones, err = b.sliceClones(*srv.mapping, dir, req.LayersRoot); err != nil {
 			return 0, err
 		}
 		for _, f := range clones {

@@ -96,8 +96,8 @@ type Request struct {
 	// the profile again.
 	Seccomp []byte `json:"seccomp,omitempty"`
 	// IDMapped (root, a sandbox with an id slice of its own): after the
-	// listener come detached, idmapped clones of Dir and of LayersRoot's
-	// parent, which the server mounts over those paths in its mount
+	// listener come detached, idmapped clones of Dir and of LayersRoot
+	// (read-only), which the server mounts over those paths in its mount
 	// namespace before it uses them.
 	IDMapped bool `json:"idmapped,omitempty"`
 
@@ -437,14 +437,13 @@ func (s *server) attachIDMapped(req *Request, dir, layers *os.File) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	parent := filepath.Dir(req.LayersRoot)
-	if s.layersMounted == parent {
+	if s.layersMounted == req.LayersRoot {
 		return nil
 	}
-	if err := unix.MoveMount(int(layers.Fd()), "", unix.AT_FDCWD, parent, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+	if err := unix.MoveMount(int(layers.Fd()), "", unix.AT_FDCWD, req.LayersRoot, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("mount the layers idmapped: %w", err)
 	}
-	s.layersMounted = parent
+	s.layersMounted = req.LayersRoot
 	return nil
 }
 
