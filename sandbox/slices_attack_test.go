@@ -284,3 +284,37 @@ func TestSandboxRestartedInAnotherSliceKeepsOwners(t *testing.T) {
 		}
 	}
 }
+
+// Allocation read every record, to see whether the sandbox held one
+// already: 1.5 ms with 100 sandboxes, 11 ms with 1000, and 17508 fit. It
+// finds a sandbox's own slice through one link now, and others' by their
+// records' names: here the others' records cannot even be read (they are
+// directories), and allocation works.
+func TestSlicesAllocReadsNoOtherRecord(t *testing.T) {
+	r, root := testSlices(t, 64)
+	if err := os.MkdirAll(r.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 50 {
+		if err := os.Mkdir(filepath.Join(r.dir, strconv.Itoa(k)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sandboxDirFor(t, root, "a")
+	k, err := r.alloc(root, "a")
+	if err != nil || k != 50 {
+		t.Fatalf("alloc among 50 held slices: %d, %v; want 50", k, err)
+	}
+	if again, err := r.alloc(root, "a"); err != nil || again != k {
+		t.Fatalf("alloc again: %d, %v; want %d", again, err, k)
+	}
+	if err := r.releaseID(root, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(r.dir, "50")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("slice 50 still recorded after its release: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(r.dir, holder{root, "a"}.link())); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the link of a released slice is left: %v", err)
+	}
+}
