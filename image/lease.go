@@ -40,10 +40,12 @@ func (s *Store) Lease(id, name string, dirs []string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(s.path("leases"), 0o755); err != nil {
+	// Private: a lease names its sandbox, and as root the store's root
+	// lets every user through (0711) to the sandboxes' servers' files.
+	if err := os.MkdirAll(s.path("leases"), 0o700); err != nil {
 		return err
 	}
-	return atomicfile.WriteVolatile(s.leasePath(id), bytes.NewReader(b), 0o644)
+	return atomicfile.WriteVolatile(s.leasePath(id), bytes.NewReader(b), 0o600)
 }
 
 // Release drops holder id's lease; a missing one is not an error.

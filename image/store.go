@@ -132,6 +132,10 @@ func (s *Store) init() error {
 		if err := searchable(s.root); err != nil {
 			return err
 		}
+		// Leases name sandboxes: 0755 before, private now (see Lease).
+		if err := os.Chmod(s.path("leases"), 0o700); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 		// Extraction runs as root of a user namespace, which is an
 		// unprivileged host id: hand it the store.
 		uid, gid := s.mapping.UIDs[0].HostID, s.mapping.GIDs[0].HostID

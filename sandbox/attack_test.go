@@ -1087,3 +1087,51 @@ func TestCopyOutHostFailureReturns(t *testing.T) {
 		t.Fatal("CopyOut hung after its writer failed")
 	}
 }
+
+// Case 9, sandbox against sandbox (as root): every root-run sandbox had
+// the same host ids and the same namespace owner, so one holding its 128
+// inotify instances made inotify_init fail in every other. Each has a
+// slice of ids of its own now, its namespace owned by the slice's first
+// id: A exhausting its instances leaves B's untouched, and the two map
+// disjoint host ids.
+func TestSandboxInotifyNotSharedBetweenSandboxes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("root only: rootless, all sandboxes are the user's own")
+	}
+	b, ref := testBackend(t)
+	exe := probeBinary(t)
+	spec := backend.SpawnSpec{Image: ref, DisableSetup: true, NoWorkspaceMount: true,
+		Mounts: []backend.Mount{{Source: exe, Target: "/probe", ReadOnly: true}}}
+	a, c := spawnT(t, b, spec), spawnT(t, b, spec)
+	res := run(t, a, "("+reexec.Env+"="+inotifyProbe+" /probe 10 > /tmp/n 2>&1 &); "+
+		"for i in $(seq 50); do grep -q got= /tmp/n && break; sleep 0.1; done; cat /tmp/n")
+	if !strings.Contains(res.Stdout, "err=EMFILE") {
+		t.Fatalf("the probe did not exhaust its inotify instances: %+v", res)
+	}
+	resB := run(t, c, reexec.Env+"="+inotifyProbe+" /probe 0")
+	if strings.Contains(resB.Stdout, "got=0 ") {
+		t.Fatalf("sandbox B gets no inotify instance while A holds its (A: %s; B: %s)", strings.TrimSpace(res.Stdout), strings.TrimSpace(resB.Stdout))
+	}
+	mapA, mapB := hostRange(t, a.rec.Pid), hostRange(t, c.rec.Pid)
+	if mapA[0] < mapB[0]+mapB[1] && mapB[0] < mapA[0]+mapA[1] {
+		t.Fatalf("the two sandboxes' host uid ranges overlap: %v and %v", mapA, mapB)
+	}
+	t.Logf("A: %s, host uids %d+%d; B: %s, host uids %d+%d", strings.TrimSpace(res.Stdout), mapA[0], mapA[1], strings.TrimSpace(resB.Stdout), mapB[0], mapB[1])
+}
+
+// hostRange reads the host uid range process pid's uid_map gives
+// container uid 0: first id and size.
+func hostRange(t *testing.T, pid int) [2]uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 || f[0] != "0" {
+		t.Fatalf("uid_map of %d: %q", pid, b)
+	}
+	first, _ := strconv.ParseUint(f[1], 10, 64)
+	size, _ := strconv.ParseUint(f[2], 10, 64)
+	return [2]uint64{first, size}
+}

@@ -136,8 +136,14 @@ func TestPruneAfterSpawnKilledMidway(t *testing.T) {
 	if left := processesUnder(b.state.dir); len(left) == 0 {
 		t.Fatal("nothing survived the kill: the init had not blocked yet, so this run tests nothing")
 	}
+	if b.slices != nil && len(heldSlices(t, b)) != 1 {
+		t.Errorf("the killed spawn holds slices %v, want one", heldSlices(t, b))
+	}
 	if _, err := b.Prune(false); err != nil {
 		t.Errorf("prune: %v", err)
+	}
+	if b.slices != nil && len(heldSlices(t, b)) > 0 {
+		t.Errorf("the killed spawn's id slice is still held after prune: %v", heldSlices(t, b))
 	}
 	if left := processesUnder(b.state.dir); len(left) > 0 {
 		t.Errorf("left running after prune: %v", left)

@@ -178,8 +178,17 @@ func (b *Backend) prestartEntry(ctx context.Context, srv *spawner, bins binaries
 	if err == nil {
 		err = b.chownToNamespaceRoot(e.dir)
 	}
+	if err == nil && b.slices != nil {
+		// As root each sandbox has host ids and a spawn server of its
+		// own, from now until its directory is removed.
+		var k int
+		if k, err = b.slices.alloc(b.state.dir, e.id); err == nil {
+			e.srv = b.sliceSpawner(bins.server, k)
+			srv = e.srv
+		}
+	}
 	if err == nil {
-		e.pid, err = b.prestart(ctx, srv, bins, t, e.id, e.dir, func() { b.removeDir(e.dir) })
+		e.pid, err = b.prestart(ctx, srv, bins, t, e.id, e.dir, func() { b.removeEntryDir(e) })
 		if err != nil && ctx.Err() != nil {
 			return nil, err // the directory goes once the server has answered
 		}
@@ -188,7 +197,7 @@ func (b *Backend) prestartEntry(ctx context.Context, srv *spawner, bins binaries
 		if e.pid > 0 {
 			b.discardEntry(srv, e)
 		} else {
-			b.removeDir(e.dir)
+			b.removeEntryDir(e)
 		}
 		return nil, err
 	}
@@ -198,7 +207,17 @@ func (b *Backend) prestartEntry(ctx context.Context, srv *spawner, bins binaries
 // discardEntry stops an unclaimed sandbox and removes its directory.
 func (b *Backend) discardEntry(srv *spawner, e *poolEntry) {
 	srv.call(context.Background(), b.store.Mapping(), &spawnd.Request{Op: spawnd.OpDiscard, ID: e.id}, nil, false)
-	b.removeDir(e.dir)
+	b.removeEntryDir(e)
+}
+
+// removeEntryDir removes an unclaimed sandbox's directory, then frees its
+// id slice and stops its own spawn server (root).
+func (b *Backend) removeEntryDir(e *poolEntry) {
+	if b.removeDir(e.dir) != nil || e.srv == nil || e.srv.mapping == nil {
+		return // a slice stays held while the directory exists
+	}
+	b.slices.release(b.state.dir, e.id, e.srv.slice)
+	e.srv.close()
 }
 
 // reapPool removes pool directories whose owning process is gone (their

@@ -4,9 +4,11 @@ import (
 	"archive/tar"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -267,14 +269,26 @@ func TestSpawnAfterServerDied(t *testing.T) {
 	first := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
 	ids := readyIDs(t, b, templateOf(first.rec).key())
 	b.mu.Lock()
-	for _, s := range b.spawners {
+	servers := slices.Collect(maps.Values(b.spawners))
+	b.mu.Unlock()
+	// As root each ready sandbox has a server of its own.
+	b.pool.mu.Lock()
+	var ready []*poolEntry
+	for _, es := range b.pool.entries {
+		ready = append(ready, es...)
+	}
+	b.pool.mu.Unlock()
+	for _, e := range ready {
+		<-e.done
+		servers = append(servers, e.srv)
+	}
+	for _, s := range servers {
 		s.mu.Lock()
 		if s.srv != nil {
 			s.srv.cmd.Process.Kill()
 		}
 		s.mu.Unlock()
 	}
-	b.mu.Unlock()
 	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
 	if sb.ID() == ids[0] || sb.ID() == ids[1] {
 		t.Errorf("spawned %s, a sandbox of the dead server", sb.ID())

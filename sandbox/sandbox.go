@@ -51,6 +51,10 @@ type Backend struct {
 	mu       sync.Mutex
 	spawners map[string]*spawner // by id mapping variant
 
+	// slices (root only) gives each sandbox host ids of its own
+	// (slices.go); nil rootless.
+	slices *sliceRange
+
 	// initEnv is PID 1's environment. HOME is set so that libcontainer
 	// does not look it up in the image's /etc/passwd (a FIFO there would
 	// hang the start).
@@ -101,13 +105,38 @@ func New(root string, opts ...image.Option) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{
+	b := &Backend{
 		root:    root,
 		store:   s,
 		state:   stateRoot{dir: filepath.Join(root, "c")},
 		seccomp: seccompCache{dir: filepath.Join(root, "cache")},
 		initEnv: []string{"_SLOPBOX_AGENT=1", "HOME=/"},
-	}, nil
+	}
+	if os.Geteuid() == 0 && !userns.Inside() {
+		b.slices = rootSlices(defaultSliceDir, s.Mapping())
+		// A sandbox's own server runs as its slice's root, not the
+		// store's: it passes through the store's directory (not
+		// listable) to its binary in bin/ and its directory in c/, and
+		// mounts the layers' directory, idmapped, over layers/. So can
+		// any local user, by name: nothing else below it is for others
+		// (TestStoreRootOpaqueToOtherUsers); the seccomp cache was.
+		if err := os.Chmod(root, 0o711); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(b.seccomp.dir, 0o700); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// sliceSpawner (root) returns a spawn server of its own for the sandbox
+// holding slice k: root of a user namespace that maps the slice and is
+// owned by its first id. It serves that one sandbox; the caller closes it
+// once the sandbox is claimed or discarded.
+func (b *Backend) sliceSpawner(program string, k int) *spawner {
+	m := b.slices.mapping(k)
+	return &spawner{program: program, mapping: &m, slice: k}
 }
 
 // Name returns "sandbox".
@@ -317,6 +346,13 @@ func (b *Backend) Prune(all bool) ([]string, error) {
 		removed = append(removed, r.ID)
 	}
 	b.state.pruneNames()
+	if b.slices != nil {
+		// Slices whose sandbox's directory is gone: a slopbox killed
+		// before it released one.
+		if _, err := b.slices.sweep(); err != nil {
+			errs = append(errs, fmt.Errorf("free id slices: %w", err))
+		}
+	}
 	sort.Strings(removed)
 	return removed, errors.Join(errs...)
 }
@@ -370,6 +406,11 @@ func (b *Backend) destroy(rec *record) error {
 	} else {
 		if rec.Name != "" {
 			b.state.releaseName(rec.Name, rec.ID)
+		}
+		if b.slices != nil {
+			if err := b.slices.releaseID(b.state.dir, rec.ID); err != nil {
+				errs = append(errs, fmt.Errorf("free its id slice: %w", err))
+			}
 		}
 		if err := b.store.Release(rec.ID); err != nil {
 			errs = append(errs, err)

@@ -158,7 +158,9 @@ func (c *seccompCache) get(profile *specs.LinuxSeccomp) (seccompProgram, error) 
 		}
 		sum := sha256.Sum256(p)
 		// A cache: failing to keep it is harmless.
-		writeFileAtomic(path, bytes.NewReader(append(sum[:], p...)), 0o644)
+		if os.MkdirAll(c.dir, 0o700) == nil {
+			writeFileAtomic(path, bytes.NewReader(append(sum[:], p...)), 0o600)
+		}
 	}
 	if c.mem == nil {
 		c.mem = map[string]seccompProgram{}

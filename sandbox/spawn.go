@@ -424,10 +424,14 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 		rec.Pid = e.pid
 		rec.PidStart, _, _ = procStart(e.pid)
 		if err := b.adopt(rec, e.dir); err != nil {
-			b.discardEntry(srv, e)
+			b.discardEntry(e.srv, e) // as root, the sandbox's own server
 			return fmt.Errorf("spawn: %w", err)
 		}
-		err := b.claim(ctx, srv, rec, e.pid)
+		err := b.claim(ctx, e.srv, rec, e.pid)
+		if e.srv.mapping != nil {
+			// The sandbox's own server is done with it (claimed or not).
+			e.srv.close()
+		}
 		if err == nil {
 			break
 		}
@@ -457,6 +461,11 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 func (b *Backend) warmSpawner() (wait func() error) {
 	done := make(chan struct{})
 	var err error
+	if b.slices != nil {
+		// Each sandbox starts a server of its own.
+		close(done)
+		return func() error { return nil }
+	}
 	go func() {
 		defer close(done)
 		var bins binaries
@@ -493,6 +502,16 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 	// Helpers of an earlier start whose PID 1 died without a stop.
 	dir := b.state.sandboxDir(rec.ID)
 	killHelpers(rec, dir)
+	if b.slices != nil {
+		// The slice it holds (a new one if the host's record of slices
+		// was lost with a reboot), and a server of its own.
+		k, err := b.slices.alloc(b.state.dir, rec.ID)
+		if err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+		srv = b.sliceSpawner(bins.server, k)
+		defer srv.close()
+	}
 	pid, err := b.prestart(ctx, srv, bins, templateOf(rec), rec.ID, dir, nil)
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
@@ -591,7 +610,31 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 		if err != nil {
 			return 0, err
 		}
+		if srv.mapping != nil && !filepath.IsLocal(rel) {
+			// A sandbox's own server sees the layers' directory only.
+			return 0, fmt.Errorf("layer %s is not in the store's layers directory %s", l, req.LayersRoot)
+		}
 		req.Layers = append(req.Layers, rel)
+	}
+	fds := []int{int(lnFile.Fd())}
+	var clones []*os.File // the call below owns them, as lnFile
+	if srv.mapping != nil {
+		// The sandbox's directory and the layers' directory, as the
+		// server mounts them over their own paths in its mount namespace:
+		// idmapped from the store's ids to the slice's, so the image's
+		// files appear with their owners and what the sandbox writes to
+		// its upper layer is stored with the store's ids, as any
+		// sandbox's. Only these two: the store root, other sandboxes'
+		// directories and the blobs stay the store's ids, which the
+		// slice's root cannot pass; and the layers, which every sandbox
+		// shares, are read-only.
+		if clones, err = b.sliceClones(*srv.mapping, dir, req.LayersRoot); err != nil {
+			return 0, err
+		}
+		for _, f := range clones {
+			fds = append(fds, int(f.Fd()))
+		}
+		req.IDMapped = true
 	}
 	// A caller that gives up (ctx) ends only its own call: the server goes
 	// on for everyone else, and the sandbox it starts late is discarded.
@@ -603,7 +646,10 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 	sent = true
 	go func() {
 		defer lnFile.Close()
-		resp, err := srv.call(context.Background(), b.store.Mapping(), &req, []int{int(lnFile.Fd())}, true)
+		for _, f := range clones {
+			defer f.Close()
+		}
+		resp, err := srv.call(context.Background(), b.store.Mapping(), &req, fds, true)
 		replies <- reply{resp, err}
 	}()
 	select {
@@ -632,7 +678,7 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 	var fds []int
 	for _, m := range rec.Mounts {
 		lm := spawnd.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: slices.Contains(m.Options, "ro")}
-		f, err := b.bindSource(rec, m, &lm)
+		f, err := b.bindSource(rec, m, &lm, srv.mapping)
 		if err != nil {
 			return fmt.Errorf("start: mount %s on %s: %w", m.Source, m.Destination, err)
 		}
@@ -722,7 +768,12 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 // Rootless the spawn server, which is the caller on the host, opens the
 // source itself the same way: lm gets the inode opened here, and the
 // server refuses to mount any other.
-func (b *Backend) bindSource(rec *record, m specs.Mount, lm *spawnd.Mount) (*os.File, error) {
+//
+// With slice (root, the sandbox's own id slice) every source but a
+// root-owned file is mounted idmapped onto the slice: the store's ids as
+// the slice's, and an owner outside the store's range as the sandbox's
+// user, so that on disk nothing differs from a sandbox without a slice.
+func (b *Backend) bindSource(rec *record, m specs.Mount, lm *spawnd.Mount, slice *userns.Mapping) (*os.File, error) {
 	fd, err := openSource(m.Source)
 	if err != nil {
 		return nil, err
@@ -770,6 +821,12 @@ func (b *Backend) bindSource(rec *record, m specs.Mount, lm *spawnd.Mount) (*os.
 	// root-owned file mounted on its own stays host root's: container
 	// root is not host root, and cannot write it.
 	_, mapped := userns.FromHost(b.store.Mapping().UIDs, st.Uid)
+	if slice != nil && (mapped || st.Uid != 0 || st.Mode&unix.S_IFMT == unix.S_IFDIR) {
+		if !mapped && !lm.ReadOnly && rec.Unconfined && (st.Uid == 0 || st.Gid == 0) {
+			return nil, fmt.Errorf("%s is owned by host root (%d:%d): files the sandbox writes there would be root's, and without the seccomp filter they could be setuid or setgid; use a workspace owned by an unprivileged user, or keep the filter", m.Source, st.Uid, st.Gid)
+		}
+		return sliceClone(fd, &st, b.store.Mapping(), *slice, rec.User.UID, rec.User.GID)
+	}
 	if !mapped && (st.Uid != 0 || st.Mode&unix.S_IFMT == unix.S_IFDIR) {
 		if !lm.ReadOnly && rec.Unconfined && (st.Uid == 0 || st.Gid == 0) {
 			// Only seccomp keeps setuid and setgid bits off the files

@@ -26,6 +26,10 @@ import (
 // concurrently: a sandbox prepared ahead of need does not hold up a spawn.
 type spawner struct {
 	program string // the server's binary; "" for this one
+	// mapping, when set, is the server's own (a root-run sandbox's slice,
+	// index slice), whatever the caller passes.
+	mapping *userns.Mapping
+	slice   int
 
 	mu  sync.Mutex
 	srv *serverConn // nil until started, and after the server died
@@ -79,6 +83,9 @@ func (s *spawner) call(ctx context.Context, m userns.Mapping, req *spawnd.Reques
 func (s *spawner) server(m userns.Mapping) (*serverConn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.mapping != nil {
+		m = *s.mapping
+	}
 	if s.srv == nil {
 		sc, err := startServer(s.program, m)
 		if err != nil {

@@ -96,6 +96,11 @@ type Request struct {
 	// then BPF); when set, PID 1 loads it and libcontainer does not compile
 	// the profile again.
 	Seccomp []byte `json:"seccomp,omitempty"`
+	// IDMapped (root, a sandbox with an id slice of its own): after the
+	// listener come detached, idmapped clones of Dir and of LayersRoot
+	// (read-only), which the server mounts over those paths in its mount
+	// namespace before it uses them.
+	IDMapped bool `json:"idmapped,omitempty"`
 
 	// Claim: the sandbox's hostname and its bind mounts, in order.
 	Hostname string  `json:"hostname,omitempty"`
@@ -155,6 +160,8 @@ type server struct {
 
 	mu      sync.Mutex
 	pending map[string]*prestarted
+	// layersMounted: the layers' directory mounted idmapped (IDMapped).
+	layersMounted string
 
 	inits *reaper
 }
@@ -215,9 +222,14 @@ func (s *server) handle(req *Request, files []*os.File) *Response {
 	var err error
 	switch req.Op {
 	case OpPrestart:
-		if len(files) != 1 {
-			err = errors.New("prestart without PID 1's listener")
+		if want := map[bool]int{false: 1, true: 3}[req.IDMapped]; len(files) != want {
+			err = fmt.Errorf("prestart with %d fds, not %d (PID 1's listener, and the idmapped directories)", len(files), want)
 			break
+		}
+		if req.IDMapped {
+			if err = s.attachIDMapped(req, files[1], files[2]); err != nil {
+				break
+			}
 		}
 		resp.Pid, err = s.prestart(req, files[0])
 	case OpClaim:
@@ -414,6 +426,26 @@ func (s *server) prestart(req *Request, listener *os.File) (int, error) {
 	s.pending[req.ID] = &prestarted{pid: pid, claim: claimW}
 	s.mu.Unlock()
 	return pid, nil
+}
+
+// attachIDMapped mounts the idmapped clones of the sandbox's directory
+// and of the layers' directory over their paths, in this server's mount
+// namespace only (the host never sees them). The layers' mount is made
+// once per server.
+func (s *server) attachIDMapped(req *Request, dir, layers *os.File) error {
+	if err := unix.MoveMount(int(dir.Fd()), "", unix.AT_FDCWD, req.Dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount the sandbox's directory idmapped: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.layersMounted == req.LayersRoot {
+		return nil
+	}
+	if err := unix.MoveMount(int(layers.Fd()), "", unix.AT_FDCWD, req.LayersRoot, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount the layers idmapped: %w", err)
+	}
+	s.layersMounted = req.LayersRoot
+	return nil
 }
 
 // DefaultStartDeadline bounds how long libcontainer may take to start a
