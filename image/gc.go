@@ -65,7 +65,11 @@ func (s *Store) gcInside() error {
 		diffs[nl.DiffID.Hex] = true
 	}
 	// Layers a sandbox still uses stay, whatever names are gone.
-	for d := range s.leasedLayers() {
+	leased, err := s.leasedLayers()
+	if err != nil {
+		return fmt.Errorf("gc: %w", err)
+	}
+	for d := range leased {
 		diffs[d] = true
 	}
 	var errs []string

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/slopbox/slopbox/internal/atomicfile"
+	"github.com/slopbox/slopbox/internal/userns"
 )
 
 // ErrInUse is wrapped when an image cannot be removed because sandboxes
@@ -42,10 +43,28 @@ func (s *Store) Lease(id, name string, dirs []string) error {
 	}
 	// Private: a lease names its sandbox, and as root the store's root
 	// lets every user through (0711) to the sandboxes' servers' files.
+	// As root they belong to the store's own ids: GC runs in its helper
+	// (root of a user namespace, an unprivileged host id), which must read
+	// every lease.
 	if err := os.MkdirAll(s.path("leases"), 0o700); err != nil {
 		return err
 	}
-	return atomicfile.WriteVolatile(s.leasePath(id), bytes.NewReader(b), 0o600)
+	uid, gid := s.helperIDs()
+	if uid >= 0 {
+		if err := os.Lchown(s.path("leases"), uid, gid); err != nil {
+			return err
+		}
+	}
+	return atomicfile.WriteVolatileOwned(s.leasePath(id), bytes.NewReader(b), 0o600, uid, gid)
+}
+
+// helperIDs are the host ids the store's helper runs as when they differ
+// from the caller's (root), or -1, -1.
+func (s *Store) helperIDs() (int, int) {
+	if os.Geteuid() != 0 || userns.Inside() || len(s.mapping.UIDs) == 0 || len(s.mapping.GIDs) == 0 {
+		return -1, -1
+	}
+	return int(s.mapping.UIDs[0].HostID), int(s.mapping.GIDs[0].HostID)
 }
 
 // Release drops holder id's lease; a missing one is not an error.
@@ -56,44 +75,62 @@ func (s *Store) Release(id string) error {
 	return nil
 }
 
-// leases returns every lease by holder id.
-func (s *Store) leases() map[string]lease {
+// leases returns every lease by holder id. A lease that cannot be read is
+// an error: GC must not take it for absent and remove layers in use.
+func (s *Store) leases() (map[string]lease, error) {
 	out := map[string]lease{}
-	ents, _ := os.ReadDir(s.path("leases"))
+	ents, err := os.ReadDir(s.path("leases"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("read the layers' leases: %w", err)
+	}
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
 		b, err := os.ReadFile(s.leasePath(e.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read the layers' lease %s: %w", e.Name(), err)
+		}
 		var l lease
-		if err == nil && json.Unmarshal(b, &l) == nil {
+		if json.Unmarshal(b, &l) == nil {
 			out[e.Name()] = l
 		}
 	}
-	return out
+	return out, nil
 }
 
 // leasedLayers is the set of diffIDs some lease holds.
-func (s *Store) leasedLayers() map[string]bool {
+func (s *Store) leasedLayers() (map[string]bool, error) {
+	ls, err := s.leases()
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]bool{}
-	for _, l := range s.leases() {
+	for _, l := range ls {
 		for _, d := range l.Layers {
 			out[d] = true
 		}
 	}
-	return out
+	return out, nil
 }
 
 // holdersOf names the holders of leases on any of diffIDs.
-func (s *Store) holdersOf(diffIDs []string) []string {
+func (s *Store) holdersOf(diffIDs []string) ([]string, error) {
+	ls, err := s.leases()
+	if err != nil {
+		return nil, err
+	}
 	var out []string
-	for _, l := range s.leases() {
+	for _, l := range ls {
 		if slices.ContainsFunc(l.Layers, func(d string) bool { return slices.Contains(diffIDs, d) }) {
 			out = append(out, l.Holder)
 		}
 	}
 	sort.Strings(out)
-	return slices.Compact(out)
+	return slices.Compact(out), nil
 }
 
 // inUse refuses to remove the image of descriptor digest dgst while
@@ -110,7 +147,11 @@ func (s *Store) inUse(ref, dgst string, kept map[string]bool) error {
 			diffs = append(diffs, d.Hex)
 		}
 	}
-	if holders := s.holdersOf(diffs); len(holders) > 0 {
+	holders, err := s.holdersOf(diffs)
+	if err != nil {
+		return err
+	}
+	if len(holders) > 0 {
 		return fmt.Errorf("%w: %s is used by sandbox %s (remove them first, or rmi -f: the name goes, the layers stay until they are removed)",
 			ErrInUse, ref, strings.Join(holders, ", "))
 	}

@@ -132,9 +132,18 @@ func (s *Store) init() error {
 		if err := searchable(s.root); err != nil {
 			return err
 		}
-		// Leases name sandboxes: 0755 before, private now (see Lease).
+		// Leases name sandboxes: 0755 before, private now, and the
+		// helper's, which reads them for GC (see Lease).
 		if err := os.Chmod(s.path("leases"), 0o700); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
+		}
+		if uid, gid := s.helperIDs(); uid >= 0 {
+			if ents, err := os.ReadDir(s.path("leases")); err == nil {
+				os.Lchown(s.path("leases"), uid, gid)
+				for _, e := range ents {
+					os.Lchown(s.path("leases", e.Name()), uid, gid)
+				}
+			}
 		}
 		// Extraction runs as root of a user namespace, which is an
 		// unprivileged host id: hand it the store.

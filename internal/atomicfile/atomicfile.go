@@ -24,7 +24,18 @@ func WriteVolatile(path string, r io.Reader, perm os.FileMode) error {
 	return write(path, r, perm, false)
 }
 
+// WriteVolatileOwned is WriteVolatile of a file owned by uid and gid
+// from its first appearance under path (a root-run store's files that
+// its unprivileged helper must read).
+func WriteVolatileOwned(path string, r io.Reader, perm os.FileMode, uid, gid int) error {
+	return writeOwned(path, r, perm, false, uid, gid)
+}
+
 func write(path string, r io.Reader, perm os.FileMode, durable bool) error {
+	return writeOwned(path, r, perm, durable, -1, -1)
+}
+
+func writeOwned(path string, r io.Reader, perm os.FileMode, durable bool, uid, gid int) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-")
 	if err != nil {
@@ -38,6 +49,12 @@ func write(path string, r io.Reader, perm os.FileMode, durable bool) error {
 	if err := tmp.Chmod(perm); err != nil {
 		tmp.Close()
 		return err
+	}
+	if uid >= 0 || gid >= 0 {
+		if err := tmp.Chown(uid, gid); err != nil {
+			tmp.Close()
+			return err
+		}
 	}
 	if durable {
 		if err := tmp.Sync(); err != nil {
