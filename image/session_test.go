@@ -82,6 +82,20 @@ func TestHoldServesBuildWritesInOneHelper(t *testing.T) {
 	if err := s.PutCacheMarks(ctx, key1, nl2, []string{key1, key2}); err != nil {
 		t.Fatal(err)
 	}
+	// Writes at once (concurrent builds in serve): one goes to the
+	// session, the others to helpers of their own.
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			_, err := s.CommitDir(ctx, dir, "")
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent CommitDir: %v", err)
+		}
+	}
 	if got := pid(); got != first {
 		t.Errorf("helper pid %d after more writes, want the session's %d", got, first)
 	}
