@@ -14,7 +14,9 @@
 #   (DOCKER_BUILDKIT=0), each with its default network;
 # - a RUN step's cost: a Dockerfile of 10 `RUN true N` steps against one
 #   with none, both --no-cache and --network none, beside `exec true` in a
-#   running sandbox (none too); the report subtracts the Go API's exec.
+#   running sandbox (none too), through the CLI; the overhead figure the
+#   report checks (at most 30 ms) is bench/cmd/apibench's, which does the
+#   same through the Go API, build and exec in the same rounds.
 #
 # Writes OUT/build.json: hyperfine's export, one result per command, each
 # named (command field) as the report reads it. A peer that is missing is

@@ -11,6 +11,14 @@
 // step is reused when everything before it (the base image and every
 // earlier instruction, with the build args it used), its own instruction
 // and, for COPY and ADD, the digest of what it copies are the same.
+//
+// A build holds the store's helper session (image.Store.Hold): its layer
+// and cache writes go to one helper process in the store's user namespace
+// rather than one each. A RUN step's sandbox is removed in the background
+// once its layer is recorded; Build returns when all are gone. What a step
+// costs beyond its command is then mostly the start of its sandbox (an
+// overlay of its own layers, so not one the sandbox pool could start ahead):
+// BenchmarkRunStep and bench/cmd/apibench measure it.
 package build
 
 import (
@@ -27,6 +35,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/klauspost/compress/gzip"
@@ -113,6 +122,8 @@ type Builder struct {
 	cacheFrom []cacheImage
 	marks     *markRun
 	ctx       context.Context
+	// removing is the step sandboxes being removed in the background.
+	removing sync.WaitGroup
 }
 
 // cacheImage is an image given as --cache-from.
@@ -139,6 +150,11 @@ type stage struct {
 // Build runs the build. On failure nothing is tagged.
 func (bl *Builder) Build(ctx context.Context, o Options) (*Result, error) {
 	bl.o, bl.out, bl.ctx = o, o.Out, ctx
+	// One store helper for the build's writes rather than one per step.
+	defer bl.b.Store().Hold()()
+	// Step sandboxes are removed once their layer is recorded, while the
+	// build goes on; the build returns once they are gone.
+	defer bl.removing.Wait()
 	defer bl.flushMarks()
 	if bl.out == nil {
 		bl.out = io.Discard
@@ -694,7 +710,12 @@ func (bl *Builder) run(ctx context.Context, s *stage, c *instructions.RunCommand
 	if err != nil {
 		return err
 	}
-	defer sb.Remove()
+	removed := false
+	defer func() {
+		if !removed {
+			sb.Remove()
+		}
+	}()
 	fmt.Fprintf(bl.out, " ---> Running in %s\n", sb.ID()[:12])
 	events, err := sb.Stream(ctx, backend.ExecRequest{Argv: argv, NoSetup: true})
 	if err != nil {
@@ -727,6 +748,11 @@ func (bl *Builder) run(ctx context.Context, s *stage, c *instructions.RunCommand
 	if err != nil {
 		return err
 	}
+	// The layer is in the store: the sandbox goes in the background. A
+	// build killed before it is gone leaves it as one killed mid-step
+	// does: recorded as this process's, for prune.
+	removed = true
+	bl.removing.Go(func() { sb.Remove() })
 	s.addLayer(nl, store.LayerDir(nl.DiffID), src)
 	s.chain = key
 	return nil

@@ -2,6 +2,7 @@ package image
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -23,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/image/archive"
+	"github.com/slopbox/slopbox/internal/atomicfile"
 	"github.com/slopbox/slopbox/internal/lowerdirs"
 	"github.com/slopbox/slopbox/internal/userns"
 )
@@ -239,7 +241,7 @@ func (s *Store) PutCacheMarks(ctx context.Context, run string, top NewLayer, key
 		return err
 	}
 	b, _ := json.Marshal(cacheMarks{Layer: top, Keys: keys})
-	return writeFileAtomic(s, s.marksPath(run), b)
+	return writeCacheFile(s.marksPath(run), b)
 }
 
 func (s *Store) putCache(key string, nl NewLayer) error {
@@ -250,7 +252,15 @@ func (s *Store) putCache(key string, nl NewLayer) error {
 		return err
 	}
 	b, _ := json.Marshal(nl)
-	return writeFileAtomic(s, s.cachePath(key), b)
+	return writeCacheFile(s.cachePath(key), b)
+}
+
+// writeCacheFile writes a build cache entry atomically but not synced: an
+// entry is a hint, checked against the store when it is used (CachedLayer,
+// CacheMarks), and the layer blob and directory it names are not synced
+// either; a sync per step cost up to tens of ms on a busy disk.
+func writeCacheFile(path string, b []byte) error {
+	return atomicfile.WriteVolatile(path, bytes.NewReader(b), 0o644)
 }
 
 // CachedLayer returns the layer the build cache holds for key, if both

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -73,6 +74,15 @@ func (s *Store) runHelperResp(ctx context.Context, req helperRequest, file *os.F
 	for r := range s.insecure {
 		req.Insecure = append(req.Insecure, r)
 	}
+	slices.Sort(req.Insecure)
+	if se := s.sessionFor(&req); se != nil {
+		resp, sent, err := se.call(ctx, req, file)
+		if err == nil || sent {
+			return checkHelperResp(resp, err)
+		}
+		// The session's helper was gone before it had the request: one
+		// of its own.
+	}
 	in, _ := json.Marshal(req)
 	cmd := userns.Command(nil)
 	cmd.Env = append(cmd.Env, reexec.Env+"="+helperName)
@@ -115,13 +125,21 @@ func (s *Store) runHelperResp(ctx context.Context, req helperRequest, file *os.F
 		}
 		return nil, fmt.Errorf("image store helper failed: %v", werr)
 	}
+	return checkHelperResp(&resp, nil)
+}
+
+// checkHelperResp turns a helper's reply into the caller's error.
+func checkHelperResp(resp *helperResponse, err error) (*helperResponse, error) {
+	if err != nil {
+		return nil, err
+	}
 	if resp.Error != "" {
 		if se, ok := sentinels[resp.Kind]; ok {
 			return nil, &helperError{msg: resp.Error, kind: se}
 		}
 		return nil, errors.New(resp.Error)
 	}
-	return &resp, nil
+	return resp, nil
 }
 
 type helperError struct {
@@ -152,57 +170,81 @@ func helperMain() int {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go cancelOnTerm(cancel)
-		switch req.Op {
-		case "pull":
-			r, perr := s.ParseReference(req.Ref)
-			if err = perr; err == nil {
-				err = s.pullInside(ctx, r)
-			}
-		case "load":
-			if req.FD != 0 {
-				resp.Names, err = s.loadInside(ctx, req.Path, os.NewFile(uintptr(req.FD), req.Path))
-			} else {
-				resp.Names, err = s.loadInside(ctx, req.Path)
-			}
-		case "gc":
-			err = s.gcInside()
-		case "extract":
-			err = s.extractInside(ctx, req.Ref, req.Key)
-		case "commit-dir", "commit-tar":
-			var nl NewLayer
-			if req.Op == "commit-dir" {
-				nl, err = s.commitDirInside(ctx, req.Path, req.Key)
-			} else {
-				nl, err = s.commitTarInside(ctx, req.Parents, os.NewFile(uintptr(req.FD), "tar"), req.Key)
-			}
-			resp.Layer = &nl
-		case "put-cache", "put-cache-marks":
-			switch {
-			case req.Layer == nil:
-				err = errors.New("no layer")
-			case req.Op == "put-cache":
-				err = s.PutCache(ctx, req.Key, *req.Layer)
-			default:
-				err = s.PutCacheMarks(ctx, req.Key, *req.Layer, req.Keys)
-			}
-		case "export-paths":
-			out := os.NewFile(uintptr(req.FD), "tar")
-			resp.Matches, err = s.exportPathsInside(ctx, req.Parents, req.Patterns, out)
-			out.Close()
-		default:
-			err = fmt.Errorf("unknown operation %q", req.Op)
+		var file *os.File
+		if req.FD != 0 {
+			file = os.NewFile(uintptr(req.FD), req.Path)
 		}
+		err = serveHelper(ctx, s, req, file, &resp)
 	}
+	setHelperError(&resp, err)
 	if err != nil {
-		resp.Error = err.Error()
-		for k, se := range sentinels {
-			if errors.Is(err, se) {
-				resp.Kind = k
-			}
-		}
 		return 1
 	}
 	return 0
+}
+
+// serveHelper performs req inside the user namespace; file is the open
+// file the request passes (req.FD), or nil.
+func serveHelper(ctx context.Context, s *Store, req helperRequest, file *os.File, resp *helperResponse) error {
+	var err error
+	switch req.Op {
+	case "pull":
+		r, perr := s.ParseReference(req.Ref)
+		if err = perr; err == nil {
+			err = s.pullInside(ctx, r)
+		}
+	case "load":
+		if file != nil {
+			resp.Names, err = s.loadInside(ctx, req.Path, file)
+		} else {
+			resp.Names, err = s.loadInside(ctx, req.Path)
+		}
+	case "gc":
+		err = s.gcInside()
+	case "extract":
+		err = s.extractInside(ctx, req.Ref, req.Key)
+	case "commit-dir", "commit-tar":
+		var nl NewLayer
+		if req.Op == "commit-dir" {
+			nl, err = s.commitDirInside(ctx, req.Path, req.Key)
+		} else if file == nil {
+			err = errors.New("no tar passed")
+		} else {
+			nl, err = s.commitTarInside(ctx, req.Parents, file, req.Key)
+		}
+		resp.Layer = &nl
+	case "put-cache", "put-cache-marks":
+		switch {
+		case req.Layer == nil:
+			err = errors.New("no layer")
+		case req.Op == "put-cache":
+			err = s.PutCache(ctx, req.Key, *req.Layer)
+		default:
+			err = s.PutCacheMarks(ctx, req.Key, *req.Layer, req.Keys)
+		}
+	case "export-paths":
+		if file == nil {
+			return errors.New("no output passed")
+		}
+		resp.Matches, err = s.exportPathsInside(ctx, req.Parents, req.Patterns, file)
+		file.Close()
+	default:
+		err = fmt.Errorf("unknown operation %q", req.Op)
+	}
+	return err
+}
+
+// setHelperError puts err, if any, in resp, with its sentinel's name.
+func setHelperError(resp *helperResponse, err error) {
+	if err == nil {
+		return
+	}
+	resp.Error = err.Error()
+	for k, se := range sentinels {
+		if errors.Is(err, se) {
+			resp.Kind = k
+		}
+	}
 }
 
 // cancelOnTerm cancels the helper's work when the parent gives up, so that

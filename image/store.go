@@ -51,6 +51,7 @@ type Store struct {
 	insecure map[string]bool
 	progress Progress
 	stall    time.Duration // see WithStallTimeout
+	sess     *sessions     // see Hold
 }
 
 // Option configures a Store.
@@ -94,7 +95,7 @@ func Open(root string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{root: root, mapping: m, logf: func(string, ...any) {}, insecure: map[string]bool{}}
+	s := &Store{root: root, mapping: m, logf: func(string, ...any) {}, insecure: map[string]bool{}, sess: &sessions{}}
 	for _, o := range opts {
 		o(s)
 	}

@@ -29,7 +29,9 @@ mkdir -p "$OUT"
 read -ra PEERS <<<"${BENCH_PEERS:-slopbox slopbox-root tar-floor crun crun-rootless runc runc-rootless docker docker-nonet podman podman-rootless skopeo-umoci skopeo-umoci-rootless host host-unshare-Urnm-user}"
 "$HARNESS/40-bench.sh" -o "$OUT" "${PEERS[@]}"
 
-# The Go API, rootless and as root, on the same machine right after.
+# The Go API, rootless and as root, on the same machine right after
+# (rootless, every figure: also a Dockerfile RUN step's overhead over an
+# exec of the same command, issue 25).
 CGO_ENABLED=1 go build -tags "seccomp netgo osusergo slopbox_helper" -ldflags "-extldflags -static" -o "$OUT/apibench" ./bench/cmd/apibench
 chmod 755 "$OUT" "$OUT/apibench"
 as_user "$OUT/apibench" -image "$BUSYBOX_REF" -scale "${SCALE_API:-100}" >"$OUT/api-rootless.jsonl"

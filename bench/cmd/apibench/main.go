@@ -1,7 +1,8 @@
 // Command apibench times slopbox through its Go API (no CLI process in the
 // loop): spawning a sandbox ready for exec, exec of `true`, exec of 10 MB of
-// stdout, 100 idle sandboxes (start time and PSS of their processes), and
-// the local backend against a bare fork+exec. It prints one JSON object per
+// stdout, 100 idle sandboxes (start time and PSS of their processes), a
+// Dockerfile RUN step against an exec, and the local backend against a
+// bare fork+exec. It prints one JSON object per
 // measurement; scripts/bench.sh puts them beside the peers' figures.
 package main
 
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/build"
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/internal/reexec"
 	"github.com/slopbox/slopbox/local"
@@ -77,7 +79,9 @@ func main() {
 	scale := flag.Int("scale", 100, "idle sandboxes for the density figure")
 	par := flag.Int("par", 1, "spawn the idle sandboxes from this many goroutines at once")
 	hold := flag.Duration("hold", 0, "keep the idle sandboxes up this long before removing them (to look at them from outside)")
-	only := flag.String("only", "spawn,exec,exec10mb,scale,local", "measurements")
+	only := flag.String("only", "spawn,exec,exec10mb,scale,local,build", "measurements")
+	buildSteps := flag.Int("build-steps", 10, "RUN steps of the build figure's Dockerfile")
+	buildRuns := flag.Int("build-runs", 15, "repetitions of the build figure")
 	flag.Parse()
 	has := func(m string) bool { return slices.Contains(strings.Split(*only, ","), m) }
 	ctx := context.Background()
@@ -215,6 +219,9 @@ func main() {
 		}
 		sb.Cleanup()
 	}
+	if has("build") {
+		buildFigure(ctx, b, *ref, *buildSteps, *buildRuns)
+	}
 	if has("scale") {
 		// The exec of `true` into one sandbox with it alone, then the same
 		// with all *scale idle beside it: the idle ones must not slow it.
@@ -311,6 +318,64 @@ func main() {
 			"exec_true_median_ms_alone": ms(alone50), "exec_true_median_ms_crowded": ms(crowded50),
 		}})
 	}
+}
+
+// buildFigure measures a Dockerfile RUN step's overhead (issue 25: at
+// most 30 ms) over the same command in a running sandbox: each round
+// builds FROM ref with n `RUN true` steps and the same Dockerfile with
+// none (--no-cache, --network none, as the CLI builds: no sandboxes kept
+// ready), then execs `true` n times in a running sandbox. A step costs
+// (build with n - build with none) / n, its overhead is that minus one
+// exec; the figures are medians over the rounds, each round's taken
+// together, so that a load on the machine weighs on both sides alike.
+func buildFigure(ctx context.Context, b *sandbox.Backend, ref string, n, runs int) {
+	b.KeepReady(false)
+	defer b.KeepReady(true)
+	dir, err := os.MkdirTemp("", "apibench-build-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	dockerfile := func(steps int) []byte {
+		var s strings.Builder
+		fmt.Fprintf(&s, "FROM %s\nLABEL bench=run%d\n", ref, steps)
+		for i := range steps {
+			fmt.Fprintf(&s, "RUN true %d\n", i)
+		}
+		return []byte(s.String())
+	}
+	timeBuild := func(steps int) time.Duration {
+		t := time.Now()
+		if _, err := build.New(b).Build(ctx, build.Options{ContextDir: dir, DockerfileContent: dockerfile(steps), NoCache: true, Network: backend.NetworkNone}); err != nil {
+			log.Fatalf("build with %d RUN steps: %v", steps, err)
+		}
+		return time.Since(t)
+	}
+	sb, err := b.Spawn(ctx, backend.SpawnSpec{Image: ref, NoWorkspaceMount: true, DisableSetup: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Cleanup()
+	var step, execs, over []time.Duration
+	for i := -1; i < runs; i++ { // a warm-up round first
+		b0, bn := timeBuild(0), timeBuild(n)
+		t := time.Now()
+		for range n {
+			if res, err := sb.Exec(ctx, backend.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+				log.Fatal(err, res)
+			}
+		}
+		e := time.Since(t) / time.Duration(n)
+		if i >= 0 {
+			st := (bn - b0) / time.Duration(n)
+			step, execs, over = append(step, st), append(execs, e), append(over, st-e)
+		}
+	}
+	extra := map[string]any{"steps": n}
+	emit(stats("build_run_step_api", step, extra))
+	emit(stats("build_run_step_exec_api", execs, extra))
+	emit(stats("build_run_step_overhead_api", over, extra))
 }
 
 // descendants returns pid and every process below it.
