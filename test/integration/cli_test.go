@@ -282,7 +282,7 @@ func TestSandboxAcrossProcesses(t *testing.T) {
 	if out := e.must("exec", "box", "cat", "/tmp/f"); out != "persisted\n" {
 		t.Errorf("files after stop/start: %q", out)
 	}
-	if out, code := e.run("", "rm", "box"); code == 0 || !strings.Contains(out, "stop it first") {
+	if out, code := e.run("", "rm", "box"); code == 0 || !strings.Contains(out, "Stop the container before attempting removal") {
 		t.Errorf("rm of a running sandbox: %d %q", code, out)
 	}
 	e.must("rm", "-f", "box")
