@@ -93,18 +93,19 @@ checked() {
 status=0
 
 # checked_bg NAME OUT CMD...: a phase (a checked or gotest call) run in the
-# background, its output kept in OUT and shown by wait_bg when it ends.
-bg_pid="" bg_out=""
+# background, its output kept in OUT and shown by wait_bg NAME when it ends.
+declare -A bg_pids=() bg_outs=()
 checked_bg() {
-	bg_out=$2
+	local name=$1 out=$2
 	shift 2
-	"$@" >"$bg_out" 2>&1 &
-	bg_pid=$!
+	"$@" >"$out" 2>&1 &
+	bg_pids[$name]=$!
+	bg_outs[$name]=$out
 }
 wait_bg() {
 	local rc=0
-	wait "$bg_pid" || rc=1
-	cat "$bg_out"
+	wait "${bg_pids[$1]}" || rc=1
+	cat "${bg_outs[$1]}"
 	return "$rc"
 }
 
@@ -165,13 +166,15 @@ mapfile -t race_pkgs < <(go list "${RACE_PKGS[@]}")
 mapfile -t plain_pkgs < <(go list ./... | grep -vxF -f <(printf '%s\n' "${race_pkgs[@]}"))
 checked_bg root-race "$logs/root-race.out" gotest root-race 18m -race -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 16m -skip "$STRESS" "${race_pkgs[@]}"
 gotest root 22m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 20m -skip "$STRESS|$RACE_CLI" "${plain_pkgs[@]}" || status=1
-wait_bg || status=1
+wait_bg root-race || status=1
 gotest root-stress 6m -p 1 -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 5m -run "$STRESS" "${STRESS_PKGS[@]}" || status=1
 
 # The CLI and serve under the race detector: a -race slopbox drives the
-# integration tests named in RACE_CLI.
+# integration tests named in RACE_CLI, in the background while fuzzing and
+# the rootless packages run (each mostly waits on processes); the stress
+# steps come after it, alone.
 go build -race -tags "$TAGS" -o "$logs/slopbox-race" ./cmd/slopbox
-SLOPBOX_BIN=$logs/slopbox-race gotest race-cli 15m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 14m -run "$RACE_CLI" ./test/integration/ || status=1
+SLOPBOX_BIN=$logs/slopbox-race checked_bg race-cli "$logs/race-cli.out" gotest race-cli 15m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 14m -run "$RACE_CLI" ./test/integration/
 
 # Each fuzz target for a bounded time (its seeds and testdata/fuzz corpus
 # also ran above, as tests).
@@ -201,6 +204,7 @@ git ls-files -z | xargs -0 -I{} cp --parents {} "$work/"
 mkdir -p "$work/bin" && cp bin/slopbox "$work/bin/slopbox" # for test/integration
 chmod -R a+rX "$work"
 chmod 755 "$work"
+stress_bins=()
 for pkg in "${ROOTLESS_PKGS[@]}"; do
 	[[ -d $pkg ]] || continue
 	ls "$pkg"/*_test.go >/dev/null 2>&1 || continue
@@ -210,9 +214,24 @@ for pkg in "${ROOTLESS_PKGS[@]}"; do
 	name=rootless-$(basename "$pkg")
 	asuser "$name" 12m "$pkg" "$bin" -test.timeout=11m -test.skip "$ROOT_ONLY|$STRESS" || status=1
 	if [[ " ${STRESS_PKGS[*]} " == *" $pkg "* ]]; then
-		asuser "$name-stress" 6m "$pkg" "$bin" -test.timeout=5m -test.run "$STRESS" || status=1
+		stress_bins+=("$name-stress $pkg $bin")
 	fi
 done
+wait_bg race-cli || status=1
+for step in "${stress_bins[@]}"; do
+	read -r name pkg bin <<<"$step"
+	asuser "$name" 6m "$pkg" "$bin" -test.timeout=5m -test.run "$STRESS" || status=1
+done
+
+# The cgroup v2 suite in a VM (Vagrantfile, test/vm): what a cgroup v1
+# host cannot show. It boots and runs (QEMU) while docker-py runs here.
+# SLOPBOX_SKIP_VM=1 leaves it out of a local run, and says so; CI runs it.
+if [[ -n ${SLOPBOX_SKIP_VM:-} ]]; then
+	echo "== VM suite LEFT OUT (SLOPBOX_SKIP_VM is set)" >&2
+	echo "== LEFT OUT: the VM suite (SLOPBOX_SKIP_VM is set)" >>"$summary"
+else
+	checked_bg vm "$logs/vm.out" checked vm 20m scripts/vm-test.sh
+fi
 
 # docker-py's own integration suite against serve, client and server as
 # the same user: as root and as $TEST_USER, side by side (each mostly waits
@@ -233,14 +252,8 @@ else
 	status=1
 fi
 
-# The cgroup v2 suite in a VM (Vagrantfile, test/vm): what a cgroup v1
-# host cannot show. SLOPBOX_SKIP_VM=1 leaves it out of a local run, and
-# says so; CI runs it.
-if [[ -n ${SLOPBOX_SKIP_VM:-} ]]; then
-	echo "== VM suite LEFT OUT (SLOPBOX_SKIP_VM is set)" >&2
-	echo "== LEFT OUT: the VM suite (SLOPBOX_SKIP_VM is set)" >>"$summary"
-else
-	checked vm 20m scripts/vm-test.sh || status=1
+if [[ -z ${SLOPBOX_SKIP_VM:-} ]]; then
+	wait_bg vm || status=1
 fi
 
 echo "== all tests took $SECONDS s" >&2
