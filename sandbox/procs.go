@@ -60,6 +60,7 @@ func (s *Sandbox) Processes() ([]Process, error) {
 	}
 	all := map[int]Process{}
 	children := map[int][]int{}
+	noArgs := map[int]bool{} // not a zombie, no command line (yet)
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
@@ -95,6 +96,9 @@ func (s *Sandbox) Processes() ([]Process, error) {
 		p.Command = strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
 		if p.Command == "" {
 			p.Command = "[" + string(b[bytes.IndexByte(b, '(')+1:i]) + "]"
+			if f[0] != "Z" {
+				noArgs[pid] = true
+			}
 		}
 		all[pid] = p
 		children[ppid] = append(children[ppid], pid)
@@ -118,6 +122,19 @@ func (s *Sandbox) Processes() ([]Process, error) {
 		}
 	}
 	walk(s.rec.Pid)
+	// A process in the middle of execve has its new name but not yet its
+	// arguments (the kernel sets them up last): a command just started
+	// (docker top right after run -d) would read as "[sleep]". Only a
+	// zombie keeps an empty command line for good.
+	for i := range out {
+		for tries := 0; noArgs[out[i].PID] && tries < 25; tries++ {
+			time.Sleep(2 * time.Millisecond)
+			if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", out[i].PID)); len(cmdline) > 0 {
+				out[i].Command = strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
+				break
+			}
+		}
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
 	return out, nil
 }
