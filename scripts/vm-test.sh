@@ -58,6 +58,17 @@ remove_domain() {
 	done
 }
 
+# One VM suite at a time on a host: each run starts the libvirt daemons
+# it needs when none runs and stops them, with the networks it started,
+# when it ends, which would pull them from under a second checkout's run
+# (seen: "virDomainLookupByUUID failed: Cannot write data: Broken pipe").
+# The lock goes with this process.
+exec 9>/run/lock/slopbox-vm-test.lock
+if ! flock -n 9; then
+	echo "vm-test: waiting for another checkout's VM suite to end" >&2
+	flock 9
+fi
+
 started=()
 nets_before=" $(virsh -q net-list --name 2>/dev/null | tr '\n' ' ' || true) "
 cleanup() {
