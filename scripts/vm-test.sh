@@ -104,7 +104,7 @@ trap 'exit 143' TERM
 rm -f /etc/libvirt/qemu/networks/autostart/default.xml
 for d in virtlogd libvirtd; do
 	if ! pgrep -x "$d" >/dev/null; then
-		"$d" -d -p "$WORK/$d.pid"
+		"$d" -d -p "$WORK/$d.pid" 9>&-
 		started+=("$WORK/$d.pid")
 	fi
 done
