@@ -220,9 +220,14 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 		return err
 	}
 	files = append([]*os.File{self}, files...)
+	// The mode says which fds the monitor is given (monitor.c): it closes
+	// any other it inherits.
 	mode := "pipes"
-	if o.TTY {
+	switch {
+	case o.TTY:
 		mode = "tty"
+	case len(files) == 5:
+		mode = "pipes+stdin"
 	}
 	m := exec.Command(bins.monitor, s.b.root, s.rec.ID, mode)
 	m.Args[0] = "slopbox-monitor"
