@@ -124,6 +124,15 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 		fmt.Fprintln(os.Stderr, "slopbox: test hook: paused before the main command starts")
 		select {}
 	}
+	bins, err := s.b.binaries()
+	if err != nil {
+		return err
+	}
+	mon, err := s.b.openMonitor(bins.monitor)
+	if err != nil {
+		return err
+	}
+	defer mon.Close()
 	os.Remove(filepath.Join(s.dir, exitFile))
 	conn, err := s.dial()
 	if err != nil {
@@ -208,10 +217,6 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 			return fmt.Errorf("exec: %w", execErr)
 		}
 	}
-	bins, err := s.b.binaries()
-	if err != nil {
-		return err
-	}
 	// The monitor execs this program once the command has ended, to
 	// record its exit and stop the sandbox: an fd of it, which stays valid
 	// whatever becomes of its path (an upgrade, a test binary removed).
@@ -229,7 +234,7 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 	case len(files) == 5:
 		mode = "pipes+stdin"
 	}
-	m := exec.Command(bins.monitor, s.b.root, s.rec.ID, mode)
+	m := exec.Command(monitorExec(mon), s.b.root, s.rec.ID, mode)
 	m.Args[0] = "slopbox-monitor"
 	m.Env = append(os.Environ(), reexec.Env+"="+monitorHelper, "_SLOPBOX_MONITOR=1")
 	m.ExtraFiles = files

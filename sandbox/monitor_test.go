@@ -368,3 +368,65 @@ func TestMonitorEnds(t *testing.T) {
 		t.Errorf("exit record %+v %v, want PID 1 lost (SIGKILL)", e, ok)
 	}
 }
+
+// TestMonitorProgramChecked: the monitor program run is the one checked
+// (openMonitor): as root it runs as host root, from a store whose root
+// directory belongs to root of its user namespace, which could put
+// another directory in place of bin/. A program of another user's, one
+// others may write, a symlink, or (with the embedded build) other bytes
+// are refused.
+func TestMonitorProgramChecked(t *testing.T) {
+	root := filepath.Join(searchableTempDir(t), "root")
+	b, err := New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	bins, err := b.binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := b.openMonitor(bins.monitor)
+	if err != nil {
+		t.Fatalf("the installed monitor: %v", err)
+	}
+	if fi, err := os.Stat(monitorExec(f)); err != nil || !os.SameFile(fi, mustStat(t, bins.monitor)) {
+		t.Errorf("%s is not the monitor (%v)", monitorExec(f), err)
+	}
+	f.Close()
+	content, err := os.ReadFile(bins.monitor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bad := map[string]func(string) error{
+		"writable by others": func(p string) error {
+			if err := os.WriteFile(p, content, 0o755); err != nil {
+				return err
+			}
+			return os.Chmod(p, 0o777)
+		},
+		"a symlink": func(p string) error { return os.Symlink(bins.monitor, p) },
+	}
+	if os.Geteuid() == 0 {
+		bad["another user's"] = func(p string) error {
+			if err := os.WriteFile(p, content, 0o755); err != nil {
+				return err
+			}
+			return os.Chown(p, 65534, 65534)
+		}
+	}
+	if len(monitorBinary) > 0 {
+		bad["another program"] = func(p string) error { return os.WriteFile(p, []byte("#!/bin/sh\nid\n"), 0o755) }
+	}
+	for name, plant := range bad {
+		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
+		if err := plant(p); err != nil {
+			t.Fatal(err)
+		}
+		if f, err := b.openMonitor(p); err == nil {
+			f.Close()
+			t.Errorf("a monitor %s was accepted", name)
+		}
+	}
+}
