@@ -430,3 +430,47 @@ func TestMonitorProgramChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestLogReadersPlantedFiles: the log's readers (logs, attach), which may
+// run as host root, neither create nor read a file through a symlink in
+// the state directory, nor wait on a fifo there.
+func TestLogReadersPlantedFiles(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(t.TempDir(), "created")
+	s := &Sandbox{dir: dir}
+	path := filepath.Join(dir, logFile)
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := s.FollowOutput(); err == nil {
+		o.Close()
+		t.Error("FollowOutput opened the log through a symlink")
+	}
+	if _, err := os.Lstat(target); err == nil {
+		t.Error("FollowOutput created the symlink's target")
+	}
+	if f, err := openLog(path); err == nil {
+		f.Close()
+		t.Error("openLog read the log through a symlink")
+	}
+	os.Remove(path)
+	if err := unix.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		o, err := s.FollowOutput()
+		if err == nil {
+			o.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("FollowOutput took a fifo for the log")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("FollowOutput waits on a fifo")
+	}
+}
