@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/slopbox/slopbox/internal/atomicfile"
+
+	"golang.org/x/sys/unix"
 )
 
 // binaries are the programs a sandbox start runs: the spawn server (""
@@ -182,3 +184,48 @@ func writeFileAtomic(path string, r io.Reader, mode os.FileMode) error {
 // binary (re-executed); "" (the default) uses the embedded helper when the
 // binary carries one. The CLI passes $SLOPBOX_SPAWN_HELPER.
 func (b *Backend) UseSpawnHelper(program string) { b.spawnHelper = program }
+
+// openMonitor opens the monitor program (binaries.monitor) to run it as
+// /proc/self/fd/N (monitorExec), checked: as root the monitor runs as host
+// root, and the store's root directory belongs to root of the store's user
+// namespace (an unprivileged host id, which extracts image layers), which
+// could move another directory in place of bin/ between a check of a path
+// and its exec. So the file run is the one checked: a regular file of this
+// user's own that no one else may write, the embedded build's bytes when
+// this binary carries one. The fd is above any that exec.Cmd moves its
+// files through.
+func (b *Backend) openMonitor(path string) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the monitor: %w", err)
+	}
+	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 64)
+	unix.Close(fd)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(nfd), path)
+	var st unix.Stat_t
+	if err := unix.Fstat(nfd, &st); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		f.Close()
+		return nil, fmt.Errorf("the monitor %s is not a program of this user's own (owner %d, mode %o): remove it", path, st.Uid, st.Mode)
+	}
+	if len(monitorBinary) > 0 {
+		got, err := os.ReadFile(monitorExec(f))
+		if err == nil && !bytes.Equal(got, monitorBinary) {
+			err = fmt.Errorf("the monitor %s is not this slopbox's: remove it", path)
+		}
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// monitorExec is the path that runs the program open as f.
+func monitorExec(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }

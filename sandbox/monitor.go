@@ -124,6 +124,15 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 		fmt.Fprintln(os.Stderr, "slopbox: test hook: paused before the main command starts")
 		select {}
 	}
+	bins, err := s.b.binaries()
+	if err != nil {
+		return err
+	}
+	mon, err := s.b.openMonitor(bins.monitor)
+	if err != nil {
+		return err
+	}
+	defer mon.Close()
 	os.Remove(filepath.Join(s.dir, exitFile))
 	conn, err := s.dial()
 	if err != nil {
@@ -208,10 +217,6 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 			return fmt.Errorf("exec: %w", execErr)
 		}
 	}
-	bins, err := s.b.binaries()
-	if err != nil {
-		return err
-	}
 	// The monitor execs this program once the command has ended, to
 	// record its exit and stop the sandbox: an fd of it, which stays valid
 	// whatever becomes of its path (an upgrade, a test binary removed).
@@ -220,11 +225,16 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 		return err
 	}
 	files = append([]*os.File{self}, files...)
+	// The mode says which fds the monitor is given (monitor.c): it closes
+	// any other it inherits.
 	mode := "pipes"
-	if o.TTY {
+	switch {
+	case o.TTY:
 		mode = "tty"
+	case len(files) == 5:
+		mode = "pipes+stdin"
 	}
-	m := exec.Command(bins.monitor, s.b.root, s.rec.ID, mode)
+	m := exec.Command(monitorExec(mon), s.b.root, s.rec.ID, mode)
 	m.Args[0] = "slopbox-monitor"
 	m.Env = append(os.Environ(), reexec.Env+"="+monitorHelper, "_SLOPBOX_MONITOR=1")
 	m.ExtraFiles = files
@@ -576,7 +586,7 @@ func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writ
 		// stays readable when the sandbox is removed before its first
 		// line was read (docker-py's run(remove=True) follows, waits,
 		// removes, then reads).
-		if f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o600); err == nil {
+		if f, err := openLogFile(path, os.O_CREATE); err == nil {
 			f.Close()
 		}
 	}
@@ -651,11 +661,28 @@ type logTail struct {
 // openLog opens a log file to read, with a shared lock that a rotation
 // waits for (logWriter.rotate) while it is open.
 func openLog(path string) (*os.File, error) {
-	f, err := os.Open(path)
+	f, err := openLogFile(path, 0)
 	if err == nil {
 		unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
 	}
 	return f, err
+}
+
+// openLogFile opens the log file at path to read (flag: os.O_CREATE or
+// 0), a regular file, not through a symlink: the state directory is
+// written by root of the store's user namespace too (see monitor.c), and
+// this may run as host root, which must not create or read a file
+// elsewhere, or wait on a fifo, for it.
+func openLogFile(path string, flag int) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|flag|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a log file", path)
+	}
+	return f, nil
 }
 
 // missedNotice tells a follower, on w, that the log dropped output it had
@@ -832,7 +859,7 @@ type OutputFollower struct {
 // open log stays readable when an AutoRemove sandbox goes with its command.
 func (s *Sandbox) FollowOutput() (*OutputFollower, error) {
 	path := filepath.Join(s.dir, logFile)
-	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o600)
+	f, err := openLogFile(path, os.O_CREATE)
 	if err != nil {
 		return nil, err
 	}

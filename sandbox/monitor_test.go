@@ -2,6 +2,10 @@ package sandbox
 
 import (
 	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/reexec"
 
 	"golang.org/x/sys/unix"
@@ -173,5 +178,299 @@ func TestMonitorProcess(t *testing.T) {
 	}
 	if len(pieces) < 7 {
 		t.Errorf("%d log lines, want the 40000-byte line in 3 pieces at least: %q", len(pieces), pieces)
+	}
+}
+
+// testMonitor returns the monitor this binary uses (as TestMonitorProcess)
+// and a state root for it.
+func testMonitor(t *testing.T) (bin, root string) {
+	root = filepath.Join(searchableTempDir(t), "root")
+	b, err := New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	bins, err := b.binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bins.monitor, root
+}
+
+// TestMonitorFDs: the monitor holds the fds it is given (the command's
+// stdin with pipes+stdin) while the command runs, and closes at once any
+// other it inherits: one that slopbox's own caller left without
+// FD_CLOEXEC (a shell's, make's jobserver pipe) would otherwise stay open
+// as long as the command runs, and whoever waits for its end would wait
+// for the command.
+func TestMonitorFDs(t *testing.T) {
+	bin, root := testMonitor(t)
+	heldR, heldW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer heldR.Close()
+	leakR, leakW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leakR.Close()
+	r := startMonitor(t, bin, root, "", "pipes+stdin", heldW, leakW)
+	heldW.Close()
+	leakW.Close()
+	r.waitReady()
+	buf := make([]byte, 1)
+	leakR.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := leakR.Read(buf); err != io.EOF {
+		t.Errorf("an inherited fd the monitor was not given: read %v, want EOF (closed by the monitor)", err)
+	}
+	heldR.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := heldR.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the stdin it holds: read %v, want it held open", err)
+	}
+	r.exit(0)
+	heldR.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := heldR.Read(buf); err != io.EOF {
+		t.Errorf("the stdin it held, once it has ended: read %v, want EOF", err)
+	}
+}
+
+// TestMonitorPlantedFiles: what root of the store's user namespace (which
+// may write the state directory) left there under the names the monitor
+// writes is not written through: a hard link to another file is replaced,
+// not truncated or appended to, and a fifo does not block the monitor.
+func TestMonitorPlantedFiles(t *testing.T) {
+	bin, root := testMonitor(t)
+	dir := filepath.Join(root, "c", monitorTestID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(root, "victim")
+	if err := os.WriteFile(victim, []byte("precious\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(victim, filepath.Join(dir, monitorReady)); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(dir, logFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := startMonitor(t, bin, root, "", "pipes")
+	r.waitReady()
+	r.out.WriteString("hello\n")
+	r.exit(0)
+	if pieces := logPieces(t, dir, maxLog); len(pieces) != 1 || pieces[0].Log != "hello\n" {
+		t.Errorf("the log: %+v, want hello", pieces)
+	}
+
+	// A rotation: the one before, a hard link, is replaced, not emptied.
+	small, _ := buildMonitor(t, t.TempDir(), "monitor-small", fmt.Sprintf("-DMAX_LOG=%d", smallLog))
+	if small == "" {
+		t.Log("no C compiler: the rotation is not tried")
+	} else {
+		root = filepath.Join(t.TempDir(), "root")
+		dir = filepath.Join(root, "c", monitorTestID)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Link(victim, filepath.Join(dir, logFile+".1")); err != nil {
+			t.Fatal(err)
+		}
+		r := startMonitor(t, small, root, "/bin/true", "pipes")
+		line := strings.Repeat("x", 99) + "\n"
+		for range 2 * smallLog / len(line) {
+			r.out.WriteString(line)
+		}
+		r.exit(0)
+		logPieces(t, dir, smallLog)
+		if fi, err := os.Stat(filepath.Join(dir, logFile+".1")); err != nil || os.SameFile(fi, mustStat(t, victim)) {
+			t.Errorf("the log was not rotated (%v)", err)
+		}
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "precious\n" {
+		t.Errorf("the file linked into the state directory holds %q (%v), want it untouched", b, err)
+	}
+}
+
+func mustStat(t *testing.T, path string) os.FileInfo {
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi
+}
+
+// TestMonitorLogWriteFails: a write of the log that fails part-way (here
+// over RLIMIT_FSIZE, as on a full disk) neither ends the monitor (SIGXFSZ)
+// nor spoils the lines after it: the partial line is ended, and readers
+// skip it.
+func TestMonitorLogWriteFails(t *testing.T) {
+	bin, root := testMonitor(t)
+	r := startMonitor(t, bin, root, "", "pipes")
+	r.waitReady()
+	pid := r.cmd.Process.Pid
+	if err := unix.Prlimit(pid, unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: 4096, Max: unix.RLIM_INFINITY}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.out.WriteString(strings.Repeat("x", 10000) + "\n")
+	path := filepath.Join(r.dir, logFile)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if fi, err := os.Stat(path); err == nil && fi.Size() == 4096 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log never reached the file size limit; the monitor's stderr: %s", r.stderr.String())
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // its write has failed
+	if err := unix.Prlimit(pid, unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.out.WriteString("after\n")
+	r.exit(0)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	if len(lines) != 3 || lines[2] != "" || len(lines[0]) != 4097 {
+		t.Fatalf("the log: %d lines, the first of %d bytes, want the cut one ended, then one: %q", len(lines)-1, len(lines[0]), b[max(0, len(b)-200):])
+	}
+	var l logLine
+	if err := json.Unmarshal([]byte(lines[1]), &l); err != nil || l.Log != "after\n" {
+		t.Errorf("the line after the failed one: %q (%v)", lines[1], err)
+	}
+}
+
+// TestMonitorEnds: a reply from PID 1 that stops half-way does not stop
+// the monitor (it counts as PID 1 lost), and output held back for the
+// rest of a character is logged when the drain ends with the pipes still
+// open (a background process holds them).
+func TestMonitorEnds(t *testing.T) {
+	bin, root := testMonitor(t)
+	r := startMonitor(t, bin, root, "", "pipes")
+	r.waitReady()
+	r.out.WriteString("held \xe2\x82")
+	reply := make([]byte, 8)
+	binary.NativeEndian.PutUint32(reply, replyExited)
+	if _, err := r.agent.Write(reply[:4]); err != nil {
+		t.Fatal(err)
+	}
+	r.wait()
+	var got strings.Builder
+	for _, l := range logPieces(t, r.dir, maxLog) {
+		got.WriteString(l.Log)
+	}
+	if got.String() != "held \ufffd\ufffd" {
+		t.Errorf("the log holds %q, want the output cut short by the drain's end", got.String())
+	}
+	if e, ok := readExit(r.dir); !ok || e.ExitCode != backend.ExitSignalBase+int(syscall.SIGKILL) {
+		t.Errorf("exit record %+v %v, want PID 1 lost (SIGKILL)", e, ok)
+	}
+}
+
+// TestMonitorProgramChecked: the monitor program run is the one checked
+// (openMonitor): as root it runs as host root, from a store whose root
+// directory belongs to root of its user namespace, which could put
+// another directory in place of bin/. A program of another user's, one
+// others may write, a symlink, or (with the embedded build) other bytes
+// are refused.
+func TestMonitorProgramChecked(t *testing.T) {
+	root := filepath.Join(searchableTempDir(t), "root")
+	b, err := New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	bins, err := b.binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := b.openMonitor(bins.monitor)
+	if err != nil {
+		t.Fatalf("the installed monitor: %v", err)
+	}
+	if fi, err := os.Stat(monitorExec(f)); err != nil || !os.SameFile(fi, mustStat(t, bins.monitor)) {
+		t.Errorf("%s is not the monitor (%v)", monitorExec(f), err)
+	}
+	f.Close()
+	content, err := os.ReadFile(bins.monitor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bad := map[string]func(string) error{
+		"writable by others": func(p string) error {
+			if err := os.WriteFile(p, content, 0o755); err != nil {
+				return err
+			}
+			return os.Chmod(p, 0o777)
+		},
+		"a symlink": func(p string) error { return os.Symlink(bins.monitor, p) },
+	}
+	if os.Geteuid() == 0 {
+		bad["another user's"] = func(p string) error {
+			if err := os.WriteFile(p, content, 0o755); err != nil {
+				return err
+			}
+			return os.Chown(p, 65534, 65534)
+		}
+	}
+	if len(monitorBinary) > 0 {
+		bad["another program"] = func(p string) error { return os.WriteFile(p, []byte("#!/bin/sh\nid\n"), 0o755) }
+	}
+	for name, plant := range bad {
+		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
+		if err := plant(p); err != nil {
+			t.Fatal(err)
+		}
+		if f, err := b.openMonitor(p); err == nil {
+			f.Close()
+			t.Errorf("a monitor %s was accepted", name)
+		}
+	}
+}
+
+// TestLogReadersPlantedFiles: the log's readers (logs, attach), which may
+// run as host root, neither create nor read a file through a symlink in
+// the state directory, nor wait on a fifo there.
+func TestLogReadersPlantedFiles(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(t.TempDir(), "created")
+	s := &Sandbox{dir: dir}
+	path := filepath.Join(dir, logFile)
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := s.FollowOutput(); err == nil {
+		o.Close()
+		t.Error("FollowOutput opened the log through a symlink")
+	}
+	if _, err := os.Lstat(target); err == nil {
+		t.Error("FollowOutput created the symlink's target")
+	}
+	if f, err := openLog(path); err == nil {
+		f.Close()
+		t.Error("openLog read the log through a symlink")
+	}
+	os.Remove(path)
+	if err := unix.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		o, err := s.FollowOutput()
+		if err == nil {
+			o.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("FollowOutput took a fifo for the log")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("FollowOutput waits on a fifo")
 	}
 }

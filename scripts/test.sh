@@ -178,7 +178,8 @@ SLOPBOX_BIN=$logs/slopbox-race checked_bg race-cli "$logs/race-cli.out" gotest r
 
 # Each fuzz target for a bounded time (its seeds and testdata/fuzz corpus
 # also ran above, as tests).
-# FuzzAgentRequest's inputs go to a live PID 1 and some take long, and
+# FuzzAgentRequest's inputs go to a live PID 1 and some take long,
+# FuzzMonitorLog's each start a monitor process (sanitized), and
 # FuzzApplyLayer's new inputs are minimized slowly here (each run makes
 # and removes a directory tree on a disk mounted with discard): a time
 # bound can end the run in the middle of one, which go test reports as
@@ -188,7 +189,7 @@ SLOPBOX_BIN=$logs/slopbox-race checked_bg race-cli "$logs/race-cli.out" gotest r
 # shellcheck disable=SC2317 # run through checked (bash -c)
 fuzz() {
 	local target name pkg bound rc=0
-	for target in "FuzzApplyLayer ./image/archive/ 20000x" "FuzzParseReference ./image/" "FuzzAgentRequest ./sandbox/ 8000x" "FuzzParseSpec ./dockercompat/" "FuzzGlob ./dockercompat/" "FuzzReadArchive ./dockercompat/"; do
+	for target in "FuzzApplyLayer ./image/archive/ 20000x" "FuzzParseReference ./image/" "FuzzAgentRequest ./sandbox/ 8000x" "FuzzMonitorLog ./sandbox/ 400x" "FuzzParseSpec ./dockercompat/" "FuzzGlob ./dockercompat/" "FuzzReadArchive ./dockercompat/"; do
 		read -r name pkg bound <<<"$target"
 		go test -tags "$TAGS" -ldflags "$LDFLAGS" -run '^$' -fuzz "^$name\$" -fuzztime "${bound:-${FUZZTIME:-10s}}" "$pkg" || rc=1
 	done

@@ -29,12 +29,20 @@
 // Go runtime starts, when _SLOPBOX_MONITOR=1 is set (a program built
 // without the embedded helper).
 //
-// Invocation: argv = slopbox-monitor ROOT ID pipes|tty; fds:
+// Invocation: argv = slopbox-monitor ROOT ID pipes|pipes+stdin|tty; fds:
 //   3  the slopbox program to exec at the end (O_PATH)
 //   4  the connection to the sandbox's PID 1 the command was started on
 //   5  its stdout (with tty: the terminal's master)
 //   6  its stderr (pipes only)
-//   7… anything to hold open while the command runs (its stdin's writer)
+//   7  its stdin's writer, held open while the command runs (pipes+stdin)
+// Any other fd it inherits (one its caller's caller left without
+// FD_CLOEXEC) is closed at once: the monitor outlives its caller, and must
+// not hold that caller's pipes open for the command's lifetime.
+//
+// The sandbox's state directory is written, besides slopbox, by root of
+// the store's user namespace (as root: an unprivileged host id that also
+// extracts image layers), so the monitor (host root then) opens nothing
+// there it did not check: no symlink, fifo or hard link is written through.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -56,14 +64,23 @@
 #define AGENT_MAGIC 0x534c4f50u
 #define OP_KILL 2u
 #define REPLY_EXITED 3u
+/* A test build may bound the log lower, or wait less (monitor_fuzz_test.go). */
+#ifndef MAX_LOG
 #define MAX_LOG (8 << 20)
+#endif
+#ifndef READER_GRACE_MS
 #define READER_GRACE_MS 2000
+#endif
 #define DRAIN_MS 2000
 #define LINE_MAX_BYTES (16 << 10)
 
 #define FD_EXE 3
 #define FD_AGENT 4
 #define FD_OUT 5
+
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
 
 extern char **environ;
 
@@ -108,30 +125,71 @@ static int write_all(int fd, const char *p, size_t n) {
 	return 0;
 }
 
+/* own_file reports whether fd is a regular file of this process's user
+ * with no other name (no hard link to a file elsewhere). */
+static int own_file(int fd) {
+	struct stat st;
+	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid == geteuid();
+}
+
+/* create opens name in the state directory as a new file of its own, to
+ * write: whatever had that name (a fifo, a symlink, a hard link to another
+ * file) is removed first. */
+static int create(const char *name, int flags) {
+	if (unlinkat(dir_fd, name, 0) < 0 && errno != ENOENT)
+		return -1;
+	return openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | flags, 0600);
+}
+
+static int log_broken; /* the log ends with a partial line (a failed write) */
+
+/* open_log opens the log to append to: the one there if it is a file of
+ * the monitor's own (a restart appends to the run before's), else a new
+ * one. */
+static void open_log(void) {
+	/* O_NONBLOCK: opening a fifo must not wait for a reader. */
+	log_fd = openat(dir_fd, "container.log", O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+	if (log_fd >= 0 && !own_file(log_fd)) {
+		close(log_fd);
+		log_fd = -1;
+	}
+	if (log_fd < 0)
+		log_fd = create("container.log", O_APPEND);
+	if (log_fd < 0)
+		return;
+	struct stat st;
+	log_size = fstat(log_fd, &st) == 0 ? st.st_size : 0;
+	char last = '\n';
+	log_broken = log_size > 0 && pread(log_fd, &last, 1, log_size - 1) == 1 && last != '\n';
+}
+
 /* rotate makes the log the one before, emptying that one first: a reader
  * still holding it open would keep its blocks on disk after the rename. A
  * reader holds a shared lock on it; wait for it, up to READER_GRACE_MS. */
 static void rotate(void) {
 	close(log_fd);
 	log_fd = -1;
-	int old = openat(dir_fd, "container.log.1", O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+	int old = openat(dir_fd, "container.log.1", O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (old >= 0) {
-		long long deadline = now_ms() + READER_GRACE_MS;
-		while (flock(old, LOCK_EX | LOCK_NB) < 0 && now_ms() < deadline)
-			sleep_ms(5);
-		int r = ftruncate(old, 0);
-		(void)r;
+		if (own_file(old)) {
+			long long deadline = now_ms() + READER_GRACE_MS;
+			while (flock(old, LOCK_EX | LOCK_NB) < 0 && now_ms() < deadline)
+				sleep_ms(5);
+			int r = ftruncate(old, 0);
+			(void)r;
+		}
 		close(old);
 	}
 	renameat(dir_fd, "container.log", dir_fd, "container.log.1");
 }
 
-/* utf8_len returns the length of the valid UTF-8 sequence at p (n bytes
- * left), or 0 if it is not one (as Go's utf8.DecodeRune: no overlong
- * forms, no surrogates, nothing above U+10FFFF). */
+/* utf8_len returns the length of the UTF-8 sequence at p (n > 0 bytes
+ * left) if it is a valid one, 0 if it is not (as Go's utf8.DecodeRune: no
+ * overlong forms, no surrogates, nothing above U+10FFFF), or -1 if it is
+ * the valid start of one that n cuts short. */
 static int utf8_len(const unsigned char *p, size_t n) {
 	unsigned c = p[0];
-	int len;
+	size_t len;
 	unsigned lo = 0x80, hi = 0xbf;
 	if (c < 0x80)
 		return 1;
@@ -151,126 +209,150 @@ static int utf8_len(const unsigned char *p, size_t n) {
 			hi = 0x8f;
 	} else
 		return 0;
-	if ((size_t)len > n)
-		return 0;
-	if (p[1] < lo || p[1] > hi)
-		return 0;
-	for (int i = 2; i < len; i++)
-		if (p[i] < 0x80 || p[i] > 0xbf)
+	for (size_t i = 1; i < len; i++) {
+		if (i >= n)
+			return -1;
+		if (p[i] < lo || p[i] > hi)
 			return 0;
-	return len;
+		lo = 0x80, hi = 0xbf;
+	}
+	return (int)len;
 }
 
-/* escape writes p (n bytes) as the inside of a JSON string into out (at
- * most 6 bytes per input byte) and returns how much it wrote, or, with out
- * NULL, only counts. Invalid UTF-8 becomes U+FFFD, as Go's encoding/json
- * makes it. */
-static size_t escape(const char *p, size_t n, char *out) {
-	static const char hex[] = "0123456789abcdef";
-	size_t o = 0;
-	for (size_t i = 0; i < n;) {
-		unsigned char c = (unsigned char)p[i];
-		const char *rep = NULL;
-		char u[6];
-		size_t k = 0;
-		if (c == '"')
-			rep = "\\\"";
-		else if (c == '\\')
-			rep = "\\\\";
-		else if (c == '\n')
-			rep = "\\n";
-		else if (c == '\r')
-			rep = "\\r";
-		else if (c == '\t')
-			rep = "\\t";
-		else if (c < 0x20) {
-			u[0] = '\\', u[1] = 'u', u[2] = '0', u[3] = '0', u[4] = hex[c >> 4], u[5] = hex[c & 15];
-			k = 6;
-		}
-		if (rep) {
-			k = strlen(rep);
-			if (out)
-				memcpy(out + o, rep, k);
-			o += k;
-			i++;
-			continue;
-		}
-		if (k) {
-			if (out)
-				memcpy(out + o, u, k);
-			o += k;
-			i++;
-			continue;
-		}
-		int l = utf8_len((const unsigned char *)p + i, n - i);
-		if (l == 0) {
-			if (out)
-				memcpy(out + o, "\\ufffd", 6);
-			o += 6;
-			i++;
-			continue;
-		}
-		if (out)
-			memcpy(out + o, p + i, (size_t)l);
-		o += (size_t)l;
-		i += (size_t)l;
+/* whole returns how much of p (n bytes) ends on a character's end: all of
+ * it but a valid start of a character that its end cuts short. A byte
+ * that is not a continuation byte (10xxxxxx) always starts a character as
+ * Go decodes the text, so only the last such byte can start that one. */
+static size_t whole(const char *p, size_t n) {
+	for (size_t j = n; j > 0 && n - j < 3;) {
+		j--;
+		if (((unsigned char)p[j] & 0xc0) != 0x80)
+			return utf8_len((const unsigned char *)p + j, n - j) < 0 ? j : n;
 	}
-	return o;
+	return n;
+}
+
+/* esc1 writes the character at p (n > 0 bytes left) into u as the inside
+ * of a JSON string: it returns how many bytes it wrote (at most 6) and
+ * sets *used to how many of p it took. Invalid UTF-8 becomes U+FFFD, a
+ * byte at a time, as Go's encoding/json makes it. */
+static size_t esc1(const char *p, size_t n, char *u, size_t *used) {
+	static const char hex[] = "0123456789abcdef";
+	unsigned char c = (unsigned char)p[0];
+	const char *rep = NULL;
+	*used = 1;
+	switch (c) {
+	case '"':
+		rep = "\\\"";
+		break;
+	case '\\':
+		rep = "\\\\";
+		break;
+	case '\n':
+		rep = "\\n";
+		break;
+	case '\r':
+		rep = "\\r";
+		break;
+	case '\t':
+		rep = "\\t";
+		break;
+	}
+	if (rep) {
+		memcpy(u, rep, 2);
+		return 2;
+	}
+	if (c < 0x20) {
+		u[0] = '\\', u[1] = 'u', u[2] = '0', u[3] = '0', u[4] = hex[c >> 4], u[5] = hex[c & 15];
+		return 6;
+	}
+	int l = utf8_len((const unsigned char *)p, n);
+	if (l <= 0) {
+		memcpy(u, "\\ufffd", 6);
+		return 6;
+	}
+	memcpy(u, p, (size_t)l);
+	*used = (size_t)l;
+	return (size_t)l;
+}
+
+/* The line being written, in writes of at most 8 KiB (a reader keeps a
+ * partial line until its newline comes). */
+static char out[8192];
+static size_t out_len;
+static int out_failed;
+
+static void out_flush(void) {
+	if (out_len > 0 && !out_failed) {
+		if (write_all(log_fd, out, out_len) < 0)
+			out_failed = 1;
+		else
+			log_size += (long long)out_len;
+	}
+	out_len = 0;
+}
+
+/* out_put adds k bytes (k <= sizeof out) to the line. */
+static void out_put(const char *p, size_t k) {
+	if (out_len + k > sizeof out)
+		out_flush();
+	memcpy(out + out_len, p, k);
+	out_len += k;
+}
+
+#define TAIL_MAX 128
+
+/* line_end writes the end of a line of stream, from the time on, into
+ * tail (TAIL_MAX bytes) and returns its length. */
+static size_t line_end(char *tail, const char *stream) {
+	struct timespec ts;
+	struct tm tm;
+	/* RFC 3339 has years 0-9999 only. */
+	if (clock_gettime(CLOCK_REALTIME, &ts) < 0 || ts.tv_sec < 0 || ts.tv_sec > 253402300799LL || !gmtime_r(&ts.tv_sec, &tm)) {
+		ts.tv_sec = 0, ts.tv_nsec = 0;
+		gmtime_r(&ts.tv_sec, &tm);
+	}
+	int n = snprintf(tail, TAIL_MAX, "\",\"stream\":\"%s\",\"time\":\"%04d-%02d-%02dT%02d:%02d:%02d.%09ldZ\"}\n",
+			 stream, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (long)ts.tv_nsec);
+	return n > 0 && n < TAIL_MAX ? (size_t)n : 0;
 }
 
 /* log_line appends one {"log","stream","time"} line for p (n bytes). */
 static void log_line(const char *stream, const char *p, size_t n) {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	struct tm tm;
-	gmtime_r(&ts.tv_sec, &tm);
-	char head[64], tail[96];
-	int hl = snprintf(head, sizeof head, "{\"log\":\"");
-	int tl = snprintf(tail, sizeof tail, "\",\"stream\":\"%s\",\"time\":\"%04d-%02d-%02dT%02d:%02d:%02d.%09ldZ\"}\n",
-			  stream, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec);
-	long long total = hl + (long long)escape(p, n, NULL) + tl;
-	if (log_fd >= 0 && log_size + total > MAX_LOG)
+	static const char head[] = "{\"log\":\"";
+	char tail[TAIL_MAX], u[6];
+	size_t tl = line_end(tail, stream), used;
+	long long total = 1 + (long long)(sizeof head - 1) + (long long)tl;
+	for (size_t i = 0; i < n; i += used)
+		total += (long long)esc1(p + i, n - i, u, &used);
+	if (log_fd < 0)
+		open_log();
+	if (log_fd >= 0 && log_size > 0 && log_size + total > MAX_LOG) {
 		rotate();
-	if (log_fd < 0) {
-		log_fd = openat(dir_fd, "container.log", O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (log_fd < 0)
-			return;
+		open_log();
+	}
+	if (log_fd < 0 || tl == 0)
+		return;
+	out_len = 0;
+	out_failed = 0;
+	if (log_broken) /* end the partial line before: readers skip it */
+		out_put("\n", 1);
+	out_put(head, sizeof head - 1);
+	for (size_t i = 0; i < n; i += used)
+		out_put(u, esc1(p + i, n - i, u, &used));
+	out_put(tail, tl);
+	out_flush();
+	log_broken = out_failed;
+	if (out_failed) { /* a write failed part-way (ENOSPC, EFBIG) */
 		struct stat st;
-		log_size = fstat(log_fd, &st) == 0 ? st.st_size : 0;
+		if (fstat(log_fd, &st) == 0)
+			log_size = st.st_size;
 	}
-	/* In pieces of at most 8 KiB: a reader keeps a partial line until its
-	 * newline comes. */
-	static char out[8192];
-	size_t o = (size_t)hl;
-	memcpy(out, head, (size_t)hl);
-	for (size_t i = 0; i < n;) {
-		size_t chunk = n - i < 1024 ? n - i : 1024;
-		/* never split a UTF-8 sequence (at most 4 bytes) between chunks */
-		while (chunk < n - i && chunk > 1020 && ((unsigned char)p[i + chunk] & 0xc0) == 0x80)
-			chunk--;
-		if (o + 6 * chunk > sizeof out) {
-			if (write_all(log_fd, out, o) < 0)
-				return;
-			log_size += (long long)o;
-			o = 0;
-		}
-		o += escape(p + i, chunk, out + o);
-		i += chunk;
-	}
-	if (o + (size_t)tl > sizeof out) {
-		if (write_all(log_fd, out, o) < 0)
-			return;
-		log_size += (long long)o;
-		o = 0;
-	}
-	memcpy(out + o, tail, (size_t)tl);
-	o += (size_t)tl;
-	if (write_all(log_fd, out, o) == 0)
-		log_size += (long long)o;
 }
 
-/* pump reads what stream s has and logs it a line at a time (a partial
- * line when a read ends without a newline, or at LINE_MAX_BYTES). */
+/* pump reads what stream s has and logs it a line at a time: a partial
+ * line when a read ends without a newline, or at LINE_MAX_BYTES, but for
+ * the start of a character that the read cut short, kept for the next. */
 static void pump(struct stream *s) {
 	size_t room = LINE_MAX_BYTES - s->len;
 	ssize_t r = read(s->fd, s->buf + s->len, room);
@@ -290,9 +372,12 @@ static void pump(struct stream *s) {
 	}
 	size_t rest = s->len - start;
 	if (rest > 0 && (end || rest == LINE_MAX_BYTES || (size_t)r < room)) {
-		log_line(s->name, s->buf + start, rest);
-		start = s->len;
-		rest = 0;
+		size_t k = end ? rest : whole(s->buf + start, rest);
+		if (k > 0) {
+			log_line(s->name, s->buf + start, k);
+			start += k;
+			rest -= k;
+		}
 	}
 	if (rest > 0 && start > 0)
 		memmove(s->buf, s->buf + start, rest);
@@ -301,6 +386,15 @@ static void pump(struct stream *s) {
 		close(s->fd);
 		s->fd = -1;
 	}
+}
+
+/* close_from closes every fd from fd on. */
+static void close_from(int fd) {
+	if (syscall(SYS_close_range, fd, ~0U, 0) == 0)
+		return;
+	long max = sysconf(_SC_OPEN_MAX);
+	for (long i = fd; i < (max > 0 && max < 65536 ? max : 65536); i++)
+		close((int)i);
 }
 
 static void send_kill(int sig) {
@@ -314,10 +408,26 @@ static void send_kill(int sig) {
 static void monitor_main(int argc, char **argv) __attribute__((noreturn));
 static void monitor_main(int argc, char **argv) {
 	unsetenv("_SLOPBOX_MONITOR");
-	if (argc != 4 || (strcmp(argv[3], "pipes") != 0 && strcmp(argv[3], "tty") != 0)) {
+	/* stdin, stdout and stderr are open (a file opened below is not
+	 * mistaken for one). */
+	for (int fd = 0; fd < 3; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) != fd)
+			_exit(2);
+	int nfds = 0; /* the fds given, from 3 on */
+	if (argc == 4 && strcmp(argv[3], "pipes") == 0)
+		nfds = 4;
+	else if (argc == 4 && strcmp(argv[3], "pipes+stdin") == 0)
+		nfds = 5;
+	else if (argc == 4 && strcmp(argv[3], "tty") == 0)
+		nfds = 3;
+	for (int fd = 3; fd < 3 + nfds; fd++)
+		if (fcntl(fd, F_GETFD) < 0)
+			nfds = 0;
+	if (nfds == 0) {
 		fprintf(stderr, "slopbox-monitor: internal use only\n");
 		_exit(2);
 	}
+	close_from(3 + nfds);
 	const char *root = argv[1], *id = argv[2];
 	prctl(PR_SET_NAME, "slopbox-monitor");
 	/* First of all: a signal sent to the monitor (kill -s) goes to the
@@ -329,6 +439,7 @@ static void monitor_main(int argc, char **argv) {
 		sigaddset(&mask, fwd[i]);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGXFSZ, SIG_IGN); /* a log over RLIMIT_FSIZE fails its write (EFBIG) */
 	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	/* The state directory, ROOT/c/ID, once: the files are opened in it. */
 	int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -341,7 +452,7 @@ static void monitor_main(int argc, char **argv) {
 	if (sfd >= 0 && dir_fd >= 0) {
 		char pid[16];
 		int n = snprintf(pid, sizeof pid, "%d", (int)getpid());
-		int fd = openat(dir_fd, "monitor.ready", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+		int fd = create("monitor.ready", 0);
 		if (fd >= 0) {
 			write_all(fd, pid, (size_t)n);
 			close(fd);
@@ -386,9 +497,13 @@ static void monitor_main(int argc, char **argv) {
 				int32_t value;
 			} rep;
 			ssize_t r;
+			/* Not MSG_WAITALL: PID 1 sends the reply whole, and one
+			 * that stops half-way must not stop the monitor. */
 			do
-				r = recv(agent, &rep, sizeof rep, MSG_WAITALL);
+				r = recv(agent, &rep, sizeof rep, MSG_DONTWAIT);
 			while (r < 0 && errno == EINTR);
+			if (r < 0 && errno == EAGAIN)
+				continue;
 			if (r == (ssize_t)sizeof rep && rep.type == REPLY_EXITED)
 				status = rep.value;
 			else
@@ -404,6 +519,10 @@ static void monitor_main(int argc, char **argv) {
 			if (streams[i].fd >= 0 && pfd[2 + i].revents)
 				pump(&streams[i]);
 	}
+	/* What the drain's end or a failed poll cut short. */
+	for (int i = 0; i < 2; i++)
+		if (streams[i].len > 0)
+			log_line(streams[i].name, streams[i].buf, streams[i].len);
 	if (log_fd >= 0)
 		close(log_fd);
 	if (dir_fd >= 0)
@@ -421,6 +540,9 @@ static void monitor_main(int argc, char **argv) {
 	char st[16];
 	snprintf(st, sizeof st, "%d", (int)status);
 	char *args[] = {"slopbox-monitor", (char *)root, (char *)id, "exited", st, lost ? "lost" : "ok", NULL};
+	close_from(FD_EXE + 1); /* the stdin it held */
+	signal(SIGPIPE, SIG_DFL);
+	signal(SIGXFSZ, SIG_DFL);
 	fcntl(FD_EXE, F_SETFD, FD_CLOEXEC);
 	syscall(SYS_execveat, FD_EXE, "", args, environ, AT_EMPTY_PATH);
 	fprintf(stderr, "slopbox-monitor: exec slopbox to record the exit: %s\n", strerror(errno));
