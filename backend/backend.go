@@ -179,6 +179,10 @@ type Mount struct {
 	// does not exist yet.
 	Volume          string
 	AnonymousVolume bool
+	// CreateMissing creates an absolute Source that does not exist as a
+	// directory (and its missing parents, mode 0755, as the caller),
+	// as Docker does for -v and HostConfig.Binds (not for --mount).
+	CreateMissing bool
 }
 
 // StaticAsset is a host path published read-only at /static/<SavePath>.

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +43,10 @@ type CreateOptions struct {
 	AllowHostLoopback bool
 	Publish           []string // -p syntax
 	Volumes           []string // -v / HostConfig.Binds
+	// CallerDir is the CLI caller's working directory: without a
+	// Workspace, a -v source starting with "." resolves against it, as
+	// Docker's CLI resolves it (the Engine API gives none).
+	CallerDir string
 	// AnonymousVolumes are Config.Volumes: an anonymous volume at each
 	// path no other mount (nor the /tmp tmpfs) covers.
 	AnonymousVolumes []string
@@ -222,6 +227,9 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 			// With a workspace a relative source stays slopbox's: a
 			// path in the workspace, not a volume name.
 			m.Source, m.Volume = m.Volume, ""
+		}
+		if o.Workspace == "" && o.CallerDir != "" && strings.HasPrefix(m.Source, ".") {
+			m.Source = filepath.Join(o.CallerDir, m.Source)
 		}
 		s.Mounts = append(s.Mounts, m)
 	}

@@ -40,7 +40,7 @@ func TestCreateOptionsExtra(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []backend.Mount{{Source: "/srv", Target: "/b"}, {Target: "/a", AnonymousVolume: true}}
+	want := []backend.Mount{{Source: "/srv", Target: "/b", CreateMissing: true}, {Target: "/a", AnonymousVolume: true}}
 	if len(s.Mounts) != 2 || s.Mounts[0] != want[0] || s.Mounts[1] != want[1] {
 		t.Errorf("mounts %+v, want %+v", s.Mounts, want)
 	}

@@ -84,9 +84,10 @@ func ParseVolume(v string) (backend.Mount, error) {
 	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
 		return backend.Mount{}, backend.InvalidValue("-v %q: want HOST:CONTAINER[:ro|rw], VOLUME:CONTAINER[:ro|rw] or CONTAINER", v)
 	}
-	m := backend.Mount{Source: parts[0], Target: parts[1]}
+	// A missing host directory is created, as Docker's -v and Binds do.
+	m := backend.Mount{Source: parts[0], Target: parts[1], CreateMissing: true}
 	if IsVolumeName(m.Source) {
-		m.Source, m.Volume = "", parts[0]
+		m.Source, m.Volume, m.CreateMissing = "", parts[0], false
 	}
 	if len(parts) == 3 {
 		for _, o := range strings.Split(parts[2], ",") {

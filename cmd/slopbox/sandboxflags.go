@@ -127,6 +127,7 @@ func (f *spawnFlags) options(fs *pflag.FlagSet, img string, args []string) (dock
 	}
 	o.Name, o.Image, o.Cmd, o.User, o.Hostname, o.Workdir = f.name, img, args, f.user, f.hostname, f.workdir
 	o.Network, o.AllowHostLoopback, o.Publish, o.Volumes, o.Labels = f.network, f.allowHostLoopback, f.publish, f.volumes, f.labels
+	o.CallerDir, _ = os.Getwd()
 	o.ReadOnly, o.Keep, o.Setup = f.readOnly, f.keep, f.setup
 	o.CapAdd, o.CapDrop, o.SecurityOpt, o.AllowUnsafe = f.capAdd, f.capDrop, f.securityOpts, f.allowUnsafe
 	o.ExtraHosts, o.DNS, o.DNSSearch, o.DNSOptions = f.addHosts, f.dns, f.dnsSearch, f.dnsOptions

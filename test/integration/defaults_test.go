@@ -1,0 +1,38 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Docker's defaults for paths, where they cost no safety (issue 26): a
+// missing -v source directory is created, and without --workspace a
+// relative -v resolves against the current directory as Docker's CLI
+// resolves it. (-p without --network:
+// TestPublishedPorts.)
+func TestDockerPathDefaults(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	dir := searchable(t, t.TempDir())
+	missing := filepath.Join(dir, "made", "by", "run")
+	e.must("run", "--rm", "-v", missing+":/m", e.ref, "sh", "-c", "echo hi > /m/f")
+	if b, err := os.ReadFile(filepath.Join(missing, "f")); err != nil || string(b) != "hi\n" {
+		t.Errorf("-v of a missing source: %q %v, want the directory created and written", b, err)
+	}
+	// A relative -v, from the caller's directory.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.bin, "--root", e.root, "run", "--rm", "-v", "./rel:/r", e.ref, "sh", "-c", "echo there > /r/g")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("run -v ./rel:/r from %s: %v %s", dir, err, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "rel", "g")); err != nil || strings.TrimSpace(string(b)) != "there" {
+		t.Errorf("-v ./rel: %q %v, want ./rel of the caller's directory", b, err)
+	}
+}
