@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // TestDetachedPSS: a detached container (`run -d` through the CLI, or
@@ -203,11 +205,8 @@ func TestMonitorKilled(t *testing.T) {
 	if out := e.must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("sandboxes left after rm -f and prune: %s", out)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for left := e.leftovers(seen); len(left) > 0; left = e.leftovers(seen) {
-		if time.Now().After(deadline) {
-			t.Fatalf("left on the host:\n%s", strings.Join(left, "\n"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	fixtures.Eventually(t, "nothing left on the host", func() (bool, string) {
+		left := e.leftovers(seen)
+		return len(left) == 0, strings.Join(left, "\n")
+	})
 }
