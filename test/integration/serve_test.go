@@ -34,7 +34,7 @@ func (e *env) serveAt(t *testing.T, sock string, env []string, args ...string) s
 	t.Helper()
 	cmd := exec.Command(e.bin, append([]string{"--root", e.root}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	var log bytes.Buffer
+	var log fixtures.Buffer // read while serve writes it
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
