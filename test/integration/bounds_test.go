@@ -95,7 +95,7 @@ func TestLogBoundedWithSlowFollower(t *testing.T) {
 	go func() { follower.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(20 * time.Second):
+	case <-time.After(fixtures.Patience()):
 		t.Fatal("logs -f did not end after the sandbox was removed")
 	}
 	if !strings.Contains(stderr.String(), "output dropped here") {
@@ -378,7 +378,7 @@ stream:
 		if !strings.Contains(s, `"Type":"container"`) {
 			t.Errorf("events after the deadline: %q", s)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(fixtures.Patience()):
 		t.Error("the events stream got nothing after the body deadline passed")
 	}
 }

@@ -48,7 +48,7 @@ func (e *env) serveAt(t *testing.T, sock string, env []string, args ...string) s
 			if err != nil {
 				t.Errorf("serve exited with %v after SIGTERM:\n%s", err, log.String())
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(fixtures.Patience()):
 			cmd.Process.Kill()
 			t.Errorf("serve did not exit on SIGTERM")
 		}
@@ -445,7 +445,7 @@ func TestServeProtocol(t *testing.T) {
 	conn.Close()
 	select {
 	case <-exited:
-	case <-time.After(15 * time.Second):
+	case <-time.After(fixtures.Patience()):
 		t.Errorf("a server whose attached client went away did not idle-exit")
 	}
 	e.must("rm", id)
@@ -511,7 +511,7 @@ func TestServeSIGTERMLeavesSandboxes(t *testing.T) {
 		if err != nil {
 			t.Errorf("serve exited with %v after SIGTERM", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(fixtures.Patience()):
 		t.Fatal("serve did not exit on SIGTERM")
 	}
 	if ps := e.must("ps", "--filter", "name=kept", "--format", "{{.Status}}"); !strings.HasPrefix(ps, "Up") {
