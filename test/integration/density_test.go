@@ -59,7 +59,22 @@ func TestDetachedPSS(t *testing.T) {
 func detachedPSS(t *testing.T, e *env, ids []string) {
 	const maxKiB = 256
 	n := len(ids)
-	time.Sleep(time.Second) // every monitor set up and idle
+	// Every monitor set up and idle: each says so in monitor.ready (its
+	// pid) once it has set itself up to forward signals.
+	fixtures.Eventually(t, "every monitor ready", func() (bool, string) {
+		for _, id := range ids {
+			dirs, _ := filepath.Glob(filepath.Join(e.root, "c", id[:min(16, len(id))]+"*"))
+			if len(dirs) != 1 {
+				return false, fmt.Sprintf("state directory of %s: %v", id, dirs)
+			}
+			mon, _ := os.ReadFile(filepath.Join(dirs[0], "monitor.pid"))
+			ready, _ := os.ReadFile(filepath.Join(dirs[0], "monitor.ready"))
+			if f := strings.Fields(string(mon)); len(f) == 0 || string(ready) != f[0] {
+				return false, fmt.Sprintf("%s: monitor.pid %q, monitor.ready %q", id, mon, ready)
+			}
+		}
+		return true, ""
+	})
 	procs := map[int]bool{}
 	for _, id := range ids {
 		if len(id) < 16 {
