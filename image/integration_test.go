@@ -47,20 +47,15 @@ func startDockerRegistry(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	fixtures.Eventually(t, "docker-registry up on "+addr, func() (bool, string) {
 		resp, err := http.Get("http://" + addr + "/v2/")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return addr
-			}
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("docker-registry did not come up on %s: %v", addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	return addr
 }
 
 func TestPullFromDebianDockerRegistry(t *testing.T) {

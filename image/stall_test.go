@@ -34,7 +34,7 @@ func TestStalledRegistryEndsThePull(t *testing.T) {
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("gave up after %v", d)
 	}
-	time.Sleep(200 * time.Millisecond)
+	stagingGone(t, s)
 	assertConsistent(t, s)
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/backendkit"
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 func spawn(t *testing.T, spec backend.SpawnSpec) *Sandbox {
@@ -54,6 +55,16 @@ func sleeperEnv(n int) map[string]string {
 // killSleepers kills host processes running "sleep n" with sleeperEnv(n)
 // in their environment (the checks' own).
 func killSleepers(n int) (killed int) {
+	for _, pid := range sleepers(n) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		killed++
+	}
+	return killed
+}
+
+// sleepers returns the pids of the living `sleep n` processes marked with
+// sleeperEnv(n).
+func sleepers(n int) (pids []int) {
 	needle := []byte("sleep\x00" + strconv.Itoa(n) + "\x00")
 	var mark []byte
 	for k, v := range sleeperEnv(n) {
@@ -69,11 +80,10 @@ func killSleepers(n int) (killed int) {
 			continue
 		}
 		if env, err := os.ReadFile("/proc/" + e.Name() + "/environ"); err == nil && bytes.Contains(append([]byte{0}, env...), mark) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			killed++
+			pids = append(pids, pid)
 		}
 	}
-	return killed
+	return pids
 }
 
 func TestRegistered(t *testing.T) {
@@ -167,10 +177,12 @@ func TestBackgroundChildDoesNotHoldExec(t *testing.T) {
 	if err := sb.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if k := killSleepers(n); k != 0 {
-		t.Errorf("cleanup left %d background sleep(s)", k)
-	}
+	// The kill is sent; the sleep dies when the kernel gets to it. One
+	// that was missed sleeps for n >= 1000 s.
+	fixtures.Eventually(t, "the background sleep killed by cleanup", func() (bool, string) {
+		left := sleepers(n)
+		return len(left) == 0, fmt.Sprintf("cleanup left background sleep(s) %v", left)
+	})
 }
 
 // A process that leaves the group (setsid) escapes the kill, but the wait
@@ -237,7 +249,7 @@ func TestContextCancel(t *testing.T) {
 	}
 	<-ch
 	cancel2()
-	timeout := time.After(5 * time.Second)
+	timeout := time.After(fixtures.Patience())
 	for open := true; open; {
 		select {
 		case _, open = <-ch:
@@ -245,15 +257,10 @@ func TestContextCancel(t *testing.T) {
 			t.Fatal("stream not closed after cancel")
 		}
 	}
-	for i := 0; ; i++ {
-		if running, _ := sb.Poll(); !running {
-			break
-		}
-		if i > 100 {
-			t.Fatal("still running after cancel")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	fixtures.Eventually(t, "the command ended after cancel", func() (bool, string) {
+		running, _ := sb.Poll()
+		return !running, "still running after cancel"
+	})
 }
 
 func TestRequestErrors(t *testing.T) {

@@ -51,7 +51,7 @@ func TestManySandboxesPSS(t *testing.T) {
 	const maxKiB = 100 // at 1,000 sandboxes
 	spec := backend.SpawnSpec{Image: ref, DisableSetup: true, NoWorkspaceMount: true}
 	first := spawnT(t, b, spec)
-	time.Sleep(500 * time.Millisecond) // the pool's refill done
+	readyIDs(t, b, templateOf(first.rec).key()) // the pool's refill done
 	alone := execMedian(t, first)
 	sbs := []*Sandbox{first}
 	for i := 1; i < n; i++ {
@@ -60,7 +60,7 @@ func TestManySandboxesPSS(t *testing.T) {
 			t.Fatalf("spawn %d of %d failed", i+1, n)
 		}
 	}
-	time.Sleep(time.Second) // as apibench: the last claim's and the pool's work settled
+	readyIDs(t, b, templateOf(first.rec).key()) // as apibench: the last claim's and the pool's work settled
 	var pss, private int64
 	procs := 0
 	for _, sb := range sbs {

@@ -123,14 +123,20 @@ func TestPruneAfterSpawnKilledMidway(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(20 * time.Second)
-	for len(processesUnder(b.state.dir)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the helper's sandbox init never started")
+	// The handshake: a process of the helper's sandbox blocks opening the
+	// FIFO (the kernel's wait for a writer), not a guess at how long that
+	// takes.
+	fixtures.Eventually(t, "the helper's sandbox init blocked on the FIFO", func() (bool, string) {
+		procs := processesUnder(b.state.dir)
+		for _, p := range procs {
+			var pid int
+			fmt.Sscan(p, &pid)
+			if w, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid)); string(w) == "wait_for_partner" || string(w) == "fifo_open" {
+				return true, ""
+			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(100 * time.Millisecond)
+		return false, fmt.Sprintf("processes under the state: %v", procs)
+	})
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	if left := processesUnder(b.state.dir); len(left) == 0 {
@@ -260,14 +266,13 @@ func TestCancelledSpawnEndsOnlyItself(t *testing.T) {
 		t.Errorf("%d spawns failed beside cancelled ones, first: %v", len(failures), failures[0])
 	}
 	b.Close()
-	time.Sleep(200 * time.Millisecond) // late replies are handled in the background
-	b.Prune(true)
-	if list, _ := b.List(); len(list) != 0 {
-		t.Errorf("left: %+v", list)
-	}
-	if left := processesUnder(b.state.dir); len(left) > 0 {
-		t.Errorf("left running: %v", left)
-	}
+	// Late replies are handled in the background: prune until they are.
+	fixtures.Eventually(t, "nothing left after Close and prune", func() (bool, string) {
+		b.Prune(true)
+		list, _ := b.List()
+		left := processesUnder(b.state.dir)
+		return len(list) == 0 && len(left) == 0, fmt.Sprintf("left: %+v; left running: %v", list, left)
+	})
 }
 
 // Item 3: a sandbox never serves a command before its limits hold (an exec
@@ -301,8 +306,9 @@ func TestKillReachesProcessesThatLeftTheSession(t *testing.T) {
 	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
 	left := func(t *testing.T, marks ...string) {
 		t.Helper()
-		deadline := time.Now().Add(3 * time.Second)
-		for {
+		// Eventually, not promptly: a process the kill missed sleeps for
+		// 7000 s, far beyond the helper's patience.
+		fixtures.Eventually(t, "the command's processes gone", func() (bool, string) {
 			res := run(t, sb, "ps -o args")
 			var alive []string
 			for _, m := range marks {
@@ -310,14 +316,8 @@ func TestKillReachesProcessesThatLeftTheSession(t *testing.T) {
 					alive = append(alive, m)
 				}
 			}
-			if len(alive) == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("still running: sleep %v\n%s", alive, res.Stdout)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return len(alive) == 0, fmt.Sprintf("still running: sleep %v\n%s", alive, res.Stdout)
+		})
 	}
 	escape := "busybox setsid sleep 7001 & busybox setsid sh -c 'sleep 7002 & sleep 7003' & (busybox setsid sleep 7004 &); "
 	t.Run("timeout", func(t *testing.T) {
@@ -349,14 +349,11 @@ func TestKillReachesProcessesThatLeftTheSession(t *testing.T) {
 			t.Fatalf("%+v", res)
 		}
 		// Both may still be between fork and exec (ps shows "[exe]"):
-		// polled, boundedly, until they show.
-		res := run(t, sb, "ps -o args")
-		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && !(strings.Contains(res.Stdout, "sleep 7005") && strings.Contains(res.Stdout, "sleep 7006")); res = run(t, sb, "ps -o args") {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if !strings.Contains(res.Stdout, "sleep 7005") || !strings.Contains(res.Stdout, "sleep 7006") {
-			t.Errorf("background processes of a finished exec were killed:\n%s", res.Stdout)
-		}
+		// polled until they show.
+		fixtures.Eventually(t, "background processes of a finished exec alive", func() (bool, string) {
+			res := run(t, sb, "ps -o args")
+			return strings.Contains(res.Stdout, "sleep 7005") && strings.Contains(res.Stdout, "sleep 7006"), "killed?\n" + res.Stdout
+		})
 	})
 }
 

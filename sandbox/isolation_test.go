@@ -17,6 +17,7 @@ import (
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/reexec"
 	"github.com/slopbox/slopbox/oci"
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 func run(t *testing.T, sb *Sandbox, shell string) *backend.Result {
@@ -238,11 +239,17 @@ func TestZombiesAreReaped(t *testing.T) {
 	for range 5 {
 		run(t, sb, "sleep 0.05 & sleep 0.05 & exit 0")
 	}
-	time.Sleep(200 * time.Millisecond)
-	res := run(t, sb, "ps -o stat,pid | grep -c '^Z' || true")
-	if strings.TrimSpace(res.Stdout) != "0" {
-		t.Errorf("zombies in the sandbox: %q", res.Stdout)
-	}
+	// Once every sleep has exited, none is left a zombie: a zombie that
+	// is never reaped fails here, however slow the host.
+	fixtures.Eventually(t, "the exited sleeps reaped", func() (bool, string) {
+		res := run(t, sb, "ps -o stat,pid,args")
+		for _, l := range strings.Split(res.Stdout, "\n") {
+			if strings.HasPrefix(l, "Z") || strings.Contains(l, "sleep 0.05") {
+				return false, "zombies (Z) or sleeps still running in the sandbox:\n" + res.Stdout
+			}
+		}
+		return true, ""
+	})
 }
 
 func TestCallerKilledMidExecKillsCommand(t *testing.T) {
@@ -254,22 +261,18 @@ func TestCallerKilledMidExecKillsCommand(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(run(t, sb, "ps -o args").Stdout, "sleep 7777") {
-		if time.Now().After(deadline) {
-			t.Fatal("the other process's command never started")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	fixtures.Eventually(t, "the other process's command started", func() (bool, string) {
+		ps := run(t, sb, "ps -o args").Stdout
+		return strings.Contains(ps, "sleep 7777"), ps
+	})
 	cmd.Process.Kill()
 	cmd.Wait()
-	deadline = time.Now().Add(5 * time.Second)
-	for strings.Contains(run(t, sb, "ps -o args").Stdout, "sleep 7777") {
-		if time.Now().After(deadline) {
-			t.Fatal("the command outlived its killed caller")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// Eventually, not promptly: a command its caller's death missed
+	// sleeps for 7777 s.
+	fixtures.Eventually(t, "the command gone with its killed caller", func() (bool, string) {
+		ps := run(t, sb, "ps -o args").Stdout
+		return !strings.Contains(ps, "sleep 7777"), "the command outlived its killed caller:\n" + ps
+	})
 }
 
 const testExecHelper = "test-exec-sleep"
@@ -317,15 +320,10 @@ func TestCleanupLeavesNothing(t *testing.T) {
 		t.Errorf("exec after cleanup: %v, want ErrClosed", err)
 	}
 	// Killed at Cleanup; reaped by whoever inherited it (not our child).
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, _, ok := procStart(pid); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("sandbox init %d still exists", pid)
-			break
-		}
-	}
+	fixtures.Eventually(t, "the sandbox init gone", func() (bool, string) {
+		_, _, ok := procStart(pid)
+		return !ok, fmt.Sprintf("sandbox init %d still exists", pid)
+	})
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("state dir %s left behind: %v", dir, err)
 	}
@@ -379,9 +377,7 @@ func TestPruneRemovesDeadSandboxes(t *testing.T) {
 	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
 	// As if the sandbox's init was killed from outside.
 	syscall.Kill(sb.rec.Pid, syscall.SIGKILL)
-	for sb.Running() {
-		time.Sleep(time.Millisecond)
-	}
+	fixtures.Eventually(t, "the killed sandbox not running", func() (bool, string) { return !sb.Running(), "running" })
 	_, err := sb.Exec(context.Background(), backend.ExecRequest{Shell: "true"})
 	if err == nil || !strings.Contains(err.Error(), "not running") {
 		t.Errorf("exec into a dead sandbox: %v", err)

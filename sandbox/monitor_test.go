@@ -17,6 +17,7 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/reexec"
+	"github.com/slopbox/slopbox/test/fixtures"
 
 	"golang.org/x/sys/unix"
 )
@@ -95,14 +96,10 @@ func TestMonitorProcess(t *testing.T) {
 	errW.WriteString("to stderr\n")
 
 	// kill -s: the signal goes to PID 1 as a kill frame.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if b, err := os.ReadFile(filepath.Join(dir, monitorReady)); err == nil && string(b) == strconv.Itoa(m.Process.Pid) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the monitor never said it was ready for signals")
-		}
-	}
+	fixtures.Eventually(t, "the monitor says it is ready for signals", func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(dir, monitorReady))
+		return err == nil && string(b) == strconv.Itoa(m.Process.Pid), fmt.Sprintf("%s: %q %v", monitorReady, b, err)
+	})
 	if err := m.Process.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}

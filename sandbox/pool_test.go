@@ -25,9 +25,10 @@ import (
 )
 
 // readyEntries waits until the pool holds poolDepth started sandboxes of
-// key and returns them.
+// key and returns them. A helper process calls it too (no testing.T): its
+// own loop, with the tests' patience.
 func readyEntries(b *Backend, key string) ([]*poolEntry, error) {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(fixtures.Patience())
 	for {
 		b.pool.mu.Lock()
 		var ready []*poolEntry
@@ -236,19 +237,14 @@ func TestPoolGoesWithItsOwner(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	deadline := time.Now().Add(5 * time.Second)
-	for _, pid := range pids {
-		for {
-			_, zombie, ok := procStart(pid)
-			if !ok || zombie {
-				break
+	fixtures.Eventually(t, "the ready sandboxes gone with their owner", func() (bool, string) {
+		for _, pid := range pids {
+			if _, zombie, ok := procStart(pid); ok && !zombie {
+				return false, fmt.Sprintf("ready sandbox %d outlived its owner", pid)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("ready sandbox %d outlived its owner", pid)
-			}
-			time.Sleep(5 * time.Millisecond)
 		}
-	}
+		return true, ""
+	})
 	pool := filepath.Join(b.state.dir, poolDir)
 	if ents, _ := os.ReadDir(pool); len(ents) != poolDepth {
 		t.Errorf("pool directories before prune: %d, want %d", len(ents), poolDepth)

@@ -215,7 +215,7 @@ func TestDockerPyHarness(t *testing.T) {
 	bb := e.busybox()
 	sock := filepath.Join(e.dir, "slopbox.sock")
 	srv := exec.Command(e.bin, "--root", e.root, "serve", "--socket", sock)
-	var log bytes.Buffer
+	var log fixtures.Buffer // read while serve writes it
 	srv.Stdout, srv.Stderr = &log, &log
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -234,14 +234,10 @@ func TestDockerPyHarness(t *testing.T) {
 			t.Logf("serve:\n%s", log.String())
 		}
 	})
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not listen on %s", sock)
-		}
-	}
+	fixtures.Eventually(t, "serve listening on "+sock, func() (bool, string) {
+		_, err := os.Stat(sock)
+		return err == nil, log.String()
+	})
 	ws := e.workspace("ws", nil)
 	out, code := e.exec([]string{"DOCKER_HOST=unix://" + sock}, "", "/usr/bin/python3", example(t, "dockerpy/harness.py"), bb, ws)
 	wantAll(t, "docker-py harness", out, code, 0, "exec: 0 demo\n", "exit code: 3\n", "copied back: print('hello from a copied file')\n", "logs: started\n", "removed\n")

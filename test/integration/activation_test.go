@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // activatedServe starts `slopbox serve` as systemd starts slopbox.service
@@ -39,7 +41,7 @@ func (e *env) activatedServe(t *testing.T, ln *net.UnixListener) (*bytes.Buffer,
 		select {
 		case err := <-exited:
 			return err
-		case <-time.After(10 * time.Second):
+		case <-time.After(fixtures.Patience()):
 			cmd.Process.Kill()
 			<-exited
 			t.Errorf("serve did not exit on SIGTERM:\n%s", log.String())

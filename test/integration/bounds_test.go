@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // logBytes is what sandbox dir's log takes on disk: the log, the one
@@ -60,7 +62,7 @@ func TestLogBoundedWithSlowFollower(t *testing.T) {
 	}
 	defer pr.Close()
 	follower := exec.Command(e.bin, "--root", e.root, "logs", "-f", "chatty")
-	var stderr bytes.Buffer
+	var stderr fixtures.Buffer
 	follower.Stdout, follower.Stderr = pw, &stderr
 	if err := follower.Start(); err != nil {
 		t.Fatal(err)
@@ -85,13 +87,15 @@ func TestLogBoundedWithSlowFollower(t *testing.T) {
 	// Read again: the follower says it missed output, and ends with the
 	// command.
 	go io.Copy(io.Discard, pr)
-	time.Sleep(500 * time.Millisecond)
+	fixtures.Eventually(t, "the follower, reading again, told it missed output", func() (bool, string) {
+		return strings.Contains(stderr.String(), "output dropped here"), "its stderr: " + stderr.String()
+	})
 	e.must("rm", "-f", "chatty")
 	done := make(chan struct{})
 	go func() { follower.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(20 * time.Second):
+	case <-time.After(fixtures.Patience()):
 		t.Fatal("logs -f did not end after the sandbox was removed")
 	}
 	if !strings.Contains(stderr.String(), "output dropped here") {
@@ -374,7 +378,7 @@ stream:
 		if !strings.Contains(s, `"Type":"container"`) {
 			t.Errorf("events after the deadline: %q", s)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(fixtures.Patience()):
 		t.Error("the events stream got nothing after the body deadline passed")
 	}
 }

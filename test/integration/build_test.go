@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // buildContext writes a build context over base: a file COPY takes and a
@@ -293,13 +295,10 @@ func TestBuildKilledMidStep(t *testing.T) {
 	if out := e.must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("prune left sandboxes: %q", out)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for left := e.leftovers(ids); len(left) > 0; left = e.leftovers(ids) {
-		if time.Now().After(deadline) {
-			t.Fatalf("left on the host after the killed build and prune:\n%s", strings.Join(left, "\n"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	fixtures.Eventually(t, "nothing left on the host after the killed build and prune", func() (bool, string) {
+		left := e.leftovers(ids)
+		return len(left) == 0, strings.Join(left, "\n")
+	})
 	for _, d := range []string{"c", "tmp"} {
 		ents, _ := os.ReadDir(filepath.Join(e.root, d))
 		for _, ent := range ents {

@@ -364,11 +364,10 @@ func TestKeepAndPrune(t *testing.T) {
 		t.Fatalf("the kept sandbox's PID 1 from its state: %d %v", rec.Pid, err)
 	}
 	syscall.Kill(rec.Pid, syscall.SIGKILL)
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if !strings.Contains(e.must("ps"), "kept") {
-			break
-		}
-	}
+	fixtures.Eventually(t, "the killed sandbox out of ps", func() (bool, string) {
+		ps := e.must("ps")
+		return !strings.Contains(ps, "kept"), ps
+	})
 	if out := e.must("prune"); !strings.Contains(out, "Deleted") {
 		t.Errorf("prune: %q", out)
 	}

@@ -90,16 +90,10 @@ func TestCRI(t *testing.T) {
 	}
 	// A failure half-way leaves nothing either: pods go before containerd.
 	t.Cleanup(func() { run("rmp", "--force", "--all") })
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	fixtures.Eventually(t, "containerd's CRI up", func() (bool, string) {
 		out, code := run("version")
-		if code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("containerd's CRI did not come up: %s", out)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return code == 0, out
+	})
 
 	// runp: a pod on the host's network (no CNI here), run by slopbox.
 	podCfg := filepath.Join(dir, "pod.json")

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // TestDetachedPSS: a detached container (`run -d` through the CLI, or
@@ -57,7 +59,22 @@ func TestDetachedPSS(t *testing.T) {
 func detachedPSS(t *testing.T, e *env, ids []string) {
 	const maxKiB = 256
 	n := len(ids)
-	time.Sleep(time.Second) // every monitor set up and idle
+	// Every monitor set up and idle: each says so in monitor.ready (its
+	// pid) once it has set itself up to forward signals.
+	fixtures.Eventually(t, "every monitor ready", func() (bool, string) {
+		for _, id := range ids {
+			dirs, _ := filepath.Glob(filepath.Join(e.root, "c", id[:min(16, len(id))]+"*"))
+			if len(dirs) != 1 {
+				return false, fmt.Sprintf("state directory of %s: %v", id, dirs)
+			}
+			mon, _ := os.ReadFile(filepath.Join(dirs[0], "monitor.pid"))
+			ready, _ := os.ReadFile(filepath.Join(dirs[0], "monitor.ready"))
+			if f := strings.Fields(string(mon)); len(f) == 0 || string(ready) != f[0] {
+				return false, fmt.Sprintf("%s: monitor.pid %q, monitor.ready %q", id, mon, ready)
+			}
+		}
+		return true, ""
+	})
 	procs := map[int]bool{}
 	for _, id := range ids {
 		if len(id) < 16 {
@@ -203,11 +220,8 @@ func TestMonitorKilled(t *testing.T) {
 	if out := e.must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("sandboxes left after rm -f and prune: %s", out)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for left := e.leftovers(seen); len(left) > 0; left = e.leftovers(seen) {
-		if time.Now().After(deadline) {
-			t.Fatalf("left on the host:\n%s", strings.Join(left, "\n"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	fixtures.Eventually(t, "nothing left on the host", func() (bool, string) {
+		left := e.leftovers(seen)
+		return len(left) == 0, strings.Join(left, "\n")
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // TestNamedVolumes: a named volume keeps what a sandbox wrote for the
@@ -91,16 +94,10 @@ func TestNamedVolumes(t *testing.T) {
 	if out, code := docker("run", "--rm", "-v", "/anon", e.ref, "touch", "/anon/f"); code != 0 {
 		t.Fatalf("docker run --rm -v /anon: %d %q", code, out)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	fixtures.Eventually(t, "docker run --rm -v /anon: its volume removed", func() (bool, string) {
 		out, _ := docker("volume", "ls", "-q")
-		if out == "web\n" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("docker run --rm -v /anon: volumes left %q", out)
-			break
-		}
-	}
+		return out == "web\n", fmt.Sprintf("volumes left %q", out)
+	})
 	if out := e.must("run", "--rm", "-v", "web:/w", e.ref, "cat", "/w/x"); out != "hi\n" {
 		t.Errorf("the CLI reads what docker's run wrote: %q", out)
 	}
@@ -139,11 +136,7 @@ func TestServeRestartUpdateHealth(t *testing.T) {
 	}
 	until := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(100 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 30 s", what)
-			}
-		}
+		fixtures.Eventually(t, what, func() (bool, string) { return cond(), "" })
 	}
 	e.must("pull", "-q", e.ref)
 

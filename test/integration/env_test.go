@@ -13,7 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // slopbox env run: a SlopCodeBench spec runs as the harness would run it
@@ -97,14 +98,18 @@ docker: {image: `+e.ref+`, network: none, keep_container_after_clean: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }) // if the wait fails
 	var got string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && got != "through-env\n"; time.Sleep(100 * time.Millisecond) {
-		if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/f", hp)); err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			got = string(b)
+	fixtures.Eventually(t, "the server behind env run --port", func() (bool, string) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/f", hp))
+		if err != nil {
+			return false, err.Error()
 		}
-	}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got = string(b)
+		return got == "through-env\n", fmt.Sprintf("%q", got)
+	})
 	cmd.Process.Signal(syscall.SIGTERM)
 	cmd.Wait()
 	if got != "through-env\n" {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // leftovers lists what anything slopbox made under e.root still holds on
@@ -89,13 +91,10 @@ func (e *env) killOwnerThenPrune(t *testing.T, cmd *exec.Cmd, port int, what str
 	if out := e.must("ps", "-a", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("prune left %q", out)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for left := e.leftovers(ids); len(left) > 0; left = e.leftovers(ids) {
-		if time.Now().After(deadline) {
-			t.Fatalf("left after SIGKILL of %s and prune:\n%s", what, strings.Join(left, "\n"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	fixtures.Eventually(t, "nothing left after SIGKILL of "+what+" and prune", func() (bool, string) {
+		left := e.leftovers(ids)
+		return len(left) == 0, strings.Join(left, "\n")
+	})
 	if err := canBind("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
 		t.Errorf("prune after SIGKILL of %s did not release host port %d: %v", what, port, err)
 	}
@@ -179,13 +178,10 @@ func TestSIGKILLAnywhereThenPruneLeavesNothing(t *testing.T) {
 	if len(seen) < 5 {
 		t.Errorf("only %d sandboxes were started: the kills came too early to test anything", len(seen))
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for left := e.leftovers(seen); len(left) > 0; left = e.leftovers(seen) {
-		if time.Now().After(deadline) {
-			t.Fatalf("left on the host after prune:\n%s", strings.Join(left, "\n"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	fixtures.Eventually(t, "nothing left on the host after prune", func() (bool, string) {
+		left := e.leftovers(seen)
+		return len(left) == 0, strings.Join(left, "\n")
+	})
 	for _, dir := range []string{"c", "c/.pool"} {
 		ents, _ := os.ReadDir(filepath.Join(e.root, dir))
 		for _, ent := range ents {

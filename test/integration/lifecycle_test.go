@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // monitors lists the monitor processes serving sandboxes under root.
@@ -28,14 +30,10 @@ func monitors(root string) []string {
 	return out
 }
 
-// waitFor polls cond for up to a generous deadline (busy CI hosts).
+// waitFor polls cond with fixtures.Eventually's patience (busy CI hosts).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	fixtures.Eventually(t, what, func() (bool, string) { return cond(), "" })
 }
 
 // TestDetachedMainCommand: run -d keeps the command's output as the
@@ -129,7 +127,13 @@ func TestDetachedMainCommand(t *testing.T) {
 	e.must("rm", "shell")
 
 	// kill -s: the signal reaches the main command, which handles it.
-	e.must("run", "-d", "--name", "trap", e.ref, "sh", "-c", `trap "echo got-term; exit 7" TERM; while :; do sleep 0.1; done`)
+	e.must("run", "-d", "--name", "trap", e.ref, "sh", "-c", `trap "echo got-term; exit 7" TERM; echo trapping; while :; do sleep 0.1; done`)
+	// The handshake: the trap is set once the command says so (a TERM
+	// before that ends the shell with 143).
+	fixtures.Eventually(t, "the trap set", func() (bool, string) {
+		out, _ := e.run("", "logs", "trap")
+		return strings.Contains(out, "trapping"), e.evidence("trap")
+	})
 	e.must("kill", "-s", "TERM", "trap")
 	if out := strings.TrimSpace(e.must("wait", "trap")); out != "7" {
 		t.Errorf("wait after kill -s TERM printed %q, want the trap's 7", out)
@@ -146,29 +150,42 @@ func TestDetachedMainCommand(t *testing.T) {
 	}
 }
 
+// scriptStep is input typed into script(1)'s terminal once ready says
+// the session is there for it (a prompt, a line the command printed, a
+// process started): a handshake, not a pause.
+type scriptStep struct {
+	what  string
+	ready func(out string) bool
+	input string
+}
+
 // script runs a shell command line under script(1), which gives it a
-// pseudo-terminal of rows×cols, feeding it steps of input with pauses.
-func (e *env) script(t *testing.T, line string, steps ...string) (string, int) {
+// pseudo-terminal of rows×cols, feeding it steps of input.
+func (e *env) script(t *testing.T, line string, steps ...scriptStep) (string, int) {
 	t.Helper()
 	cmd := exec.Command("script", "-qec", "stty rows 33 cols 101; "+line, "/dev/null")
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
+	var out fixtures.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range steps {
-		time.Sleep(700 * time.Millisecond)
-		in.Write([]byte(s))
-	}
+	t.Cleanup(func() { cmd.Process.Kill() }) // a step that never became ready
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	for _, s := range steps {
+		fixtures.Eventually(t, line+": "+s.what, func() (bool, string) {
+			o := out.String()
+			return s.ready(o), "output:\n" + o
+		})
+		in.Write([]byte(s.input))
+	}
 	select {
 	case err = <-done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(fixtures.Patience()):
 		cmd.Process.Kill()
 		t.Fatalf("%s did not finish; output:\n%s", line, out.String())
 	}
@@ -194,7 +211,17 @@ func TestTerminal(t *testing.T) {
 		t.Errorf("run -it: exit %d, output:\n%s", code, out)
 	}
 	e.must("run", "-d", "--name", "box", e.ref, "sleep", "infinity")
-	out, code = e.script(t, sb+" exec -it box sh", "sleep 30\n", "\x03", "echo after-$?\n", "exit 7\n")
+	prompts := func(n int) func(string) bool {
+		return func(out string) bool { return strings.Count(out, "# ") >= n }
+	}
+	out, code = e.script(t, sb+" exec -it box sh",
+		scriptStep{"the shell's prompt", prompts(1), "sleep 30\n"},
+		scriptStep{"sleep 30 running", func(string) bool {
+			ps, _ := e.run("", "exec", "box", "ps", "-o", "args")
+			return strings.Contains(ps, "sleep 30")
+		}, "\x03"},
+		scriptStep{"the prompt after Ctrl-C", prompts(2), "echo after-$?\n"},
+		scriptStep{"the prompt after the echo", prompts(3), "exit 7\n"})
 	if code != 7 || !strings.Contains(out, "after-130") {
 		t.Errorf("exec -it with Ctrl-C: exit %d, output:\n%s", code, out)
 	}

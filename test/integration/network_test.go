@@ -400,13 +400,10 @@ func TestBridgeNetwork(t *testing.T) {
 	}
 	e.must("stop", "-t", "0", "br")
 	e.must("rm", "-f", "br", "loop", "iso")
-	deadline := time.Now().Add(5 * time.Second)
-	for left := e.leftovers(ids); len(left) > 0; left = e.leftovers(ids) {
-		if time.Now().After(deadline) {
-			t.Fatalf("left after rm:\n%s", strings.Join(left, "\n"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	fixtures.Eventually(t, "nothing left after rm", func() (bool, string) {
+		left := e.leftovers(ids)
+		return len(left) == 0, strings.Join(left, "\n")
+	})
 }
 
 // helperProcs returns the host-side helpers of sandbox id (marked
@@ -709,13 +706,10 @@ while True:
 	} else {
 		c.Close()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for left := e.leftovers(ids); len(left) > 0; left = e.leftovers(ids) {
-		if time.Now().After(deadline) {
-			t.Fatalf("left after rm:\n%s", strings.Join(left, "\n"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	fixtures.Eventually(t, "nothing left after rm", func() (bool, string) {
+		left := e.leftovers(ids)
+		return len(left) == 0, strings.Join(left, "\n")
+	})
 }
 
 // canBind reports whether nothing holds network/addr on the host now.
@@ -762,13 +756,9 @@ func TestPortsReleasedByKillAndPrune(t *testing.T) {
 	e.must("run", "-d", "--name", "ex", "--network", "bridge", "-p", fmt.Sprintf("%d:80", pe), e.ref, "sh", "-c", "until [ -e /tmp/go ]; do sleep 0.1; done")
 	held("exited", pe)
 	e.must("exec", "ex", "touch", "/tmp/go")
-	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(e.must("ps", "-a", "--filter", "name=ex"), "Exited") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the sandbox did not stop when its main command exited:\n%s", e.must("ps", "-a"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	fixtures.Eventually(t, "the sandbox stopped when its main command exited", func() (bool, string) {
+		return strings.Contains(e.must("ps", "-a", "--filter", "name=ex"), "Exited"), e.evidence("ex")
+	})
 	e.must("prune")
 	if err := canBind("tcp", fmt.Sprintf("127.0.0.1:%d", pe)); err != nil {
 		t.Errorf("prune of an exited sandbox did not release host port %d: %v", pe, err)

@@ -192,13 +192,15 @@ func cgroup2Only() bool {
 	return err == nil
 }
 
-// waitStatus polls id's state until it reads want or within passes, and
-// returns the last status read.
-func (o *ociCmd) waitStatus(id, want string, within time.Duration) string {
-	st := o.status(id)
-	for deadline := time.Now().Add(within); st != want && time.Now().Before(deadline); st = o.status(id) {
-		time.Sleep(20 * time.Millisecond)
-	}
+// waitStatus polls id's state until it reads want (fixtures.Eventually)
+// and returns it.
+func (o *ociCmd) waitStatus(id, want string) string {
+	o.t.Helper()
+	var st string
+	fixtures.Eventually(o.t, id+" "+want, func() (bool, string) {
+		st = o.status(id)
+		return st == want, "state: " + st
+	})
 	return st
 }
 
@@ -252,13 +254,10 @@ func TestOCIRuntime(t *testing.T) {
 	if st := o.status(c1); st != "running" {
 		t.Errorf("after start: %s", st)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for b, _ := os.ReadFile(out); !strings.Contains(string(b), "started as 0") && time.Now().Before(deadline); b, _ = os.ReadFile(out) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if b, _ := os.ReadFile(out); !strings.Contains(string(b), "started as 0") {
-		t.Errorf("the container's output (create's stdout): %q", b)
-	}
+	fixtures.Eventually(t, "the container's output (create's stdout)", func() (bool, string) {
+		b, _ := os.ReadFile(out)
+		return strings.Contains(string(b), "started as 0"), fmt.Sprintf("%q", b)
+	})
 	if stdout, stderr, code := o.run("exec", c1, "sh", "-c", "echo in exec; exit 3"); code != 3 || stdout != "in exec\n" {
 		t.Errorf("exec: %d %q %q", code, stdout, stderr)
 	}
@@ -279,13 +278,10 @@ func TestOCIRuntime(t *testing.T) {
 	// Rootless on cgroup v1 ps reads the container's pid namespace, where
 	// a process still setting up (not yet exec'd, not dumpable) does not
 	// show: the second one shows within a bound.
-	stdout, _, _ := o.run("ps", "--format", "json", c1)
-	for deadline := time.Now().Add(20 * time.Second); strings.Count(stdout, ",") != 1 && time.Now().Before(deadline); stdout, _, _ = o.run("ps", "--format", "json", c1) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if strings.Count(stdout, ",") != 1 {
-		t.Errorf("ps: %q, want the two processes", stdout)
-	}
+	fixtures.Eventually(t, "ps shows the two processes", func() (bool, string) {
+		stdout, stderr, _ := o.run("ps", "--format", "json", c1)
+		return strings.Count(stdout, ",") == 1, fmt.Sprintf("ps: %q %q", stdout, stderr)
+	})
 	if _, stderr, code := o.run("delete", c1); code == 0 || !strings.Contains(stderr, "not stopped") {
 		t.Errorf("delete of a running container: %d %q", code, stderr)
 	}
@@ -301,7 +297,7 @@ func TestOCIRuntime(t *testing.T) {
 	if _, stderr, code := o.run("kill", c1, "KILL"); code != 0 {
 		t.Errorf("kill KILL: %s", stderr)
 	}
-	if st := o.waitStatus(c1, "stopped", 10*time.Second); st != "stopped" {
+	if st := o.waitStatus(c1, "stopped"); st != "stopped" {
 		t.Errorf("after kill: %s", st)
 	}
 	if _, stderr, code := o.run("delete", c1); code != 0 {
@@ -425,7 +421,7 @@ func readUntil(t *testing.T, f *os.File, want *regexp.Regexp) string {
 	t.Helper()
 	var got []byte
 	buf := make([]byte, 1024)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(fixtures.Patience())
 	f.SetReadDeadline(deadline)
 	for !want.Match(got) && time.Now().Before(deadline) {
 		n, err := f.Read(buf)
@@ -526,25 +522,18 @@ func TestOCIRuntimeKillAll(t *testing.T) {
 		b, _ := os.ReadFile(out)
 		t.Fatalf("exec --detach: %v: %s", err, b)
 	}
-	waitFor := func(what ...string) bool {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	waitFor := func(what ...string) {
+		t.Helper()
+		fixtures.Eventually(t, fmt.Sprintf("the container's output holds %q", what), func() (bool, string) {
 			b, _ := os.ReadFile(out)
 			all := true
 			for _, w := range what {
 				all = all && strings.Contains(string(b), w)
 			}
-			if all {
-				return true
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("the container's output: %q, want %q", b, what)
-				return false
-			}
-		}
+			return all, fmt.Sprintf("%q", b)
+		})
 	}
-	if !waitFor("init ready", "exec ready") {
-		t.FailNow()
-	}
+	waitFor("init ready", "exec ready")
 	if _, stderr, code := o.run("kill", "--all", id, "USR1"); code != 0 {
 		t.Fatalf("kill --all USR1: %d %s", code, stderr)
 	}
@@ -553,7 +542,7 @@ func TestOCIRuntimeKillAll(t *testing.T) {
 	if _, stderr, code := o.run("kill", "--all", id, "KILL"); code != 0 {
 		t.Errorf("kill --all KILL: %d %s", code, stderr)
 	}
-	if st := o.waitStatus(id, "stopped", 30*time.Second); st != "stopped" {
+	if st := o.waitStatus(id, "stopped"); st != "stopped" {
 		t.Errorf("after kill --all KILL: %s", st)
 	}
 	if _, stderr, code := o.run("delete", id); code != 0 {
@@ -680,15 +669,10 @@ state = %q
 		}
 		return string(b), code
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if _, code := c.ctr("version"); code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("containerd did not come up")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	fixtures.Eventually(t, "containerd up", func() (bool, string) {
+		out, code := c.ctr("version")
+		return code == 0, out
+	})
 	return c
 }
 
@@ -727,11 +711,10 @@ func TestContainerdRunc(t *testing.T) {
 	if out, code := c.ctr("task", "kill", "-s", "SIGKILL", "long"); code != 0 {
 		t.Errorf("task kill: %s", out)
 	}
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if ls, _ := c.ctr("task", "ls"); strings.Contains(ls, "STOPPED") {
-			break
-		}
-	}
+	fixtures.Eventually(t, "the killed task STOPPED", func() (bool, string) {
+		ls, _ := c.ctr("task", "ls")
+		return strings.Contains(ls, "STOPPED"), ls
+	})
 	if out, code := c.ctr("task", "delete", "long"); code != 0 {
 		t.Errorf("task delete: %s", out)
 	}

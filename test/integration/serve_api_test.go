@@ -185,8 +185,8 @@ func TestServeLogsUntilAndFollow(t *testing.T) {
 		if err != nil {
 			t.Errorf("logs follow: %v", err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Errorf("logs follow of a silent container: no response headers after 5s")
+	case <-time.After(fixtures.Patience()):
+		t.Errorf("logs follow of a silent container: no response headers after %s", fixtures.Patience())
 	}
 	must("rm", "-f", "quiet", "said")
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // TestServeArchiveStoppedMounts: PUT and GET /containers/{id}/archive of a
@@ -182,12 +184,10 @@ func TestServeCreateEchoes(t *testing.T) {
 func waitLogs(t *testing.T, must func(args ...string) string, name, want string) string {
 	t.Helper()
 	var out string
-	for range 100 {
-		if out = must("logs", name); strings.Contains(out, want) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	fixtures.Eventually(t, name+"'s log holds "+want, func() (bool, string) {
+		out = must("logs", name)
+		return strings.Contains(out, want), out
+	})
 	return out
 }
 

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // dockerMust returns a runner of the docker CLI against sock that fails
@@ -94,26 +96,22 @@ func dockerEventsFormat(t *testing.T, sock, ref, format string) func() []string 
 		return append([]string(nil), lines...)
 	}
 	// The stream has no replay: create probes until one is reported.
-	for i := 0; ; i++ {
-		probe := fmt.Sprintf("ev-probe-%d", i)
+	probes := 0
+	fixtures.Eventually(t, "docker events reporting a probe's creation", func() (bool, string) {
+		if slices.ContainsFunc(get(), func(l string) bool {
+			return strings.Contains(l, "create") && strings.Contains(l, "ev-probe-")
+		}) {
+			return true, ""
+		}
+		probe := fmt.Sprintf("ev-probe-%d", probes)
+		probes++
 		if out, code := dockerCLI(t, debianDocker, sock, "", "create", "--name", probe, ref, "true"); code != 0 {
 			t.Fatalf("docker create: %d %s", code, out)
 		}
-		seen := func() bool {
-			return slices.ContainsFunc(get(), func(l string) bool {
-				return strings.Contains(l, "create") && strings.Contains(l, probe)
-			})
-		}
-		for deadline := time.Now().Add(5 * time.Second); !seen() && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		}
 		dockerCLI(t, debianDocker, sock, "", "rm", probe)
-		if seen() {
-			return get
-		}
-		if i == 5 {
-			t.Fatalf("docker events reported none of the probes' creation: %q", get())
-		}
-	}
+		return false, fmt.Sprintf("%d probes, events: %q", probes, get())
+	})
+	return get
 }
 
 // has reports whether a line of lines starts with prefix.

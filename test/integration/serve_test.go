@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // serve starts `slopbox serve` on e's state root and returns its socket;
@@ -32,7 +34,7 @@ func (e *env) serveAt(t *testing.T, sock string, env []string, args ...string) s
 	t.Helper()
 	cmd := exec.Command(e.bin, append([]string{"--root", e.root}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	var log bytes.Buffer
+	var log fixtures.Buffer // read while serve writes it
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -46,7 +48,7 @@ func (e *env) serveAt(t *testing.T, sock string, env []string, args ...string) s
 			if err != nil {
 				t.Errorf("serve exited with %v after SIGTERM:\n%s", err, log.String())
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(fixtures.Patience()):
 			cmd.Process.Kill()
 			t.Errorf("serve did not exit on SIGTERM")
 		}
@@ -57,17 +59,16 @@ func (e *env) serveAt(t *testing.T, sock string, env []string, args ...string) s
 			t.Errorf("serve left its socket behind")
 		}
 	})
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if fi, err := os.Stat(sock); err == nil {
-			if fi.Mode().Perm() != 0o600 {
-				t.Errorf("socket mode %v, want 0600", fi.Mode().Perm())
-			}
-			return sock
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not listen:\n%s", log.String())
-		}
+	var fi os.FileInfo
+	fixtures.Eventually(t, "serve listening", func() (bool, string) {
+		var err error
+		fi, err = os.Stat(sock)
+		return err == nil, log.String()
+	})
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket mode %v, want 0600", fi.Mode().Perm())
 	}
+	return sock
 }
 
 // dockerCLI runs the docker client bin against sock.
@@ -243,7 +244,8 @@ func serveDockerCLI(t *testing.T, dockerBin string) {
 	if out, code := docker("piped\nlines\n", "run", "-i", "--rm", e.ref, "cat"); code != 0 || out != "piped\nlines\n" {
 		t.Errorf("run -i: %d %q", code, out)
 	}
-	out, code = e.script(t, "DOCKER_HOST=unix://"+sock+" DOCKER_CONFIG="+cfg+" "+dockerBin+" run -it --rm "+e.ref+" sh -c '"+waitSize+"tty; stty size; read l; echo got-$l; exit 4'", "typed\n")
+	out, code = e.script(t, "DOCKER_HOST=unix://"+sock+" DOCKER_CONFIG="+cfg+" "+dockerBin+" run -it --rm "+e.ref+" sh -c '"+waitSize+"tty; stty size; read l; echo got-$l; exit 4'",
+		scriptStep{"the terminal's size printed", func(out string) bool { return strings.Contains(out, "33 101") }, "typed\n"})
 	if code != 4 || !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "33 101") || !strings.Contains(out, "got-typed") {
 		t.Errorf("run -it: %d %q", code, out)
 	}
@@ -394,12 +396,17 @@ func TestServeProtocol(t *testing.T) {
 		t.Errorf("start: %d %s", code, body)
 	}
 	// wait on a container removed by force while it runs: 137, as Docker.
+	// The 200 header is the handshake: the wait holds from when it comes.
+	resp, err := client.Post("http://slopbox/v1.44/containers/slashed/wait?condition=removed", "application/json", nil)
+	if err != nil {
+		t.Fatalf("POST wait: %v", err)
+	}
 	waited := make(chan string, 1)
 	go func() {
-		_, body := post("/v1.44/containers/slashed/wait?condition=removed", "")
-		waited <- body
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		waited <- string(b)
 	}()
-	time.Sleep(300 * time.Millisecond)
 	req, _ := http.NewRequest("DELETE", "http://slopbox/v1.44/containers/slashed?force=1", nil)
 	if resp, err := client.Do(req); err != nil || resp.StatusCode != 204 {
 		t.Errorf("rm -f: %v %v", resp, err)
@@ -425,15 +432,11 @@ func TestServeProtocol(t *testing.T) {
 	go func() { exited <- srv.Wait() }()
 	t.Cleanup(func() { srv.Process.Kill() })
 	var conn net.Conn
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	fixtures.Eventually(t, "serve listening on "+idleSock, func() (bool, string) {
 		var err error
-		if conn, err = net.Dial("unix", idleSock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not listen: %v", err)
-		}
-	}
+		conn, err = net.Dial("unix", idleSock)
+		return err == nil, fmt.Sprint(err)
+	})
 	io.WriteString(conn, "POST /v1.44/containers/"+id+"/attach?stream=1&stdout=1&stderr=1 HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
 	head := make([]byte, 64)
 	if n, _ := conn.Read(head); !strings.HasPrefix(string(head[:n]), "HTTP/1.1 101") {
@@ -442,7 +445,7 @@ func TestServeProtocol(t *testing.T) {
 	conn.Close()
 	select {
 	case <-exited:
-	case <-time.After(15 * time.Second):
+	case <-time.After(fixtures.Patience()):
 		t.Errorf("a server whose attached client went away did not idle-exit")
 	}
 	e.must("rm", id)
@@ -494,14 +497,10 @@ func TestServeSIGTERMLeavesSandboxes(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- srv.Wait() }()
 	t.Cleanup(func() { srv.Process.Kill() })
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("serve did not listen")
-		}
-	}
+	fixtures.Eventually(t, "serve listening on "+sock, func() (bool, string) {
+		_, err := os.Stat(sock)
+		return err == nil, fmt.Sprint(err)
+	})
 	out, code := dockerCLI(t, debianDocker, sock, "", "run", "-d", "--name", "kept", e.ref, "sleep", "1000")
 	if code != 0 {
 		t.Fatalf("docker run -d through serve: exit %d %q", code, out)
@@ -512,7 +511,7 @@ func TestServeSIGTERMLeavesSandboxes(t *testing.T) {
 		if err != nil {
 			t.Errorf("serve exited with %v after SIGTERM", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(fixtures.Patience()):
 		t.Fatal("serve did not exit on SIGTERM")
 	}
 	if ps := e.must("ps", "--filter", "name=kept", "--format", "{{.Status}}"); !strings.HasPrefix(ps, "Up") {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // TestStopGracePeriod: slopbox stop sends the main command SIGTERM and
@@ -20,11 +22,9 @@ func TestStopGracePeriod(t *testing.T) {
 	e := newEnv(t)
 	ready := func(name string) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(e.must("logs", name), "ready"); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never said ready: %s", name, e.evidence(name))
-			}
-		}
+		fixtures.Eventually(t, name+" says ready", func() (bool, string) {
+			return strings.Contains(e.must("logs", name), "ready"), e.evidence(name)
+		})
 	}
 	e.must("run", "-d", "--name", "traps", e.ref, "sh", "-c", "trap 'echo got TERM; exit 0' TERM; echo ready; while :; do sleep 0.1; done")
 	ready("traps")
@@ -119,20 +119,15 @@ func TestServePortBindingsGiveBridge(t *testing.T) {
 		t.Errorf("NetworkMode: %q", out)
 	}
 	hostPort := strings.TrimSpace(e.must("inspect", "-f", `{{(index (index .NetworkSettings.Ports "8000/tcp") 0).HostPort}}`, "pb"))
-	var got string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	fixtures.Eventually(t, "the server through the published port "+hostPort, func() (bool, string) {
 		resp, err := http.Get("http://" + net.JoinHostPort("127.0.0.1", hostPort) + "/")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if got = string(b); got == "served\n" {
-				break
-			}
+		if err != nil {
+			return false, err.Error()
 		}
-	}
-	if got != "served\n" {
-		t.Errorf("the published port %s: %q", hostPort, got)
-	}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return string(b) == "served\n", fmt.Sprintf("%q\n%s", b, e.evidence("pb"))
+	})
 }
 
 // TestServeCreateWarnings: a limit the host cannot enforce (memory,

@@ -159,22 +159,14 @@ func cgroupsNamed(s string) []string {
 }
 
 // cgroupLeft fails the test if a cgroup named with s (a sandbox's id) is
-// still there after a few seconds (systemd removes an emptied scope
-// asynchronously).
+// still there after fixtures.Eventually's patience (systemd removes an
+// emptied scope asynchronously).
 func cgroupLeft(t *testing.T, id string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	fixtures.Eventually(t, "no cgroup left behind for "+id, func() (bool, string) {
 		left := cgroupsNamed(id)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("cgroups left behind for %s: %v", id, left)
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(left) == 0, fmt.Sprintf("left: %v", left)
+	})
 }
 
 func readInt(t *testing.T, path string) int64 {
@@ -285,21 +277,28 @@ func TestPidsLimitAndCgroupKill(t *testing.T) {
 	// PID 1, and the main command with its supervisor.
 	base := readInt(t, filepath.Join(cg, "pids.current"))
 	// A timed command runs in a cgroup of its own, under the sandbox's.
+	// Its timeout is not what is looked at here: a long one keeps the
+	// cgroup there until it has been seen (a load that slowed this test's
+	// polling could outlast a short one), then its cgroup is killed.
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		exec.Command(e.bin, "--root", e.root, "exec", "--timeout", "2", id, "sleep", "1000").Run()
+		exec.Command(e.bin, "--root", e.root, "exec", "--timeout", "600", id, "sleep", "1000").Run()
 	}()
 	var sub []string
 	var procs []byte
-	for deadline := time.Now().Add(10 * time.Second); len(procs) == 0 && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
+	fixtures.Eventually(t, "the timed exec's cgroup holding its command", func() (bool, string) {
 		if sub, _ = filepath.Glob(filepath.Join(cg, "exec-*")); len(sub) == 1 {
 			procs, _ = os.ReadFile(filepath.Join(sub[0], "cgroup.procs"))
 		}
-	}
+		return len(procs) > 0, fmt.Sprintf("%v holding %q", sub, procs)
+	})
 	if len(sub) != 1 || len(strings.Fields(string(procs))) != 1 {
 		t.Errorf("a timed exec's cgroup: %v holding %q, want one holding the command", sub, procs)
+	}
+	// Seen holding a process, sub is that one cgroup.
+	if err := os.WriteFile(filepath.Join(sub[0], "cgroup.kill"), []byte("1"), 0); err != nil {
+		t.Fatal(err)
 	}
 	<-done
 	start := time.Now()
@@ -311,10 +310,10 @@ func TestPidsLimitAndCgroupKill(t *testing.T) {
 		t.Errorf("pids.events max %d: the bomb never reached the limit", n)
 	}
 	// Only what ran before is left, and the exec's own cgroup is gone.
-	deadline := time.Now().Add(5 * time.Second)
-	for readInt(t, filepath.Join(cg, "pids.current")) > base && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	fixtures.Eventually(t, "pids.current back to what ran before", func() (bool, string) {
+		n := readInt(t, filepath.Join(cg, "pids.current"))
+		return n <= base, fmt.Sprintf("pids.current %d, want %d", n, base)
+	})
 	if n := readInt(t, filepath.Join(cg, "pids.current")); n != base {
 		b, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
 		var ps []string
@@ -411,19 +410,22 @@ func TestExecFromAnotherSession(t *testing.T) {
 		t.Errorf("exec from another session: exit %d: %q", code, out)
 	}
 	// A timed exec from a third session: its command is in its own cgroup
-	// under the sandbox's, made by that session's slopbox.
+	// under the sandbox's, made by that session's slopbox. Its timeout
+	// ends it (exit 137) and is the window in which its cgroup is looked
+	// for: 10 s, wide enough for a loaded host's polling.
 	done := make(chan string, 1)
 	go func() {
-		b, _ := exec.Command(su[0], append(su[1:], shellQuote([]string{e.bin, "--root", e.root, "exec", "--timeout", "3", "sessions", "sleep", "100"})+"; echo exit=$?")...).CombinedOutput()
+		b, _ := exec.Command(su[0], append(su[1:], shellQuote([]string{e.bin, "--root", e.root, "exec", "--timeout", "10", "sessions", "sleep", "100"})+"; echo exit=$?")...).CombinedOutput()
 		done <- string(b)
 	}()
 	var procs []byte
-	for deadline := time.Now().Add(20 * time.Second); len(procs) == 0 && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
-		if sub, _ := filepath.Glob(filepath.Join(cg, "exec-*")); len(sub) == 1 {
+	fixtures.Eventually(t, "the timed exec's cgroup holding its command", func() (bool, string) {
+		sub, _ := filepath.Glob(filepath.Join(cg, "exec-*"))
+		if len(sub) == 1 {
 			procs, _ = os.ReadFile(filepath.Join(sub[0], "cgroup.procs"))
 		}
-	}
+		return len(procs) > 0, fmt.Sprintf("%v holding %q", sub, procs)
+	})
 	if len(strings.Fields(string(procs))) != 1 {
 		t.Errorf("the timed exec's cgroup holds %q, want its command", procs)
 	}
