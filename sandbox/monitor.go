@@ -420,10 +420,15 @@ func (s *Sandbox) Signal(sig syscall.Signal) error {
 		b, err := os.ReadFile(filepath.Join(s.dir, monitorReady))
 		return err == nil && string(b) == strconv.Itoa(pid)
 	}
-	for deadline := time.Now().Add(5 * time.Second); !ready(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
+	// It is waited for as long as it lives, within a bound that only a
+	// stuck monitor reaches (a loaded host can delay its set-up by
+	// seconds), checking more slowly as time goes on.
+	wait := time.Millisecond
+	for deadline := time.Now().Add(60 * time.Second); !ready(); time.Sleep(wait) {
+		if _, alive := monitorPid(s.dir); !alive || time.Now().After(deadline) {
 			return fmt.Errorf("sandbox %s: its monitor (pid %d) is not ready for signals", s.rec.Name, pid)
 		}
+		wait = min(2*wait, 20*time.Millisecond)
 	}
 	if err := syscall.Kill(pid, sig); err != nil {
 		return err
