@@ -23,6 +23,7 @@ const (
 	protoUDP      = 17
 	flagDetach    = 1
 	flagTTY       = 2
+	flagMakeCwd   = 4
 	replyStarted  = 1
 	replyFailed   = 2
 	replyExited   = 3
@@ -42,6 +43,10 @@ type execRequest struct {
 	// own; rows and cols size it.
 	tty        bool
 	rows, cols uint16
+	// makeCwd creates a missing cwd first, as the sandbox's root: the
+	// sandbox's own working directory (docker run -w), which Docker
+	// creates; an exec's -w is not.
+	makeCwd bool
 	// cgroupProcs, when set, is the exec's own cgroup's cgroup.procs,
 	// opened for writing: the command joins it before it execs.
 	cgroupProcs *os.File
@@ -55,6 +60,9 @@ func (r *execRequest) encode() []byte {
 	}
 	if r.tty {
 		flags |= flagTTY
+	}
+	if r.makeCwd {
+		flags |= flagMakeCwd
 	}
 	winsize := uint32(r.rows)<<16 | uint32(r.cols)
 	hdr := []uint32{agentMagic, opExec, flags, r.uid, r.gid, uint32(len(r.groups)), uint32(len(r.argv)), uint32(len(r.env)), uint32(len(r.cwd)), winsize}

@@ -31,7 +31,7 @@ func TestProtocolMatchesAgent(t *testing.T) {
 		defines[m[1]] = v
 	}
 	for name, want := range map[string]uint64{
-		"AGENT_MAGIC": agentMagic, "OP_EXEC": opExec, "OP_KILL": opKill, "OP_DIAL": opDial, "PROTO_TCP": protoTCP, "PROTO_UDP": protoUDP, "FLAG_DETACH": flagDetach, "FLAG_TTY": flagTTY,
+		"AGENT_MAGIC": agentMagic, "OP_EXEC": opExec, "OP_KILL": opKill, "OP_DIAL": opDial, "PROTO_TCP": protoTCP, "PROTO_UDP": protoUDP, "FLAG_DETACH": flagDetach, "FLAG_TTY": flagTTY, "FLAG_MKCWD": flagMakeCwd,
 		"REPLY_STARTED": replyStarted, "REPLY_FAILED": replyFailed, "REPLY_EXITED": replyExited,
 	} {
 		got, ok := defines[name]

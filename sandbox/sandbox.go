@@ -568,7 +568,7 @@ func (s *Sandbox) command(req backend.ExecRequest) (cmd *execRequest, setup bool
 	default:
 		argv = []string{"/bin/sh", "-c", req.Shell}
 	}
-	return &execRequest{argv: argv, env: backend.MergeEnv(false, rec.Env, req.Env), cwd: cwd, uid: who.UID, gid: who.GID, groups: who.Groups}, setup, nil
+	return &execRequest{argv: argv, env: backend.MergeEnv(false, rec.Env, req.Env), cwd: cwd, makeCwd: req.Cwd == "", uid: who.UID, gid: who.GID, groups: who.Groups}, setup, nil
 }
 
 // dial connects to the sandbox's PID 1.

@@ -11,13 +11,24 @@ import (
 )
 
 // Docker's defaults for paths, where they cost no safety (issue 26): a
-// missing -v source directory is created, and without --workspace a
+// missing working directory of the sandbox (run -w) is made (exec -w's is
+// not, as Docker's), a missing -v source directory is created, and without --workspace a
 // relative -v resolves against the current directory as Docker's CLI
 // resolves it. (-p without --network:
 // TestPublishedPorts.)
 func TestDockerPathDefaults(t *testing.T) {
 	e := newEnv(t)
 	e.must("pull", "-q", e.ref)
+	if out := e.must("run", "--rm", "-w", "/new/work/dir", e.ref, "sh", "-c", "pwd; stat -c %u:%a ."); out != "/new/work/dir\n0:755\n" {
+		t.Errorf("run -w of a missing directory: %q, want it made, root's, 0755", out)
+	}
+	e.must("run", "-d", "--name", "wd", "-w", "/made/here", e.ref, "sleep", "1000")
+	if out := e.must("exec", "wd", "pwd"); out != "/made/here\n" {
+		t.Errorf("exec into a sandbox made with -w of a missing directory: %q", out)
+	}
+	if out, code := e.run("", "exec", "-w", "/not/made", "wd", "pwd"); code == 0 {
+		t.Errorf("exec -w of a missing directory: exit 0 %q, want it refused as Docker's exec", out)
+	}
 	dir := searchable(t, t.TempDir())
 	missing := filepath.Join(dir, "made", "by", "run")
 	e.must("run", "--rm", "-v", missing+":/m", e.ref, "sh", "-c", "echo hi > /m/f")

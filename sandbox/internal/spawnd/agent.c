@@ -88,6 +88,7 @@
 #define PROTO_UDP 17u
 #define FLAG_DETACH 1u /* keep running when the caller disconnects */
 #define FLAG_TTY 2u    /* run on a new pseudo-terminal; its master goes back with the reply */
+#define FLAG_MKCWD 4u  /* create a missing working directory first, as root (Docker's WorkingDir) */
 #define REPLY_STARTED 1u
 #define REPLY_FAILED 2u
 #define REPLY_EXITED 3u
@@ -402,6 +403,27 @@ static void supervise(int status_fd, int stat_w, int fds[4], struct agent_req *r
 	}
 }
 
+/* mkdir_p creates the absolute directory path and its missing parents,
+ * mode 0755, inside the sandbox (as runc creates a container's cwd). */
+static void mkdir_p(const char *path) {
+	char buf[4096];
+	size_t n = strlen(path);
+	if (n == 0 || n >= sizeof buf || path[0] != '/')
+		return;
+	memcpy(buf, path, n + 1);
+	for (char *p = buf + 1;; p++) {
+		if (*p != '/' && *p != 0)
+			continue;
+		char c = *p;
+		*p = 0;
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+			return;
+		*p = c;
+		if (c == 0)
+			return;
+	}
+}
+
 /* child_exec runs in the forked child and never returns. */
 static void child_exec(int status_fd, int fds[4], struct agent_req *rq, uint32_t *groups,
 		       char *cwd, char **argv, char **envp) {
@@ -436,6 +458,9 @@ static void child_exec(int status_fd, int fds[4], struct agent_req *rq, uint32_t
 	int err = 0;
 	if ((rq->flags & FLAG_TTY) && ioctl(0, TIOCSCTTY, 0) < 0)
 		err = errno;
+	struct stat cst;
+	if (!err && (rq->flags & FLAG_MKCWD) && rq->len_cwd > 0 && stat(cwd, &cst) < 0 && errno == ENOENT)
+		mkdir_p(cwd);
 	if (setgroups(rq->ngroups, (gid_t *)groups) < 0 && rq->ngroups > 0)
 		err = errno;
 	if (!err && setgid(rq->gid) < 0)
