@@ -91,14 +91,20 @@ func waitCmd() *cobra.Command {
 			ctx, cancel := signalContext()
 			defer cancel()
 			var failed error
+			b, err := openBackend()
+			if err != nil {
+				return err
+			}
 			for _, ref := range args {
-				sb, err := openSandbox(ref)
+				sb, err := b.Open(ref)
 				if err != nil {
 					fmt.Fprintln(os.Stderr, "slopbox:", err)
 					failed = &exitError{code: 1, silent: true}
 					continue
 				}
-				code, err := sb.Wait(ctx)
+				// The one wait of the CLI and the API, Docker's default
+				// condition.
+				code, err := b.WaitCondition(ctx, sb.ID(), sandbox.WaitNotRunning)
 				if err != nil {
 					return err
 				}

@@ -584,7 +584,7 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 	cond := r.URL.Query().Get("condition")
 	switch cond {
-	case "", "not-running", "next-exit", "removed":
+	case "", sandbox.WaitNotRunning, sandbox.WaitNextExit, sandbox.WaitRemoved:
 	default:
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid condition: %q", cond))
 		return
@@ -594,66 +594,15 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 		return
 	}
 	id := sb.ID()
-	first := sb.Info()
-	base := first.FinishedAt
-	if first.Running && first.FinishedAt.After(first.LastExec) {
-		// Its command has ended, and the exit (this run's: start clears
-		// the last one) is recorded, but the sandbox is not stopped yet.
-		base = time.Time{}
-	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}
-	code := -1
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	var stopped time.Time // when it was first seen stopped with no new exit
-	// Started, with a command, but no exit recorded yet: killed a moment
-	// ago (its monitor records the exit just after), or stopped under its
-	// monitor. Its last code is not the stale one in its state.
-	pending := cond != "next-exit" && !first.Running && first.Pid != 0 && len(first.Command) > 0 && first.FinishedAt.IsZero()
-	ran := first.Running || pending // seen running since the request
-	for {
-		cur, err := s.b.Open(id)
-		if err != nil {
-			// Removed: its exit is kept when it went with its command.
-			if c, _, ok := s.b.RemovedExit(id); ok {
-				code = c
-			}
-			if code < 0 {
-				code = 0
-			}
-			break
-		}
-		info := cur.Info()
-		switch {
-		case info.Running:
-			stopped, ran = time.Time{}, true
-		case info.FinishedAt.After(base):
-			// It ran and its exit is recorded.
-			code = info.ExitCode
-		case cond != "next-exit" && !first.Running && !pending && code < 0:
-			// not-running (and removed, until it goes) of a container
-			// not running when asked: its last exit, 0 for one created.
-			code = info.ExitCode
-		case !ran:
-		case stopped.IsZero():
-			stopped = time.Now()
-		case code < 0 && time.Since(stopped) > exitGrace && len(info.Command) > 0:
-			// Stopped under its monitor, which recorded no exit: killed.
-			code = backend.ExitSignalBase + int(syscall.SIGKILL)
-			base = time.Now() // counted once
-		}
-		if code >= 0 && cond != "removed" {
-			break
-		}
-		select {
-		case <-r.Context().Done():
-			return
-		case <-tick.C:
-		}
+	// The one wait of the CLI and the API (sandbox.WaitCondition).
+	code, err := s.b.WaitCondition(r.Context(), id, cond)
+	if err != nil {
+		return // the client went away
 	}
 	// As Docker: the die event goes out before the wait returns (a
 	// client that follows events sees it by then), not at the watch's

@@ -41,9 +41,8 @@ const (
 	exitPollMax = time.Second
 )
 
-// exitGrace is how long a sandbox seen stopped with no exit recorded is
-// given for its monitor to record one before it counts as killed (137).
-const exitGrace = 2 * time.Second
+// exitGrace is the sandbox package's: the wait and the watch agree.
+const exitGrace = sandbox.ExitGrace
 
 // watchExit starts the watch of sb, whose main command was started after
 // base (its FinishedAt before the start).
