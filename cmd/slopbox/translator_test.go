@@ -77,7 +77,7 @@ func TestOneTranslator(t *testing.T) {
 				eq(t, s.Limits, backend.Limits{MemoryBytes: 512 << 20, CPUs: 1.5, Pids: 100})
 				eq(t, s.Env, map[string]string{"A": "1", "B": ""})
 				eq(t, s.Labels, map[string]string{"k": "v"})
-				eq(t, s.Mounts, []backend.Mount{{Source: "/srv", Target: "/data", ReadOnly: true}})
+				eq(t, s.Mounts, []backend.Mount{{Source: "/srv", Target: "/data", ReadOnly: true, CreateMissing: true}})
 				eq(t, cmd, []string{"/entry", "x"})
 			}},
 		{name: "volumes and groups", argv: []string{"-v", "data:/data:ro", "-v", "/anon", "--mount", "type=volume,source=v2,target=/v2",
@@ -133,7 +133,7 @@ func TestOneTranslator(t *testing.T) {
 		{name: "volumes-from mounts the other's", argv: []string{"--volumes-from", "other:ro", "-v", "/srv:/data", "img"},
 			body: `{"Image":"img","HostConfig":{"VolumesFrom":["other:ro"],"Binds":["/srv:/data"]}}`,
 			want: func(t *testing.T, s backend.SpawnSpec, _ []string) {
-				eq(t, s.Mounts, []backend.Mount{{Source: "/srv", Target: "/data"}, {Volume: "vol", Target: "/vol", ReadOnly: true},
+				eq(t, s.Mounts, []backend.Mount{{Source: "/srv", Target: "/data", CreateMissing: true}, {Volume: "vol", Target: "/vol", ReadOnly: true},
 					{Source: "/home/u/src", Target: "/src", ReadOnly: true}})
 			}},
 		{name: "links put the other's name and environment", argv: []string{"--link", "other:db", "-e", "DB_ENV_FOO=mine", "--name", "self", "img"},
