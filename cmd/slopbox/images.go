@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/slopbox/slopbox/image"
 )
 
 func imagesCmd() *cobra.Command {
@@ -41,7 +43,7 @@ func imagesCmd() *cobra.Command {
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
 			fmt.Fprintln(w, "REPOSITORY\tTAG\tIMAGE ID\tCREATED\tSIZE")
 			for _, i := range list {
-				repo, tag := splitName(i.Name)
+				repo, tag := splitName(image.DockerName(i.Name)) // as Docker prints it: busybox, not index.docker.io/library/busybox
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", repo, tag, shortID(i.ID), ago(i.Created), size(i.Size))
 			}
 			return w.Flush()

@@ -297,7 +297,7 @@ var psHeader = psRow{ID: "SANDBOX ID", Image: "IMAGE", Command: "COMMAND", Creat
 	Status: "STATUS", State: "STATE", Ports: "PORTS", Names: "NAMES", Labels: "LABELS"}
 
 func row(i sandbox.Info) psRow {
-	r := psRow{ID: i.ID[:min(12, len(i.ID))], Image: i.Image, Command: strings.Join(i.Command, " "), Names: i.Name,
+	r := psRow{ID: i.ID[:min(12, len(i.ID))], Image: dockerview.ImageName(i), Command: strings.Join(i.Command, " "), Names: i.Name,
 		CreatedAt: i.Created.Format("2006-01-02 15:04:05 -0700 MST"), RunningFor: units.HumanDuration(time.Since(i.Created)) + " ago",
 		State: dockerview.State(i), Status: dockerview.Status(i)}
 	var labels []string

@@ -2,7 +2,7 @@
 against `slopbox serve`:
 
     slopbox serve &                                  # prints the DOCKER_HOST line
-    export DOCKER_HOST=unix://$XDG_RUNTIME_DIR/slopbox.sock
+    export DOCKER_HOST=unix://$XDG_RUNTIME_DIR/slopbox.sock # or the line serve printed
     python3 examples/dockerpy/harness.py IMAGE WORKSPACE
 
 It pulls IMAGE, starts a container over WORKSPACE, runs commands in it
