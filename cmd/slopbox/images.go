@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"text/template"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,43 +16,109 @@ import (
 
 func imagesCmd() *cobra.Command {
 	var quiet, asJSON bool
+	var format string
 	c := &cobra.Command{
-		Use:     "images",
+		Use:     "images [REPOSITORY[:TAG]]",
 		Aliases: []string{"image ls"},
 		Short:   "List images in the store",
-		Args:    cobra.NoArgs,
+		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var tmpl *template.Template
+			header := false
+			if format != "" && format != "json" {
+				text, isTable := strings.CutPrefix(format, "table")
+				header = isTable
+				text = strings.NewReplacer(`\t`, "\t", `\n`, "\n").Replace(text)
+				var err error
+				if tmpl, err = template.New("images").Funcs(template.FuncMap{"json": jsonString}).Parse(strings.TrimSpace(text) + "\n"); err != nil {
+					return fmt.Errorf("--format: %w", err)
+				}
+			}
 			s, err := openStore()
 			if err != nil {
 				return err
 			}
-			list, err := s.List()
+			all, err := s.List()
 			if err != nil {
 				return err
 			}
-			if asJSON {
+			// docker images REPOSITORY[:TAG]: the images of that
+			// repository (and tag), by the names Docker prints.
+			var list []image.Summary
+			for _, i := range all {
+				if len(args) == 0 || imageMatches(args[0], image.DockerName(i.Name)) {
+					list = append(list, i)
+				}
+			}
+			switch {
+			case asJSON:
+				if list == nil {
+					list = []image.Summary{}
+				}
 				enc := json.NewEncoder(os.Stdout)
 				enc.SetIndent("", "  ")
 				return enc.Encode(list)
-			}
-			if quiet {
+			case quiet:
 				for _, i := range list {
 					fmt.Println(shortID(i.ID))
 				}
 				return nil
+			case format == "json":
+				for _, i := range list {
+					b, _ := json.Marshal(imageRowOf(i))
+					fmt.Println(string(b))
+				}
+				return nil
+			case tmpl != nil:
+				w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
+				if header {
+					if err := tmpl.Execute(w, imageRow{Repository: "REPOSITORY", Tag: "TAG", ID: "IMAGE ID", CreatedSince: "CREATED", CreatedAt: "CREATED AT", Size: "SIZE", Digest: "DIGEST"}); err != nil {
+						return fmt.Errorf("--format: %w", err)
+					}
+				}
+				for _, i := range list {
+					if err := tmpl.Execute(w, imageRowOf(i)); err != nil {
+						return fmt.Errorf("--format: %w", err)
+					}
+				}
+				return w.Flush()
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
 			fmt.Fprintln(w, "REPOSITORY\tTAG\tIMAGE ID\tCREATED\tSIZE")
 			for _, i := range list {
-				repo, tag := splitName(image.DockerName(i.Name)) // as Docker prints it: busybox, not index.docker.io/library/busybox
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", repo, tag, shortID(i.ID), ago(i.Created), size(i.Size))
+				r := imageRowOf(i)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Repository, r.Tag, r.ID, r.CreatedSince, r.Size)
 			}
 			return w.Flush()
 		},
 	}
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "only show image ids")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().StringVar(&format, "format", "", "Go template over .Repository .Tag .ID .CreatedSince .CreatedAt .Size .Digest (\"table …\" adds a header; \"json\": one object a line)")
 	return c
+}
+
+// imageRow is one image as images --format sees it (docker's field names).
+type imageRow struct {
+	Repository, Tag, ID, CreatedSince, CreatedAt, Size, Digest string
+}
+
+func imageRowOf(i image.Summary) imageRow {
+	// As Docker prints it: busybox, not index.docker.io/library/busybox.
+	repo, tag := splitName(image.DockerName(i.Name))
+	return imageRow{Repository: repo, Tag: tag, ID: shortID(i.ID), CreatedSince: ago(i.Created),
+		CreatedAt: i.Created.Format("2006-01-02 15:04:05 -0700 MST"), Size: size(i.Size), Digest: i.Digest}
+}
+
+// imageMatches is docker images' REPOSITORY[:TAG] argument against a name
+// as Docker prints it.
+func imageMatches(arg, name string) bool {
+	repo, tag := splitName(name)
+	wantRepo, wantTag := splitName(arg)
+	if wantTag == "<none>" {
+		return repo == image.DockerName(wantRepo)
+	}
+	return repo == image.DockerName(wantRepo) && tag == wantTag
 }
 
 func shortID(d string) string {

@@ -47,3 +47,25 @@ func TestDockerPathDefaults(t *testing.T) {
 		t.Errorf("-v ./rel: %q %v, want ./rel of the caller's directory", b, err)
 	}
 }
+
+// docker images as harnesses call it: --format over Docker's fields, a
+// REPOSITORY[:TAG] argument, names as Docker prints them.
+func TestImagesFormatAndFilter(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	e.must("tag", e.ref, "busybox:1.36")
+	t.Cleanup(func() { e.run("", "rmi", "busybox:1.36") })
+	out := e.must("images", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}")
+	if !strings.Contains(out, "busybox:1.36 ") || strings.Contains(out, "index.docker.io") {
+		t.Errorf("images --format: %q, want busybox:1.36 as Docker prints it", out)
+	}
+	if out := e.must("images", "--format", "{{.Repository}}:{{.Tag}}", "busybox"); out != "busybox:1.36\n" {
+		t.Errorf("images busybox: %q, want that repository alone", out)
+	}
+	if out := e.must("images", "-q", "busybox:nosuchtag"); out != "" {
+		t.Errorf("images of a missing tag: %q, want nothing", out)
+	}
+	if out := e.must("images", "--format", "table {{.Repository}}\t{{.Tag}}", "busybox:1.36"); !strings.HasPrefix(out, "REPOSITORY") || !strings.Contains(out, "1.36") {
+		t.Errorf("images --format table: %q", out)
+	}
+}
