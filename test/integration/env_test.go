@@ -250,7 +250,16 @@ func TestEnvRunSIGKILLThenPrune(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { kc.Process.Kill(); kc.Wait() })
-	waitFor(t, "the kept sandbox", func() bool { return strings.TrimSpace(e.must("ps", "-q")) != "" })
+	// Its command running, not only its record written: a spawn killed
+	// half-way leaves a sandbox that is not kept yet, which prune removes.
+	waitFor(t, "the kept sandbox running its command", func() bool {
+		id := strings.TrimSpace(e.must("ps", "-q"))
+		if id == "" {
+			return false
+		}
+		_, code := e.run("", "exec", id, "sh", "-c", "ps | grep -q '[s]leep 120'")
+		return code == 0
+	})
 	kc.Process.Signal(syscall.SIGKILL)
 	kc.Wait()
 	e.must("prune")
