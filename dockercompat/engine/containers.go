@@ -348,7 +348,9 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		w.WriteHeader(http.StatusNoContent)
 	case (verb == "stop" || verb == "restart") && m == http.MethodPost:
 		if verb == "stop" && !sb.Running() {
-			if s.cancelRestart(sb.ID()) {
+			// Not running: between runs of a restart policy, or its main
+			// command ended a moment ago, before its watch saw it.
+			if s.stopByHand(sb.ID()) {
 				w.WriteHeader(http.StatusNoContent) // a restarting one: stopped
 				return
 			}
@@ -398,7 +400,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			return
 		}
 		watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
-		watch.stoppedByAPI()
+		s.stopByHand(sb.ID())
 		// The kill event goes out before the signal, so that it always
 		// comes before the die the signal causes (dockerd holds the
 		// container's lock over both; its exit handler waits for it).
@@ -481,8 +483,7 @@ func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error 
 	}
 	grace := dockercompat.StopGrace(sb.Info().StateDir, tp)
 	watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
-	watch.stoppedByAPI()
-	s.cancelRestart(sb.ID())
+	s.stopByHand(sb.ID())
 	if err := sb.StopGrace(ctx, syscall.SIGTERM, grace); err != nil {
 		return err
 	}

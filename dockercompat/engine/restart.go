@@ -28,9 +28,6 @@ type extraRuntime struct {
 // planRestart decides, as the main command of container i exits with
 // code, whether its policy restarts it, and marks it restarting.
 func (s *Server) planRestart(i sandbox.Info, code int, w *exitWatch) bool {
-	if w.manual.Load() {
-		return false
-	}
 	p := dockercompat.LoadCreated(i.StateDir).RestartPolicy
 	switch p.Name {
 	case "always", "unless-stopped":
@@ -43,6 +40,11 @@ func (s *Server) planRestart(i sandbox.Info, code int, w *exitWatch) bool {
 	}
 	s.extra.mu.Lock()
 	defer s.extra.mu.Unlock()
+	// Under the lock stopByHand takes: a stop either comes first and is
+	// seen here, or comes after and cancels what this registers.
+	if w.manual.Load() {
+		return false
+	}
 	if s.extra.restarting == nil {
 		s.extra.restarting = map[string]chan struct{}{}
 	}
@@ -65,12 +67,30 @@ func (s *Server) isRestarting(id string) bool {
 func (s *Server) cancelRestart(id string) bool {
 	s.extra.mu.Lock()
 	defer s.extra.mu.Unlock()
+	return s.cancelRestartLocked(id)
+}
+
+// cancelRestartLocked is cancelRestart with s.extra.mu held.
+func (s *Server) cancelRestartLocked(id string) bool {
 	c, ok := s.extra.restarting[id]
 	if ok {
 		close(c)
 		delete(s.extra.restarting, id)
 	}
 	return ok
+}
+
+// stopByHand marks container id stopped or killed through the API: the
+// exit of its current run is not answered by its restart policy, and a
+// pending restart is cancelled (reported). The two happen under one lock
+// with planRestart's check, so that a stop arriving as the main command
+// exits, before its watch has seen that, is never undone by a restart.
+func (s *Server) stopByHand(id string) bool {
+	w := s.watchOf(id)
+	s.extra.mu.Lock()
+	defer s.extra.mu.Unlock()
+	w.stoppedByAPI()
+	return s.cancelRestartLocked(id)
 }
 
 // restartAfter starts container id again after its delay, unless the

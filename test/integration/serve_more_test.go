@@ -565,20 +565,10 @@ func TestServeKillThenWait(t *testing.T) {
 	e := newEnv(t)
 	sock := e.serve(t)
 	e.must("pull", "-q", e.ref)
-	client := engineClient(sock)
 	call := func(method, path string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequest(method, "http://slopbox/v1.44"+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, strings.TrimSpace(string(b))
+		code, b := engineDo(t, sock, method, path, nil)
+		return code, strings.TrimSpace(string(b))
 	}
 	for i := range 10 {
 		name := fmt.Sprintf("kw-%d", i)
@@ -661,6 +651,55 @@ func TestServeEventShape(t *testing.T) {
 	for _, m := range got {
 		if m.Action == "die" && m.Actor.Attributes["exitCode"] != "137" {
 			t.Errorf("die exitCode %q, want 137", m.Actor.Attributes["exitCode"])
+		}
+	}
+}
+
+// TestServeStopAsCommandExits: a stop that arrives as the main command of
+// a container with --restart always ends, before the server has seen the
+// exit (the window where dockerd answers 304), is final: the policy does
+// not start it again. CI caught serve restarting it.
+func TestServeStopAsCommandExits(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	call := func(method, path string) (int, string) {
+		t.Helper()
+		code, b := engineDo(t, sock, method, path, nil)
+		return code, strings.TrimSpace(string(b))
+	}
+	state := func(name string) (running bool, restarts int) {
+		t.Helper()
+		_, body := call("GET", "/containers/"+name+"/json")
+		var v struct {
+			RestartCount int
+			State        struct{ Running bool }
+		}
+		if err := json.Unmarshal([]byte(body), &v); err != nil {
+			t.Fatalf("inspect %s: %v: %s", name, err, body)
+		}
+		return v.State.Running, v.RestartCount
+	}
+	for i := range 4 {
+		name := fmt.Sprintf("stop-at-exit-%d", i)
+		if out, code := dockerCLI(t, debianDocker, sock, "", "run", "-d", "--name", name, "--restart", "always", e.ref, "sh", "-c", "sleep 0.3"); code != 0 {
+			t.Fatalf("docker run -d: %d %s", code, out)
+		}
+		t.Cleanup(func() { dockerCLI(t, debianDocker, sock, "", "rm", "-f", name) })
+		// Catch it between its exit and its restart: polled far faster
+		// than the server's watch polls.
+		var n int
+		fixtures.Eventually(t, name+" seen exited", func() (bool, string) {
+			running, restarts := state(name)
+			n = restarts
+			return !running, fmt.Sprintf("running, %d restarts", restarts)
+		})
+		if code, body := call("POST", "/containers/"+name+"/stop?t=1"); code != 204 && code != 304 {
+			t.Fatalf("stop %s: %d %s", name, code, body)
+		}
+		time.Sleep(1500 * time.Millisecond) // several restart delays
+		if running, restarts := state(name); running || restarts > n+1 {
+			t.Errorf("%s after a stop at its exit (%d restarts then): running %v, %d restarts", name, n, running, restarts)
 		}
 	}
 }
