@@ -201,7 +201,7 @@ func (p MountPlan) Resolve() ([]specs.Mount, error) {
 			}
 			src = filepath.Clean(resolved)
 		}
-		if len(roots) > 0 && !slices.ContainsFunc(roots, func(r string) bool { return within(src, r) }) {
+		if !WithinAny(src, roots) {
 			return nil, fmt.Errorf("%w: %q (mounted at %q) is not inside any of: %s",
 				ErrMountNotAllowed, src, t, strings.Join(roots, ", "))
 		}
@@ -243,6 +243,13 @@ func resolveSource(src, workspace string) (abs, rel string, err error) {
 		return "", "", fmt.Errorf("%w: relative source %q leads out of the workspace; name a path inside it, or an absolute path", ErrBadMount, src)
 	}
 	return filepath.Join(workspace, rel), rel, nil
+}
+
+// WithinAny reports whether the clean absolute path p is one of roots or
+// lies beneath one, comparing whole path components; any p is, when there
+// are no roots (no restriction).
+func WithinAny(p string, roots []string) bool {
+	return len(roots) == 0 || slices.ContainsFunc(roots, func(r string) bool { return within(p, filepath.Clean(r)) })
 }
 
 // within reports whether p equals dir or lies below it, comparing whole path

@@ -40,7 +40,13 @@ func idmapClone(fd int, st *unix.Stat_t, m userns.Mapping, uid, gid uint32) (*os
 			return nil, nil // owned by the user's own host ids: a plain bind does
 		}
 	}
-	nsfd, err := idmapUserns(mountMap(st.Uid, m.UIDs[0], uid), mountMap(st.Gid, m.GIDs[0], gid))
+	return cloneIdmapped(fd, mountMap(st.Uid, m.UIDs[0], uid), mountMap(st.Gid, m.GIDs[0], gid))
+}
+
+// cloneIdmapped returns a detached, private clone of the mount source fd,
+// idmapped through a user namespace with uidMap and gidMap.
+func cloneIdmapped(fd int, uidMap, gidMap []syscall.SysProcIDMap) (*os.File, error) {
+	nsfd, err := idmapUserns(uidMap, gidMap)
 	if err != nil {
 		return nil, fmt.Errorf("idmapped mount: %w", err)
 	}
@@ -253,22 +259,7 @@ func unmountStale(dir string) error {
 // store's range as the sandbox's user (uid, gid). Files the sandbox
 // writes there are stored with the store's ids, or the outside owner's.
 func sliceClone(fd int, st *unix.Stat_t, store, slice userns.Mapping, uid, gid uint32) (*os.File, error) {
-	nsfd, err := idmapUserns(sliceMap(st.Uid, store.UIDs[0], slice.UIDs[0], uid), sliceMap(st.Gid, store.GIDs[0], slice.GIDs[0], gid))
-	if err != nil {
-		return nil, fmt.Errorf("idmapped mount: %w", err)
-	}
-	defer unix.Close(nsfd)
-	tfd, err := unix.OpenTree(fd, "", unix.AT_EMPTY_PATH|unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("idmapped mount: open_tree: %w", err)
-	}
-	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(nsfd), Propagation: unix.MS_PRIVATE}
-	if err := unix.MountSetattr(tfd, "", unix.AT_EMPTY_PATH, attr); err != nil {
-		unix.Close(tfd)
-		path, _ := fdPath(fd)
-		return nil, fmt.Errorf("idmapped mount: the filesystem of %s does not support idmapped mounts (%w)", path, err)
-	}
-	return os.NewFile(uintptr(tfd), "idmapped-mount"), nil
+	return cloneIdmapped(fd, sliceMap(st.Uid, store.UIDs[0], slice.UIDs[0], uid), sliceMap(st.Gid, store.GIDs[0], slice.GIDs[0], gid))
 }
 
 // sliceMap maps the store's range onto the slice's and, when the on-disk

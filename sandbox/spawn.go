@@ -305,20 +305,6 @@ func envMap(kv []string) map[string]string {
 	return m
 }
 
-// withinAny reports whether p is one of roots or lies beneath one; any p
-// when there are none.
-func withinAny(p string, roots []string) bool {
-	if len(roots) == 0 {
-		return true
-	}
-	for _, r := range roots {
-		if rel, err := filepath.Rel(filepath.Clean(r), p); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
-			return true
-		}
-	}
-	return false
-}
-
 // mounts resolves the bind mounts by container path (SPEC "Mounts").
 func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mount, map[string]fileID, error) {
 	// The inode each source resolved to, by its real path: claim mounts
@@ -354,7 +340,7 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 	for _, m := range spec.Mounts {
 		// Only where the operator's mount roots allow it (the plan refuses
 		// the others): a refused request creates nothing on the host.
-		if m.CreateMissing && filepath.IsAbs(m.Source) && withinAny(filepath.Clean(m.Source), spec.AllowedMountRoots) {
+		if m.CreateMissing && filepath.IsAbs(m.Source) && oci.WithinAny(filepath.Clean(m.Source), spec.AllowedMountRoots) {
 			if err := mkdirSource(m.Source); err != nil {
 				return nil, nil, fmt.Errorf("create the missing mount source %s: %w", m.Source, err)
 			}

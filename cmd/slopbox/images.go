@@ -6,7 +6,6 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
-	"text/template"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,16 +22,9 @@ func imagesCmd() *cobra.Command {
 		Short:   "List images in the store",
 		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var tmpl *template.Template
-			header := false
-			if format != "" && format != "json" {
-				text, isTable := strings.CutPrefix(format, "table")
-				header = isTable
-				text = strings.NewReplacer(`\t`, "\t", `\n`, "\n").Replace(text)
-				var err error
-				if tmpl, err = template.New("images").Funcs(template.FuncMap{"json": jsonString}).Parse(strings.TrimSpace(text) + "\n"); err != nil {
-					return fmt.Errorf("--format: %w", err)
-				}
+			tmpl, err := parseListTemplate("images", format)
+			if err != nil {
+				return err
 			}
 			s, err := openStore()
 			if err != nil {
@@ -70,18 +62,12 @@ func imagesCmd() *cobra.Command {
 				}
 				return nil
 			case tmpl != nil:
-				w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
-				if header {
-					if err := tmpl.Execute(w, imageRow{Repository: "REPOSITORY", Tag: "TAG", ID: "IMAGE ID", CreatedSince: "CREATED", CreatedAt: "CREATED AT", Size: "SIZE", Digest: "DIGEST"}); err != nil {
-						return fmt.Errorf("--format: %w", err)
-					}
+				rows := make([]imageRow, len(list))
+				for n, i := range list {
+					rows[n] = imageRowOf(i)
 				}
-				for _, i := range list {
-					if err := tmpl.Execute(w, imageRowOf(i)); err != nil {
-						return fmt.Errorf("--format: %w", err)
-					}
-				}
-				return w.Flush()
+				header := imageRow{Repository: "REPOSITORY", Tag: "TAG", ID: "IMAGE ID", CreatedSince: "CREATED", CreatedAt: "CREATED AT", Size: "SIZE", Digest: "DIGEST"}
+				return writeList(tmpl, header, rows)
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
 			fmt.Fprintln(w, "REPOSITORY\tTAG\tIMAGE ID\tCREATED\tSIZE")

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
-	"text/template"
 	"time"
 
 	"github.com/docker/go-units"
@@ -210,15 +209,9 @@ func psCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var tmpl *template.Template
-			header := false
-			if format != "" && format != "json" {
-				text, isTable := strings.CutPrefix(format, "table")
-				header = isTable
-				text = strings.NewReplacer(`\t`, "\t", `\n`, "\n").Replace(text)
-				if tmpl, err = template.New("ps").Funcs(template.FuncMap{"json": jsonString}).Parse(strings.TrimSpace(text) + "\n"); err != nil {
-					return fmt.Errorf("--format: %w", err)
-				}
+			tmpl, err := parseListTemplate("ps", format)
+			if err != nil {
+				return err
 			}
 			b, err := openBackend()
 			if err != nil {
@@ -252,18 +245,11 @@ func psCmd() *cobra.Command {
 					fmt.Println(i.ID)
 				}
 			case tmpl != nil:
-				w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
-				if header {
-					if err := tmpl.Execute(w, psHeader); err != nil {
-						return fmt.Errorf("--format: %w", err)
-					}
+				rows := make([]psRow, len(shown))
+				for n, i := range shown {
+					rows[n] = row(i)
 				}
-				for _, i := range shown {
-					if err := tmpl.Execute(w, row(i)); err != nil {
-						return fmt.Errorf("--format: %w", err)
-					}
-				}
-				w.Flush()
+				return writeList(tmpl, psHeader, rows)
 			default:
 				w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
 				fmt.Fprintln(w, "SANDBOX ID\tIMAGE\tCOMMAND\tCREATED\tSTATUS\tIDLE\tPORTS\tNAMES")
@@ -314,11 +300,6 @@ func row(i sandbox.Info) psRow {
 		r.Ports = strings.Join(ports, ", ")
 	}
 	return r
-}
-
-func jsonString(v any) string {
-	b, _ := json.Marshal(v)
-	return string(b)
 }
 
 func hasStatusFilter(filters []string) bool {
