@@ -117,8 +117,10 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := b.Store().Pull(ctx, *ref); err != nil {
-		log.Fatal(err)
+	if _, err := b.Store().Get(*ref); err != nil { // pulled when missing
+		if _, err := b.Store().Pull(ctx, *ref); err != nil {
+			log.Fatal(err)
+		}
 	}
 	spec := backend.SpawnSpec{Image: *ref, NoWorkspaceMount: true, DisableSetup: true}
 	defer b.Close()
@@ -154,6 +156,11 @@ func main() {
 		// next one in the background.
 		spawnLoop("spawn_ready_api")
 		// Without the pool: every spawn starts its sandbox's PID 1.
+		b.KeepReady(false)
+		spawnLoop("spawn_cold_api")
+		b.KeepReady(true)
+	} else if has("cold") {
+		// The pool-off loop alone: scripts/bench.sh profiles it.
 		b.KeepReady(false)
 		spawnLoop("spawn_cold_api")
 		b.KeepReady(true)
