@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/slopbox/slopbox/internal/atomicfile"
@@ -245,19 +247,55 @@ func (b *Backend) reapStalePool() error {
 	var errs []error
 	for _, e := range ents {
 		p := filepath.Join(dir, e.Name())
+		id, reaper := poolEntryID(e.Name())
+		if reaper > 0 && reaper != os.Getpid() && syscall.Kill(reaper, 0) == nil {
+			continue // being reaped by a live process
+		}
 		if ownerAlive(p) {
+			continue
+		}
+		if reapHook != nil {
+			reapHook(id)
+		}
+		// Claimed by a rename before anything is killed: the owner read
+		// above may have adopted the entry (renamed it to the sandbox's
+		// own directory, the same id) and exited since, its sandbox now
+		// running; then the rename finds nothing and the sandbox is
+		// spared. Killing by the id's marker without the claim made
+		// just-started sandboxes exit with 137 under load.
+		claimed := filepath.Join(dir, fmt.Sprintf(".reap-%d-%s", os.Getpid(), id))
+		if err := os.Rename(p, claimed); err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		// Its PID 1 exits with its server, but a libcontainer init that
 		// never became PID 1 does not.
-		if err := killStragglers(e.Name(), p); err != nil {
+		if err := killStragglers(id, claimed); err != nil {
 			errs = append(errs, err)
 		}
-		if err := b.removeDir(p); err != nil {
+		if err := b.removeDir(claimed); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// reapHook, when set (by tests), runs once the reaper has found the owner
+// of the pool entry of sandbox id gone, before it claims the entry.
+var reapHook func(id string)
+
+// poolEntryID returns the sandbox id of the pool directory named name:
+// <id>, .new-<id> (being made) or .reap-<pid>-<id> (claimed by the reaper
+// pid, returned too).
+func poolEntryID(name string) (id string, reaper int) {
+	if rest, ok := strings.CutPrefix(name, ".reap-"); ok {
+		pid, id, _ := strings.Cut(rest, "-")
+		n, _ := strconv.Atoi(pid)
+		return id, n
+	}
+	return strings.TrimPrefix(name, ".new-"), 0
 }
 
 // ownerAlive reports whether the process that prestarted the sandbox in dir

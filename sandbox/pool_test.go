@@ -376,3 +376,64 @@ func workspaceOwner(b *Backend, ws string) uint32 {
 	syscall.Stat(ws, &st)
 	return st.Uid
 }
+
+// TestReaperSparesAdoptedSandbox: a process reaping stale pool entries
+// (every Backend does, once) may read an entry's owner while the entry is
+// still in the pool, and find the owner gone a moment later, after it
+// adopted the entry (renamed it to the sandbox's directory) and exited:
+// run -d does exactly that. The sandbox now running must be spared. It
+// was killed by its id's marker, and a just-started run -d sandbox showed
+// Exited (137) under load. A truly stale entry is still reaped, its
+// marked process killed.
+func TestReaperSparesAdoptedSandbox(t *testing.T) {
+	b, _ := testBackend(t)
+	pool := filepath.Join(b.state.dir, poolDir)
+	// A dead owner: a process that has exited, with its start time.
+	dead := exec.Command("true")
+	if err := dead.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadStart, _, _ := procStart(dead.Process.Pid)
+	dead.Wait()
+	entry := func(id string) *exec.Cmd {
+		t.Helper()
+		dir := filepath.Join(pool, id)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "owner"), fmt.Appendf(nil, "%d %d\n", dead.Process.Pid, deadStart), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// The sandbox's PID 1 stands in: a process with its marker.
+		p := exec.Command("sleep", "300")
+		p.Env = []string{sandboxMarker + id}
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Process.Kill(); p.Wait() })
+		return p
+	}
+	adopted, stale := newID(), newID()
+	adoptedPID1, stalePID1 := entry(adopted), entry(stale)
+	reapHook = func(id string) {
+		if id == adopted { // its owner adopts it now, and exits
+			if err := os.Rename(filepath.Join(pool, id), b.state.sandboxDir(id)); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(func() { reapHook = nil; os.RemoveAll(b.state.sandboxDir(adopted)) })
+	if err := b.reapStalePool(); err != nil {
+		t.Fatal(err)
+	}
+	if _, zombie, ok := procStart(adoptedPID1.Process.Pid); !ok || zombie {
+		t.Error("the reaper killed the PID 1 of a sandbox adopted from the pool after it read the owner")
+	}
+	fixtures.Eventually(t, "the stale entry's PID 1 killed", func() (bool, string) {
+		_, zombie, ok := procStart(stalePID1.Process.Pid)
+		return !ok || zombie, "still running"
+	})
+	if ents, _ := os.ReadDir(pool); len(ents) != 0 {
+		t.Errorf("pool entries left: %v", ents)
+	}
+}
