@@ -119,6 +119,30 @@ cpu_per_run() { # name command (run CPU_RUNS times in a row as the bench user)
 cpu_per_run crun-rootless "crun run --bundle $bundles/true bench-cpu"
 cpu_per_run slopbox "slopbox-bench run --rm $BUSYBOX_REF true"
 
+# Where the CPU of a sandbox spawned, run and removed goes (issue 27), by
+# phase: a whole-machine perf profile (every process, the kernel's work
+# included) of the Go API's pool-off loop, rootless, split by
+# bench/cmd/spawnprofile. The loop makes PROFILE_RUNS sandboxes and 3
+# before them.
+if command -v perf >/dev/null; then
+	pruns=${PROFILE_RUNS:-100}
+	go build -o "$OUT/spawnprofile" ./bench/cmd/spawnprofile
+	perf record -a -g -o "$OUT/perf.data" 2>"$OUT/perf.log" &
+	perfpid=$!
+	sleep 1 # perf is recording
+	as_user "$OUT/apibench" -image "$BUSYBOX_REF" -only cold -n "$pruns" >"$OUT/profile-run.jsonl" || echo "apibench -only cold failed" >&2
+	kill -INT "$perfpid"
+	if wait "$perfpid"; then
+		perf script -i "$OUT/perf.data" -F comm,period,ip,sym 2>>"$OUT/perf.log" | "$OUT/spawnprofile" -n $((pruns + 3)) >"$OUT/profile.md" ||
+			echo "spawn profile failed (log: $OUT/perf.log)" >&2
+	else
+		echo "perf record failed (log: $OUT/perf.log)" >&2
+	fi
+	rm -f "$OUT/perf.data"
+else
+	echo "perf is missing: no spawn profile (apt-get install linux-perf)" >&2
+fi
+
 # containerd with slopbox-runc, runc and crun as the runc shim's binary
 # (issue 13): `ctr run --rm` of true, from an image containerd pulled
 # from the bench registry, on a containerd of its own.

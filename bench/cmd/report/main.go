@@ -429,6 +429,11 @@ func report(w io.Writer, dir, chart string) []targetRow {
 			msOrDash(med(peer, "exec_true")), msOrDash(med(peer, "exec_10mb_stdout")), msOrDash(s.StartPerContainer), pss)
 	}
 	p("\nCommands timed, per peer, are in `summary.jsonl` of the results directory (field `command`).\n")
+	if prof, err := os.ReadFile(filepath.Join(dir, "profile.md")); err == nil {
+		p("\n## Where the CPU of a sandbox goes (Go API, pool off, rootless)\n\n")
+		p("A whole-machine perf profile (`perf record -a -g`: every process and the kernel's work for it) of `apibench -only cold`, which spawns a sandbox, runs `true` in it and removes it, over and over; bench/cmd/spawnprofile puts each sample in a phase by its process and its stack (removal and the kernel's mount and seccomp work by the stack, whatever the process). Idle time and the profiler are left out.\n\n")
+		p("%s", prof)
+	}
 	p("\n## Notes\n\n")
 	p("- `exec 10 MB stdout` in the harness runs busybox `head -c 10000000 /dev/zero`, which copies byte by byte through stdio and writes 4 KiB pieces: on the host, with no container, it takes the time shown in the Targets table, so no runtime can bring it under 15 ms here. The busybox dd rows time the runtime's own path with a producer that is not its own bottleneck, beside the same command on the host.\n")
 	p("- The pool (`spawn_ready_api`): a Backend keeps two sandboxes of the kind it last spawned started ahead of need, and Spawn claims one (attaches its mounts, sets its hostname). The loop spawns, execs `true` and removes the sandbox back to back, so the pool refills while the caller works. `spawn_cold_api` is the same loop with the pool off. The CLI never keeps sandboxes ready.\n")

@@ -31,6 +31,9 @@ type phase struct {
 	name  string
 	comm  *regexp.Regexp
 	frame *regexp.Regexp
+	// apart: not the sandboxes' work (the idle loop, the profiler), left
+	// out of the total.
+	apart bool
 }
 
 var phases = []phase{
@@ -48,7 +51,8 @@ var phases = []phase{
 	{name: "newuidmap / newgidmap", comm: regexp.MustCompile(`^new[ug]idmap$`)},
 	{name: "the caller (Go API: spec, layers, records, requests)", comm: regexp.MustCompile(`^apibench`)},
 	{name: "kernel threads (kworker, rcu, ksoftirqd, …)", comm: regexp.MustCompile(`^(kworker|rcu|ksoftirqd|migration|jbd2|kcompactd|kswapd)`)},
-	{name: "swapper (idle; not counted below)", comm: regexp.MustCompile(`^swapper`)},
+	{name: "idle", comm: regexp.MustCompile(`^swapper`), apart: true},
+	{name: "perf (the profiler)", comm: regexp.MustCompile(`^perf`), apart: true},
 }
 
 // sample is one perf sample: its process name, weight and stack.
@@ -69,7 +73,7 @@ func main() {
 	err := readSamples(os.Stdin, func(s sample) {
 		i := classify(s)
 		totals[i] += s.period
-		if i != len(phases)-1 { // idle
+		if i == len(phases) || !phases[i].apart {
 			all += s.period
 		}
 	})
@@ -81,7 +85,7 @@ func main() {
 	}
 	fmt.Printf("| phase | CPU ms per sandbox | share |\n| --- | ---: | ---: |\n")
 	for i, t := range totals {
-		if t == 0 || i == len(phases)-1 {
+		if t == 0 || i < len(phases) && phases[i].apart {
 			continue
 		}
 		name := "other processes on the machine"
