@@ -52,7 +52,7 @@ some daemon 250000
 		phases[1].name: 250000, // seccomp
 		phases[2].name: 250000, // mounts
 		"libcontainer init (runc init: nsexec, namespaces, rootfs, capabilities, exec of PID 1)": 500000,
-		"spawn server (libcontainer's create and start, id maps, cgroups)":                        250000,
+		"spawn server (libcontainer's create and start, id maps, cgroups)":                       250000,
 		"PID 1 (the C agent)": 250000,
 		"idle":                1000000,
 		"other":               250000,
