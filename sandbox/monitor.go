@@ -360,7 +360,10 @@ func (b *Backend) keepExit(id string, record []byte) {
 	if os.MkdirAll(dir, 0o700) != nil {
 		return
 	}
-	if ents, err := os.ReadDir(dir); err == nil {
+	// Old records go, swept at most once a minute: not a stat of every
+	// kept record at each removal (a thousand containers removed).
+	if b.exitSweepDue() {
+		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
 			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > keepExitFor {
 				os.Remove(filepath.Join(dir, e.Name()))
@@ -368,6 +371,14 @@ func (b *Backend) keepExit(id string, record []byte) {
 		}
 	}
 	atomicfile.WriteVolatile(filepath.Join(dir, id+".json"), bytes.NewReader(record), 0o600)
+}
+
+// exitSweepDue reports whether the kept exit records are due a sweep (a
+// minute since the last), and if so marks it done.
+func (b *Backend) exitSweepDue() bool {
+	now := time.Now().UnixNano()
+	last := b.exitSweep.Load()
+	return now-last >= int64(time.Minute) && b.exitSweep.CompareAndSwap(last, now)
 }
 
 // KeepRemovedExit records, for RemovedExit, that the main command of a

@@ -128,6 +128,15 @@ func newID() string {
 	return hex.EncodeToString(b)
 }
 
+// fullID reports whether ref has the form of a whole sandbox id (newID's).
+func fullID(ref string) bool {
+	if len(ref) != 16 {
+		return false
+	}
+	_, err := hex.DecodeString(ref)
+	return err == nil
+}
+
 // lockNew serialises sandbox creation, so two creates cannot take one name.
 func (r stateRoot) lockNew() (*flock.Flock, error) {
 	if err := os.MkdirAll(r.dir, 0o711); err != nil {
@@ -374,6 +383,12 @@ func (r stateRoot) find(ref string) (*record, error) {
 		if _, serr := os.Stat(r.sandboxDir(id)); serr == nil {
 			return r.brokenRecord(id, ref, err), nil
 		}
+	}
+	if fullID(ref) {
+		// Neither a sandbox nor a name: a prefix as long as an id is
+		// that id. No scan of every record (a server's watch of a
+		// removed container asks this of each one it watched).
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, ref)
 	}
 	recs, broken, err := r.list()
 	if err != nil {

@@ -36,9 +36,15 @@ func (w *exitWatch) stoppedByAPI() {
 // to exitPollMax), so that a hundred idle containers cost the service
 // little: a short command's die comes within exitPoll, a long one's within
 // exitPollMax.
+//
+// A watch that also waits on PID 1's pidfd (pidwake.go) is woken at the
+// exit, whose recording stops PID 1; its polls are a fallback, from
+// exitPollMax on and slowing sooner and further (to exitPollWoken), so
+// idle containers cost little.
 const (
-	exitPoll    = 100 * time.Millisecond
-	exitPollMax = time.Second
+	exitPoll      = 100 * time.Millisecond
+	exitPollMax   = time.Second
+	exitPollWoken = 5 * time.Second
 )
 
 // exitGrace is the sandbox package's: the wait and the watch agree.
@@ -75,11 +81,24 @@ func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 		}
 		tick := time.NewTicker(exitPoll)
 		defer tick.Stop()
+		cancelWake, woken := exits.watch(last.Pid, w.wake)
+		defer cancelWake()
+		every, most := 20, exitPollMax // polls per interval, the longest
 		interval, polls := exitPoll, 0
+		if woken {
+			every, most, interval = 5, exitPollWoken, exitPollMax
+			tick.Reset(interval)
+		}
+		// fast polls at the start's pace again: what follows an exit (a
+		// removal, or the exit record) comes soon.
+		fast := func() {
+			every, most, interval, polls = 20, exitPollMax, exitPoll, 0
+			tick.Reset(interval)
+		}
 		var since time.Time // when the sandbox was first seen stopped, or died
 		for ; ; w.next(tick) {
-			if polls++; polls%20 == 0 && interval < exitPollMax {
-				interval = min(2*interval, exitPollMax)
+			if polls++; polls%every == 0 && interval < most {
+				interval = min(2*interval, most)
 				tick.Reset(interval)
 			}
 			cur, err := s.b.Open(id)
@@ -111,9 +130,11 @@ func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 					return
 				}
 				since = time.Now()
+				fast()
 			case info.Running:
 			case since.IsZero():
 				since = time.Now()
+				fast()
 			case time.Since(since) > exitGrace:
 				// Stopped with no exit recorded: the monitor records it
 				// first, unless the sandbox was stopped under it (its main
