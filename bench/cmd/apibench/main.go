@@ -7,6 +7,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -82,7 +83,15 @@ func main() {
 	only := flag.String("only", "spawn,exec,exec10mb,scale,local,build", "measurements")
 	buildSteps := flag.Int("build-steps", 10, "RUN steps of the build figure's Dockerfile")
 	buildRuns := flag.Int("build-runs", 15, "repetitions of the build figure")
+	cli := flag.String("cli", "slopbox-bench", "the slopbox binary (make bench installs slopbox-bench): the scale figure also times its `ps -a` over the same store; skipped when it is not found")
 	flag.Parse()
+	if *cli != "" {
+		if p, err := exec.LookPath(*cli); err == nil {
+			*cli = p
+		} else {
+			*cli = ""
+		}
+	}
 	has := func(m string) bool { return slices.Contains(strings.Split(*only, ","), m) }
 	ctx := context.Background()
 
@@ -307,6 +316,23 @@ func main() {
 				procs++
 			}
 		}
+		// Listing them all: the Go API's List, and `slopbox ps -a` (the
+		// CLI's whole run) over the same store, medians of 5.
+		var lists, pss5 []time.Duration
+		for range 5 {
+			t := time.Now()
+			if l, err := b.List(); err != nil || len(l) < *scale {
+				log.Fatalf("list: %d sandboxes, %v", len(l), err)
+			}
+			lists = append(lists, time.Since(t))
+			if *cli != "" {
+				t = time.Now()
+				if out, err := exec.Command(*cli, "--root", *root, "ps", "-a").Output(); err != nil || bytes.Count(out, []byte("\n")) < *scale {
+					log.Fatalf("ps -a: %v (%d lines)", err, bytes.Count(out, []byte("\n")))
+				}
+				pss5 = append(pss5, time.Since(t))
+			}
+		}
 		time.Sleep(*hold)
 		t = time.Now()
 		removeAll()
@@ -316,6 +342,12 @@ func main() {
 			slices.Sort(d)
 			return ms(d[len(d)/2])
 		}
+		medOrZero := func(d []time.Duration) float64 {
+			if len(d) == 0 {
+				return 0
+			}
+			return med(d)
+		}
 		k := min(100, len(each))
 		emit(figure{Name: "scale_idle_sandboxes", Runs: *scale, MedianMs: float64(total.Microseconds()) / 1000 / float64(*scale), Extra: map[string]any{
 			"n": *scale, "par": *par, "start_total_ms": total.Milliseconds(), "remove_total_ms": time.Since(t).Milliseconds(),
@@ -323,6 +355,7 @@ func main() {
 			"spawn_first100_median_ms": med(each[:k]), "spawn_last100_median_ms": med(each[len(each)-k:]),
 			"exec_true_p99_ms_alone": ms(alone), "exec_true_p99_ms_crowded": ms(crowded),
 			"exec_true_median_ms_alone": ms(alone50), "exec_true_median_ms_crowded": ms(crowded50),
+			"list_median_ms": med(lists), "cli_ps_median_ms": medOrZero(pss5),
 		}})
 	}
 }

@@ -297,6 +297,12 @@ func report(w io.Writer, dir, chart string) []targetRow {
 		p("| %.0f idle sandboxes at once, rootless (Go API): PSS per sandbox | %.0f KiB | - | - | ≤ 100 KiB | %s |\n", n, pss, check(pss > 0 && pss <= 100))
 		p("| %.0f idle sandboxes at once, rootless (Go API, %v goroutines): all spawned | %.0f ms | - | - | ≤ 5000 ms | %s |\n", n, many.Extra["par"], total, check(total > 0 && total <= 5000))
 		target(fmt.Sprintf("exec `true` into one of %.0f idle sandboxes, rootless (Go API, p99)", n), crowded, "the same with it alone", alone, "≤ 2× alone", alone > 0 && crowded <= 2*alone)
+		if l := num(many.Extra["list_median_ms"]); l > 0 {
+			p("| list %.0f sandboxes, rootless (Go API `List`) | %.1f ms | - | - | ≤ 200 ms | %s |\n", n, l, check(l <= 200))
+		}
+		if l := num(many.Extra["cli_ps_median_ms"]); l > 0 {
+			p("| `slopbox ps -a` of %.0f sandboxes, rootless (CLI, the whole run) | %.1f ms | - | - | ≤ 200 ms | %s |\n", n, l, check(l <= 200))
+		}
 	}
 	if em := engineMany; em != nil {
 		n := num(em["scale_n"])
