@@ -362,9 +362,12 @@ func (b *Backend) keepExit(id string, record []byte) {
 	}
 	// Old records go, swept at most once a minute: not a stat of every
 	// kept record at each removal (a thousand containers removed).
-	if b.exitSweepDue() {
+	if b.exitSweepDue(dir) {
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
+			if e.Name() == ".swept" {
+				continue
+			}
 			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > keepExitFor {
 				os.Remove(filepath.Join(dir, e.Name()))
 			}
@@ -375,10 +378,27 @@ func (b *Backend) keepExit(id string, record []byte) {
 
 // exitSweepDue reports whether the kept exit records are due a sweep (a
 // minute since the last), and if so marks it done.
-func (b *Backend) exitSweepDue() bool {
-	now := time.Now().UnixNano()
+// The last sweep is kept in memory and, for the monitors (a process per
+// exit, each with a Backend of its own), as the mtime of a stamp file.
+func (b *Backend) exitSweepDue(dir string) bool {
+	now := time.Now()
 	last := b.exitSweep.Load()
-	return now-last >= int64(time.Minute) && b.exitSweep.CompareAndSwap(last, now)
+	if now.UnixNano()-last < int64(time.Minute) {
+		return false
+	}
+	stamp := filepath.Join(dir, ".swept")
+	if fi, err := os.Stat(stamp); err == nil && now.Sub(fi.ModTime()) < time.Minute {
+		b.exitSweep.CompareAndSwap(last, fi.ModTime().UnixNano())
+		return false
+	}
+	if !b.exitSweep.CompareAndSwap(last, now.UnixNano()) {
+		return false
+	}
+	if f, err := os.OpenFile(stamp, os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600); err == nil {
+		f.Close()
+		os.Chtimes(stamp, now, now)
+	}
+	return true
 }
 
 // KeepRemovedExit records, for RemovedExit, that the main command of a

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/slopbox/slopbox/internal/atomicfile"
@@ -248,8 +247,8 @@ func (b *Backend) reapStalePool() error {
 	for _, e := range ents {
 		p := filepath.Join(dir, e.Name())
 		id, reaper := poolEntryID(e.Name())
-		if reaper > 0 && reaper != os.Getpid() && syscall.Kill(reaper, 0) == nil {
-			continue // being reaped by a live process
+		if reaper != nil && !reaper.gone() {
+			continue // being reaped by a live process (this one included)
 		}
 		if ownerAlive(p) {
 			continue
@@ -263,7 +262,8 @@ func (b *Backend) reapStalePool() error {
 		// running; then the rename finds nothing and the sandbox is
 		// spared. Killing by the id's marker without the claim made
 		// just-started sandboxes exit with 137 under load.
-		claimed := filepath.Join(dir, fmt.Sprintf(".reap-%d-%s", os.Getpid(), id))
+		me := self()
+		claimed := filepath.Join(dir, fmt.Sprintf(".reap-%d-%d-%s", me.Pid, me.Start, id))
 		if err := os.Rename(p, claimed); err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, err)
@@ -287,15 +287,18 @@ func (b *Backend) reapStalePool() error {
 var reapHook func(id string)
 
 // poolEntryID returns the sandbox id of the pool directory named name:
-// <id>, .new-<id> (being made) or .reap-<pid>-<id> (claimed by the reaper
-// pid, returned too).
-func poolEntryID(name string) (id string, reaper int) {
+// <id>, .new-<id> (being made) or .reap-<pid>-<start>-<id> (claimed by
+// the reaper with that pid and start time, returned too).
+func poolEntryID(name string) (id string, reaper *procID) {
 	if rest, ok := strings.CutPrefix(name, ".reap-"); ok {
-		pid, id, _ := strings.Cut(rest, "-")
-		n, _ := strconv.Atoi(pid)
-		return id, n
+		if f := strings.SplitN(rest, "-", 3); len(f) == 3 {
+			pid, _ := strconv.Atoi(f[0])
+			start, _ := strconv.ParseUint(f[1], 10, 64)
+			return f[2], &procID{Pid: pid, Start: start}
+		}
+		return rest, nil
 	}
-	return strings.TrimPrefix(name, ".new-"), 0
+	return strings.TrimPrefix(name, ".new-"), nil
 }
 
 // ownerAlive reports whether the process that prestarted the sandbox in dir

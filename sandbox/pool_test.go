@@ -422,6 +422,16 @@ func TestReaperSparesAdoptedSandbox(t *testing.T) {
 			}
 		}
 	}
+	// While a reaper holds an entry (claimed, its processes maybe still
+	// alive), the entry's id slice is not free.
+	claimed := filepath.Join(pool, fmt.Sprintf(".reap-%d-%d-%s", self().Pid, self().Start, "aaaaaaaaaaaaaaaa"))
+	if err := os.Mkdir(claimed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if (holder{b.state.dir, "aaaaaaaaaaaaaaaa"}).gone() {
+		t.Error("a pool entry claimed by a live reaper counts as gone: its id slice would be handed out again")
+	}
+	os.Remove(claimed)
 	t.Cleanup(func() { reapHook = nil; os.RemoveAll(b.state.sandboxDir(adopted)) })
 	if err := b.reapStalePool(); err != nil {
 		t.Fatal(err)

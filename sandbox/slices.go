@@ -217,8 +217,8 @@ func (h holder) link() string {
 
 // gone says whether h's sandbox no longer has a directory, in the pool or
 // under its id. The pool is looked at first: a sandbox moves from there
-// to its own directory (a rename), never back, so it is seen in one of
-// the two whenever it exists.
+// to its own directory (a rename), or to a reaper's claim, never back, so
+// it is seen in one of them whenever it exists.
 func (h holder) gone() bool {
 	if h.root == "" || h.id == "" || strings.ContainsAny(h.id, "/.") {
 		return true
@@ -228,7 +228,10 @@ func (h holder) gone() bool {
 			return false
 		}
 	}
-	return true
+	// A stale pool entry claimed by a reaper (.reap-<pid>-<start>-<id>):
+	// its processes may live on until the reaper has removed it.
+	claimed, _ := filepath.Glob(filepath.Join(h.root, poolDir, ".reap-*-"+h.id))
+	return len(claimed) == 0
 }
 
 // errSlicesExhausted: every slice is held by an existing sandbox.

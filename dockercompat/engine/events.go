@@ -22,6 +22,9 @@ type exitWatch struct {
 	// manual: stopped or killed through the API, which its restart
 	// policy does not undo.
 	manual atomic.Bool
+	// restart, for a run its restart policy started, is that restart's
+	// cancel channel: closed by a stop that came before this watch did.
+	restart chan struct{}
 }
 
 // stoppedByAPI marks w's container stopped by hand; a nil w has none.
@@ -53,9 +56,15 @@ const exitGrace = sandbox.ExitGrace
 // watchExit starts the watch of sb, whose main command was started after
 // base (its FinishedAt before the start).
 func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
+	s.watchRun(sb, base, nil)
+}
+
+// watchRun is watchExit of a run started by the restart whose cancel
+// channel is restart (nil: started through the API).
+func (s *Server) watchRun(sb *sandbox.Sandbox, base time.Time, restart chan struct{}) {
 	last := sb.Info() // as it was at its last poll: a removed one's name and image
 	id, autoRemove := last.ID, last.AutoRemove
-	w := &exitWatch{done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	w := &exitWatch{done: make(chan struct{}), wake: make(chan struct{}, 1), restart: restart}
 	s.mu.Lock()
 	s.watches[id] = w
 	s.mu.Unlock()
@@ -83,6 +92,15 @@ func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 		defer tick.Stop()
 		cancelWake, woken := exits.watch(last.Pid, w.wake)
 		defer cancelWake()
+		if woken {
+			// The pidfd is PID 1's only if the sandbox still runs now
+			// (its recorded pid and start time): else the pid may have
+			// been reused, and the polls alone tell.
+			if cur, err := s.b.Open(id); err != nil || !cur.Running() {
+				cancelWake()
+				woken = false
+			}
+		}
 		every, most := 20, exitPollMax // polls per interval, the longest
 		interval, polls := exitPoll, 0
 		if woken {

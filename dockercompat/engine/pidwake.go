@@ -18,7 +18,14 @@ type pidWaker struct {
 	err  error
 
 	mu    sync.Mutex
-	wakes map[int32]chan struct{} // by pidfd
+	next  int32              // the key of the next registration
+	wakes map[int32]pidWatch // by key, which the epoll event carries
+}
+
+// pidWatch is one registration: its pidfd and whom to wake.
+type pidWatch struct {
+	fd   int
+	wake chan struct{}
 }
 
 // watch has wake signalled (without blocking) once process pid exits. It
@@ -35,19 +42,23 @@ func (p *pidWaker) watch(pid int, wake chan struct{}) (cancel func(), ok bool) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(fd)}
+	p.next++
+	key := p.next
+	// The event carries the key, not the fd: an fd closed by a cancel
+	// and reused by a later watch must not take an event meant for it.
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: key}
 	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		unix.Close(fd)
 		return func() {}, false
 	}
-	p.wakes[int32(fd)] = wake
+	p.wakes[key] = pidWatch{fd: fd, wake: wake}
 	return func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		if p.wakes[int32(fd)] == wake {
-			delete(p.wakes, int32(fd))
-			unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, fd, nil)
-			unix.Close(fd)
+		if w, ok := p.wakes[key]; ok {
+			delete(p.wakes, key)
+			unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, w.fd, nil)
+			unix.Close(w.fd)
 		}
 	}, true
 }
@@ -57,13 +68,11 @@ func (p *pidWaker) start() {
 	if p.err != nil {
 		return
 	}
-	p.wakes = map[int32]chan struct{}{}
+	p.wakes = map[int32]pidWatch{}
 	go p.loop()
 }
 
-// loop delivers the exits. An fd closed by a cancel and reused by a later
-// watch may see its event go to the later one: a spurious wake, which only
-// makes that watch poll once more.
+// loop delivers the exits.
 func (p *pidWaker) loop() {
 	events := make([]unix.EpollEvent, 64)
 	for {
@@ -76,15 +85,15 @@ func (p *pidWaker) loop() {
 		}
 		p.mu.Lock()
 		for _, ev := range events[:n] {
-			wake, ok := p.wakes[ev.Fd]
+			w, ok := p.wakes[ev.Fd]
 			if !ok {
-				continue
+				continue // cancelled meanwhile
 			}
 			delete(p.wakes, ev.Fd)
-			unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(ev.Fd), nil)
-			unix.Close(int(ev.Fd))
+			unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, w.fd, nil)
+			unix.Close(w.fd)
 			select {
-			case wake <- struct{}{}:
+			case w.wake <- struct{}{}:
 			default:
 			}
 		}

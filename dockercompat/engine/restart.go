@@ -45,6 +45,15 @@ func (s *Server) planRestart(i sandbox.Info, code int, w *exitWatch) bool {
 	if w.manual.Load() {
 		return false
 	}
+	if w.restart != nil {
+		select {
+		case <-w.restart:
+			// Stopped while its restart was starting it, before this
+			// watch was there to be marked: the stop is final too.
+			return false
+		default:
+		}
+	}
 	if s.extra.restarting == nil {
 		s.extra.restarting = map[string]chan struct{}{}
 	}
@@ -144,7 +153,7 @@ func (s *Server) restartAfter(id, dir string) {
 		return
 	}
 	s.emitContainer("start", sb.Info(), nil)
-	s.watchExit(sb, base)
+	s.watchRun(sb, base, cancel)
 	// Restarting until now: a stop, kill or removal meanwhile cancelled
 	// it, and found nothing running to stop.
 	select {
