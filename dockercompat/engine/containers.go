@@ -400,7 +400,12 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			return
 		}
 		watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
-		s.stopByHand(sb.ID())
+		if sig == syscall.SIGKILL || sig == syscall.SIGTERM {
+			// A fatal signal (SIGKILL, or the stop signal) stops it by
+			// hand; another (SIGHUP, SIGUSR1, …) leaves its restart
+			// policy in place, as docker kill's documentation says.
+			s.stopByHand(sb.ID())
+		}
 		// The kill event goes out before the signal, so that it always
 		// comes before the die the signal causes (dockerd holds the
 		// container's lock over both; its exit handler waits for it).
