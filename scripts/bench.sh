@@ -132,7 +132,8 @@ if command -v perf >/dev/null; then
 	sleep 1 # perf is recording
 	as_user "$OUT/apibench" -image "$BUSYBOX_REF" -only cold -n "$pruns" >"$OUT/profile-run.jsonl" || echo "apibench -only cold failed" >&2
 	kill -INT "$perfpid"
-	if wait "$perfpid"; then
+	wait "$perfpid" || true # perf exits non-zero when interrupted, its data written
+	if [[ -s $OUT/perf.data ]]; then
 		perf script -i "$OUT/perf.data" -F comm,period,ip,sym 2>>"$OUT/perf.log" | "$OUT/spawnprofile" -n $((pruns + 3)) >"$OUT/profile.md" ||
 			echo "spawn profile failed (log: $OUT/perf.log)" >&2
 	else

@@ -46,8 +46,11 @@ var phases = []phase{
 	{name: "the command (`true`)", comm: regexp.MustCompile(`^(true|busybox)$`)},
 	{name: "exec helper in the sandbox (slopbox-exec)", comm: regexp.MustCompile(`^slopbox-exec$`)},
 	{name: "PID 1 (the C agent)", comm: regexp.MustCompile(`^slopbox-init$`)},
-	{name: "libcontainer init (runc init: nsexec, namespaces, rootfs, capabilities, exec of PID 1)", comm: regexp.MustCompile(`^(exe|runc:\[.*|runc)$`)},
-	{name: "spawn server (libcontainer's create and start, id maps, cgroups)", comm: regexp.MustCompile(`^spawn-`)},
+	{name: "libcontainer init (runc init: nsexec's three processes, its Go runtime, namespaces, rootfs, capabilities, exec of PID 1)", comm: regexp.MustCompile(`^runc:\[`)},
+	// The spawn server runs as "exe" (executed through /proc/self/exe in
+	// its user namespace) or under its binary's name; libcontainer's init
+	// is "exe" too for the moment before nsexec names it runc:[0:PARENT].
+	{name: "spawn server (libcontainer's create and start, id maps, cgroups)", comm: regexp.MustCompile(`^(spawn-|exe$)`)},
 	{name: "newuidmap / newgidmap", comm: regexp.MustCompile(`^new[ug]idmap$`)},
 	{name: "the caller (Go API: spec, layers, records, requests)", comm: regexp.MustCompile(`^apibench`)},
 	{name: "kernel threads (kworker, rcu, ksoftirqd, …)", comm: regexp.MustCompile(`^(kworker|rcu|ksoftirqd|migration|jbd2|kcompactd|kswapd)`)},
