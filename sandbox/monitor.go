@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -629,7 +630,9 @@ func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writ
 	tail.f, _ = openLog(path)
 	defer tail.close()
 	if o.Tail >= 0 {
-		if err := tail.last(o.Tail, emit); err != nil {
+		// A line the running command has not ended yet is not one yet,
+		// as in Docker's log, which keeps it until its newline.
+		if err := tail.last(o.Tail, o.Follow, o.Follow || !s.rec.running(), emit); err != nil {
 			return err
 		}
 	} else {
@@ -800,50 +803,112 @@ func (t *logTail) drain(emit func(logLine) error) error {
 
 // last emits the last n lines of the log, from the one before too when the
 // current one has fewer, reading both from their ends; poll then goes on
-// from where the current one ended.
-func (t *logTail) last(n int, emit func(logLine) error) error {
-	var lines [][]byte
+// from where the current one ended. A line is what ends with a newline:
+// the monitor logs a line cut by a read (its writer's buffer ended
+// mid-line) as fragments, so n lines may take more records. A line not
+// ended yet is emitted after them only with partial (a follower, which
+// then gets the rest from poll, or a command that has ended: its last
+// output may have no newline); counted among the n it never is, and with
+// n 0 it goes only to a follower.
+func (t *logTail) last(n int, follow, partial bool, emit func(logLine) error) error {
+	var end int64
 	if t.f != nil {
-		end, err := t.f.Seek(0, io.SeekEnd)
+		var err error
+		if end, err = t.f.Seek(0, io.SeekEnd); err != nil {
+			return err
+		}
+	}
+	for k := n + 8; ; k *= 2 {
+		recs, more, err := t.lastRecords(end, k)
 		if err != nil {
 			return err
 		}
+		var lines []logLine
+		for _, b := range recs {
+			var l logLine
+			if json.Unmarshal(b, &l) == nil {
+				lines = append(lines, l)
+			}
+		}
+		sel, whole := lastWholeLines(lines, n)
+		if whole || !more || n == 0 {
+			if !partial || n == 0 && !follow {
+				sel = sel[:len(sel)-trailingFragments(sel)]
+			}
+			for _, l := range sel {
+				if err := emit(l); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+}
+
+// trailingFragments is how many records at the end of lines are the
+// start of a line not ended yet (none ends with a newline).
+func trailingFragments(lines []logLine) int {
+	j := len(lines)
+	for j > 0 && !strings.HasSuffix(lines[j-1].Log, "\n") {
+		j--
+	}
+	return len(lines) - j
+}
+
+// lastWholeLines returns the records of the last n lines of lines, then
+// the fragments of a line not ended yet, and whether the first of them
+// surely starts a line: a record before it ends one (at the first record
+// read, older ones may hold the line's beginning).
+func lastWholeLines(lines []logLine, n int) ([]logLine, bool) {
+	j := len(lines) - trailingFragments(lines)
+	start, count := j, 0
+	for count < n && start > 0 {
+		start-- // the record that ends the line
+		for start > 0 && !strings.HasSuffix(lines[start-1].Log, "\n") {
+			start--
+		}
+		count++
+	}
+	return lines[start:], start > 0 || n == 0
+}
+
+// lastRecords returns the last k records (JSON lines) of the log, the
+// current file's first end bytes and, when it holds fewer, the one before
+// it; t is left to poll on from the end of the current file's last whole
+// record. more reports whether older records may exist.
+func (t *logTail) lastRecords(end int64, k int) (recs [][]byte, more bool, err error) {
+	if t.f != nil {
 		var whole int64
-		lines, whole, err = lastLines(t.f, end, n)
+		recs, whole, err = lastLines(t.f, end, k)
 		if err != nil {
-			return err
+			return nil, false, err
 		}
 		// A line being written is read whole by poll.
 		if _, err := t.f.Seek(whole, io.SeekStart); err != nil {
-			return err
+			return nil, false, err
 		}
 		t.off = whole
 	}
-	if len(lines) < n {
-		if f, err := openLog(t.path + ".1"); err == nil {
-			fi, err := f.Stat()
-			var cur os.FileInfo
-			if t.f != nil {
-				cur, _ = t.f.Stat()
-			}
-			// Unless it is the one already read (rotated since).
-			if err == nil && (cur == nil || !os.SameFile(fi, cur)) {
-				if more, _, err := lastLines(f, fi.Size(), n-len(lines)); err == nil {
-					lines = append(more, lines...)
-				}
-			}
-			f.Close()
+	if len(recs) >= k {
+		return recs, true, nil
+	}
+	f, err := openLog(t.path + ".1")
+	if err != nil {
+		return recs, false, nil
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	var cur os.FileInfo
+	if t.f != nil {
+		cur, _ = t.f.Stat()
+	}
+	// Unless it is the one already read (rotated since).
+	if err == nil && (cur == nil || !os.SameFile(fi, cur)) {
+		if older, _, err := lastLines(f, fi.Size(), k-len(recs)); err == nil {
+			return append(older, recs...), len(older) >= k-len(recs), nil
 		}
 	}
-	for _, b := range lines {
-		var l logLine
-		if json.Unmarshal(b, &l) == nil {
-			if err := emit(l); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return recs, false, nil
 }
 
 // lastLines returns the last n whole lines of f's first end bytes, read

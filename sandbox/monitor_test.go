@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -469,5 +470,49 @@ func TestLogReadersPlantedFiles(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("FollowOutput waits on a fifo")
+	}
+}
+
+// TestLogTailCountsLines: logs --tail N counts lines, not the monitor's
+// records: a line a read cut in two is logged as two records, and a line
+// the running command has not ended yet is not one (shown to a follower
+// and once the command has ended, never counted). CI under load caught
+// --tail 3 ending in half a line.
+func TestLogTailCountsLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "container.log")
+	var b bytes.Buffer
+	for _, l := range []string{"one\n", "tw", "o\n", "thr", "e", "e\n", "fo", "ur\n", "fi"} {
+		json.NewEncoder(&b).Encode(logLine{Log: l, Stream: "stdout", Time: time.Now()})
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tail := func(n int, follow, partial bool) string {
+		t.Helper()
+		lt := &logTail{path: path}
+		lt.f, _ = openLog(path)
+		defer lt.close()
+		var out strings.Builder
+		if err := lt.last(n, follow, partial, func(l logLine) error { out.WriteString(l.Log); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	for _, c := range []struct {
+		n               int
+		follow, partial bool
+		want            string
+	}{
+		{3, false, false, "two\nthree\nfour\n"},  // running: "fi" is no line yet
+		{3, true, true, "two\nthree\nfour\nfi"},  // a follower gets the rest from poll
+		{3, false, true, "two\nthree\nfour\nfi"}, // ended: its last output, no newline
+		{1, false, false, "four\n"},
+		{9, false, false, "one\ntwo\nthree\nfour\n"},
+		{0, false, true, ""},
+		{0, true, true, "fi"},
+	} {
+		if got := tail(c.n, c.follow, c.partial); got != c.want {
+			t.Errorf("--tail %d (follow %v, partial %v): %q, want %q", c.n, c.follow, c.partial, got, c.want)
+		}
 	}
 }

@@ -694,7 +694,7 @@ func TestContainerdRunc(t *testing.T) {
 	if out, code := c.ctr(append(run, ref, fmt.Sprintf("once-%d", os.Getpid()), "sh", "-c", "echo hello from $(id -u); exit 3")...); code != 3 || out != "hello from 0\n" {
 		t.Errorf("ctr run --rm: exit %d: %q", code, out)
 	}
-	if out, code := c.ctr(append(append([]string{"run", "-d"}, rt...), ref, "long", "sleep", "1000")...); code != 0 {
+	if out, code := c.ctr(append(append([]string{"run", "-d"}, rt...), ref, "long", "sleep", "1729")...); code != 0 {
 		t.Fatalf("ctr run -d: %s", out)
 	}
 	if out, code := c.ctr("task", "exec", "--exec-id", "e1", "long", "sh", "-c", "echo second; exit 4"); code != 4 || out != "second\n" {
@@ -724,8 +724,10 @@ func TestContainerdRunc(t *testing.T) {
 	if ls, _ := c.ctr("task", "ls", "-q"); strings.TrimSpace(ls) != "" {
 		t.Errorf("tasks left: %q", ls)
 	}
-	// newOCI's cleanup checks that slopbox-runc's state is empty.
-	if out, _ := exec.Command("pgrep", "-f", "sleep 1000").Output(); len(out) > 0 {
+	// newOCI's cleanup checks that slopbox-runc's state is empty. The
+	// command's duration is this test's own: other tests' sleeps, which
+	// may run meanwhile, are not its to count.
+	if out, _ := exec.Command("pgrep", "-xf", "sleep 1729").Output(); len(out) > 0 {
 		t.Errorf("processes left: %s", out)
 	}
 }
