@@ -632,7 +632,7 @@ func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writ
 	if o.Tail >= 0 {
 		// A line the running command has not ended yet is not one yet,
 		// as in Docker's log, which keeps it until its newline.
-		if err := tail.last(o.Tail, o.Follow, o.Follow || !s.rec.running(), emit); err != nil {
+		if err := tail.last(o.Tail, o.Follow || o.Tail > 0 && !s.rec.running(), emit); err != nil {
 			return err
 		}
 	} else {
@@ -803,14 +803,18 @@ func (t *logTail) drain(emit func(logLine) error) error {
 
 // last emits the last n lines of the log, from the one before too when the
 // current one has fewer, reading both from their ends; poll then goes on
-// from where the current one ended. A line is what ends with a newline:
-// the monitor logs a line cut by a read (its writer's buffer ended
-// mid-line) as fragments, so n lines may take more records. A line not
-// ended yet is emitted after them only with partial (a follower, which
-// then gets the rest from poll, or a command that has ended: its last
-// output may have no newline); counted among the n it never is, and with
-// n 0 it goes only to a follower.
-func (t *logTail) last(n int, follow, partial bool, emit func(logLine) error) error {
+// from where the current one ended.
+//
+// A line is what Docker's json-file log makes one record of: the output
+// of one stream up to a newline, or 16 KiB of it (lineMax). The monitor
+// logs a line that a read cut short as several records of its stream, so
+// the records are grouped back into lines per stream, and n lines may
+// take more records, read from further back until each chosen line's
+// start is known. What a stream has written since its last line is not a
+// line yet: it is emitted, after the lines, only with partial (a
+// follower, which gets the rest from poll, or a command that has ended),
+// and never counted.
+func (t *logTail) last(n int, partial bool, emit func(logLine) error) error {
 	var end int64
 	if t.f != nil {
 		var err error
@@ -818,26 +822,33 @@ func (t *logTail) last(n int, follow, partial bool, emit func(logLine) error) er
 			return err
 		}
 	}
+	n = max(0, min(n, 1<<24))
 	for k := n + 8; ; k *= 2 {
 		recs, more, err := t.lastRecords(end, k)
 		if err != nil {
 			return err
 		}
-		var lines []logLine
+		var records []logLine
 		for _, b := range recs {
 			var l logLine
 			if json.Unmarshal(b, &l) == nil {
-				lines = append(lines, l)
+				records = append(records, l)
 			}
 		}
-		sel, whole := lastWholeLines(lines, n)
-		if whole || !more || n == 0 {
-			if !partial || n == 0 && !follow {
-				sel = sel[:len(sel)-trailingFragments(sel)]
+		sel, open, sure := lastLogLines(records, n, more)
+		if sure || !more {
+			for _, line := range sel {
+				for _, l := range line {
+					if err := emit(l); err != nil {
+						return err
+					}
+				}
 			}
-			for _, l := range sel {
-				if err := emit(l); err != nil {
-					return err
+			if partial {
+				for _, l := range open {
+					if err := emit(l); err != nil {
+						return err
+					}
 				}
 			}
 			return nil
@@ -845,31 +856,61 @@ func (t *logTail) last(n int, follow, partial bool, emit func(logLine) error) er
 	}
 }
 
-// trailingFragments is how many records at the end of lines are the
-// start of a line not ended yet (none ends with a newline).
-func trailingFragments(lines []logLine) int {
-	j := len(lines)
-	for j > 0 && !strings.HasSuffix(lines[j-1].Log, "\n") {
-		j--
-	}
-	return len(lines) - j
-}
+// lineMax is the most of a stream's output one line of the log holds, as
+// Docker's json-file log (and the monitor's LINE_MAX_BYTES).
+const lineMax = 16 << 10
 
-// lastWholeLines returns the records of the last n lines of lines, then
-// the fragments of a line not ended yet, and whether the first of them
-// surely starts a line: a record before it ends one (at the first record
-// read, older ones may hold the line's beginning).
-func lastWholeLines(lines []logLine, n int) ([]logLine, bool) {
-	j := len(lines) - trailingFragments(lines)
-	start, count := j, 0
-	for count < n && start > 0 {
-		start-- // the record that ends the line
-		for start > 0 && !strings.HasSuffix(lines[start-1].Log, "\n") {
-			start--
-		}
-		count++
+// lastLogLines groups records, oldest first, into lines per stream and
+// returns the last n lines (in the order they were ended), the records of
+// the lines not ended yet (in the order written), and whether all of
+// these are known whole: with more (older records not read), a line that
+// begins at its stream's first record here may have begun before.
+func lastLogLines(records []logLine, n int, more bool) (lines [][]logLine, open []logLine, sure bool) {
+	type line struct {
+		recs  []logLine
+		size  int
+		first bool // begins at its stream's first record here
 	}
-	return lines[start:], start > 0 || n == 0
+	cur := map[string]*line{}
+	var ended []*line
+	for _, r := range records {
+		c := cur[r.Stream]
+		if c == nil {
+			c = &line{first: more}
+			cur[r.Stream] = c
+		}
+		c.recs = append(c.recs, r)
+		c.size += len(r.Log)
+		// 16 KiB end a line only where its start is known: where a line
+		// cut at 16 KiB began depends on what came before.
+		if strings.HasSuffix(r.Log, "\n") || !c.first && c.size >= lineMax {
+			ended = append(ended, c)
+			cur[r.Stream] = &line{}
+		}
+	}
+	if len(ended) > n {
+		ended = ended[len(ended)-n:]
+	}
+	sure = true
+	for _, l := range ended {
+		lines = append(lines, l.recs)
+		sure = sure && !l.first
+	}
+	// Each stream's open line is its last records here, as many as it
+	// holds: picked from the end, then put back in order.
+	left := map[string]int{}
+	for s, c := range cur {
+		left[s] = len(c.recs)
+		sure = sure && (len(c.recs) == 0 || !c.first)
+	}
+	for i := len(records) - 1; i >= 0; i-- {
+		if s := records[i].Stream; left[s] > 0 {
+			left[s]--
+			open = append(open, records[i])
+		}
+	}
+	slices.Reverse(open)
+	return lines, open, sure
 }
 
 // lastRecords returns the last k records (JSON lines) of the log, the

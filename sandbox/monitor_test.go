@@ -473,46 +473,75 @@ func TestLogReadersPlantedFiles(t *testing.T) {
 	}
 }
 
-// TestLogTailCountsLines: logs --tail N counts lines, not the monitor's
-// records: a line a read cut in two is logged as two records, and a line
-// the running command has not ended yet is not one (shown to a follower
-// and once the command has ended, never counted). CI under load caught
-// --tail 3 ending in half a line.
+// TestLogTailCountsLines: logs --tail N counts lines, as Docker's
+// json-file log has them, not the monitor's records: a line a read cut
+// short is logged as several records of its stream, maybe with the other
+// stream's between them, and a stream's output since its last newline is
+// no line yet (shown to a follower and once the command has ended, never
+// counted); 16 KiB without a newline make a line, as in Docker's log. CI
+// under load caught --tail 3 ending in half a line.
 func TestLogTailCountsLines(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "container.log")
-	var b bytes.Buffer
-	for _, l := range []string{"one\n", "tw", "o\n", "thr", "e", "e\n", "fo", "ur\n", "fi"} {
-		json.NewEncoder(&b).Encode(logLine{Log: l, Stream: "stdout", Time: time.Now()})
-	}
-	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tail := func(n int, follow, partial bool) string {
+	type rec struct{ stream, log string }
+	tail := func(recs []rec, n int, partial bool) string {
 		t.Helper()
+		path := filepath.Join(t.TempDir(), "container.log")
+		var b bytes.Buffer
+		for _, r := range recs {
+			json.NewEncoder(&b).Encode(logLine{Log: r.log, Stream: r.stream, Time: time.Now()})
+		}
+		if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		lt := &logTail{path: path}
 		lt.f, _ = openLog(path)
 		defer lt.close()
 		var out strings.Builder
-		if err := lt.last(n, follow, partial, func(l logLine) error { out.WriteString(l.Log); return nil }); err != nil {
+		err := lt.last(n, partial, func(l logLine) error {
+			out.WriteString(l.Stream[3:] + ":" + l.Log + "|")
+			return nil
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		return out.String()
 	}
+	out := func(l string) rec { return rec{"stdout", l} }
+	errs := func(l string) rec { return rec{"stderr", l} }
+	cut := []rec{out("one\n"), out("tw"), out("o\n"), out("thr"), out("e"), out("e\n"), out("fo"), out("ur\n"), out("fi")}
+	mixed := []rec{out("zero\n"), out("ab"), errs("x\n"), out("c\n"), out("d")}
+	var many []rec // a line of 20,000 fragments, then another begun
+	for range 20000 {
+		many = append(many, out("."))
+	}
+	many = append(many, out("\n"), out("e"))
 	for _, c := range []struct {
-		n               int
-		follow, partial bool
-		want            string
+		name    string
+		recs    []rec
+		n       int
+		partial bool
+		want    string
 	}{
-		{3, false, false, "two\nthree\nfour\n"},  // running: "fi" is no line yet
-		{3, true, true, "two\nthree\nfour\nfi"},  // a follower gets the rest from poll
-		{3, false, true, "two\nthree\nfour\nfi"}, // ended: its last output, no newline
-		{1, false, false, "four\n"},
-		{9, false, false, "one\ntwo\nthree\nfour\n"},
-		{0, false, true, ""},
-		{0, true, true, "fi"},
+		{"running", cut, 3, false, "out:tw|out:o\n|out:thr|out:e|out:e\n|out:fo|out:ur\n|"},
+		{"ended or followed", cut, 3, true, "out:tw|out:o\n|out:thr|out:e|out:e\n|out:fo|out:ur\n|out:fi|"},
+		{"one", cut, 1, false, "out:fo|out:ur\n|"},
+		{"more than there are", cut, 9, false, "out:one\n|out:tw|out:o\n|out:thr|out:e|out:e\n|out:fo|out:ur\n|"},
+		{"none", cut, 0, false, ""},
+		{"none, followed", cut, 0, true, "out:fi|"},
+		{"streams between", mixed, 1, false, "out:ab|out:c\n|"},
+		{"streams between, two", mixed, 2, false, "err:x\n|out:ab|out:c\n|"},
+		{"streams between, open", mixed, 0, true, "out:d|"},
+		// 16,384 dots make the first line; the rest and the newline the
+		// second.
+		{"16 KiB make a line", many, 1, false, strings.Repeat("out:.|", 20000-16384) + "out:\n|"},
 	} {
-		if got := tail(c.n, c.follow, c.partial); got != c.want {
-			t.Errorf("--tail %d (follow %v, partial %v): %q, want %q", c.n, c.follow, c.partial, got, c.want)
+		if got := tail(c.recs, c.n, c.partial); got != c.want {
+			short := func(s string) string {
+				if len(s) > 200 {
+					return fmt.Sprintf("%s…%s (%d bytes)", s[:100], s[len(s)-100:], len(s))
+				}
+				return s
+			}
+			t.Errorf("%s: --tail %d: %q, want %q", c.name, c.n, short(got), short(c.want))
 		}
 	}
 }
