@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/atomicfile"
@@ -823,6 +824,10 @@ func (t *logTail) last(n int, partial bool, emit func(logLine) error) error {
 		}
 	}
 	n = max(0, min(n, 1<<24))
+	if n == 0 && !partial {
+		_, _, err := t.lastRecords(end, 0) // nothing to emit: the end is where poll goes on
+		return err
+	}
 	for k := n + 8; ; k *= 2 {
 		recs, more, err := t.lastRecords(end, k)
 		if err != nil {
@@ -857,7 +862,9 @@ func (t *logTail) last(n int, partial bool, emit func(logLine) error) error {
 }
 
 // lineMax is the most of a stream's output one line of the log holds, as
-// Docker's json-file log (and the monitor's LINE_MAX_BYTES).
+// Docker's json-file log (and the monitor's LINE_MAX_BYTES, less the
+// start of a character it keeps for the next record: a line ends within
+// utf8.UTFMax-1 bytes of it).
 const lineMax = 16 << 10
 
 // lastLogLines groups records, oldest first, into lines per stream and
@@ -883,7 +890,7 @@ func lastLogLines(records []logLine, n int, more bool) (lines [][]logLine, open 
 		c.size += len(r.Log)
 		// 16 KiB end a line only where its start is known: where a line
 		// cut at 16 KiB began depends on what came before.
-		if strings.HasSuffix(r.Log, "\n") || !c.first && c.size >= lineMax {
+		if strings.HasSuffix(r.Log, "\n") || !c.first && c.size >= lineMax-(utf8.UTFMax-1) {
 			ended = append(ended, c)
 			cur[r.Stream] = &line{}
 		}

@@ -514,6 +514,11 @@ func TestLogTailCountsLines(t *testing.T) {
 		many = append(many, out("."))
 	}
 	many = append(many, out("\n"), out("e"))
+	wide := []rec{out("x\n")}
+	for range 3 {
+		wide = append(wide, out(strings.Repeat("あ", 5461)))
+	}
+	wide = append(wide, out("\n"))
 	for _, c := range []struct {
 		name    string
 		recs    []rec
@@ -530,9 +535,12 @@ func TestLogTailCountsLines(t *testing.T) {
 		{"streams between", mixed, 1, false, "out:ab|out:c\n|"},
 		{"streams between, two", mixed, 2, false, "err:x\n|out:ab|out:c\n|"},
 		{"streams between, open", mixed, 0, true, "out:d|"},
-		// 16,384 dots make the first line; the rest and the newline the
-		// second.
-		{"16 KiB make a line", many, 1, false, strings.Repeat("out:.|", 20000-16384) + "out:\n|"},
+		// 16 KiB less 3 (the monitor keeps a cut character for the next
+		// record) make the first line; the rest and the newline the second.
+		{"16 KiB make a line", many, 1, false, strings.Repeat("out:.|", 20000-(16384-3)) + "out:\n|"},
+		// The monitor's full records of 3-byte characters are 16,383
+		// bytes: each is a line.
+		{"16 KiB of 3-byte characters", wide, 2, false, "out:" + strings.Repeat("あ", 5461) + "|out:\n|"},
 	} {
 		if got := tail(c.recs, c.n, c.partial); got != c.want {
 			short := func(s string) string {
