@@ -364,7 +364,7 @@ func (b *Backend) keepExit(id string, record []byte) {
 	}
 	// Old records go, swept at most once a minute: not a stat of every
 	// kept record at each removal (a thousand containers removed).
-	if b.exitSweepDue(dir) {
+	if exitSweepDue(dir) {
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
 			if e.Name() == ".swept" {
@@ -378,24 +378,17 @@ func (b *Backend) keepExit(id string, record []byte) {
 	atomicfile.WriteVolatile(filepath.Join(dir, id+".json"), bytes.NewReader(record), 0o600)
 }
 
-// exitSweepDue reports whether the kept exit records are due a sweep (a
-// minute since the last), and if so marks it done.
-// The last sweep is kept in memory and, for the monitors (a process per
-// exit, each with a Backend of its own), as the mtime of a stamp file.
-func (b *Backend) exitSweepDue(dir string) bool {
-	now := time.Now()
-	last := b.exitSweep.Load()
-	if now.UnixNano()-last < int64(time.Minute) {
-		return false
-	}
+// exitSweepDue reports whether the kept exit records in dir are due a
+// sweep (a minute since the last), and if so marks it done: the last
+// sweep is the mtime of a stamp file, which every process that removes
+// sandboxes (serve, the CLI, each monitor) shares.
+func exitSweepDue(dir string) bool {
 	stamp := filepath.Join(dir, ".swept")
+	now := time.Now()
 	if fi, err := os.Stat(stamp); err == nil && now.Sub(fi.ModTime()) < time.Minute {
-		b.exitSweep.CompareAndSwap(last, fi.ModTime().UnixNano())
 		return false
 	}
-	if !b.exitSweep.CompareAndSwap(last, now.UnixNano()) {
-		return false
-	}
+	// Two sweeping at once only remove the same old records twice.
 	if f, err := os.OpenFile(stamp, os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600); err == nil {
 		f.Close()
 		os.Chtimes(stamp, now, now)

@@ -65,8 +65,6 @@ type Backend struct {
 	spawnHelper string
 	// claimedHook, for tests, runs as soon as a sandbox serves commands.
 	claimedHook func(*record)
-	// exitSweep: when keepExit last swept old exit records (UnixNano).
-	exitSweep atomic.Int64
 }
 
 // spawnerFor returns the spawn server that runs program ("" for this

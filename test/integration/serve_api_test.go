@@ -46,6 +46,14 @@ func engineDo(t *testing.T, sock, method, path string, body any) (int, []byte) {
 	return resp.StatusCode, b
 }
 
+// engineText is engineDo of a request without a body, its answer as
+// trimmed text.
+func engineText(t *testing.T, sock, method, path string) (int, string) {
+	t.Helper()
+	code, b := engineDo(t, sock, method, path, nil)
+	return code, strings.TrimSpace(string(b))
+}
+
 // engineJSON is engineDo that wants status want and decodes the body into v.
 func engineJSON(t *testing.T, sock, method, path string, body any, want int, v any) {
 	t.Helper()

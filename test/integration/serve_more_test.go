@@ -565,11 +565,7 @@ func TestServeKillThenWait(t *testing.T) {
 	e := newEnv(t)
 	sock := e.serve(t)
 	e.must("pull", "-q", e.ref)
-	call := func(method, path string) (int, string) {
-		t.Helper()
-		code, b := engineDo(t, sock, method, path, nil)
-		return code, strings.TrimSpace(string(b))
-	}
+	call := func(method, path string) (int, string) { return engineText(t, sock, method, path) }
 	for i := range 10 {
 		name := fmt.Sprintf("kw-%d", i)
 		if out, code := dockerCLI(t, debianDocker, sock, "", "run", "-d", "--name", name, e.ref, "sleep", "1000"); code != 0 {
@@ -663,11 +659,7 @@ func TestServeStopAsCommandExits(t *testing.T) {
 	e := newEnv(t)
 	sock := e.serve(t)
 	e.must("pull", "-q", e.ref)
-	call := func(method, path string) (int, string) {
-		t.Helper()
-		code, b := engineDo(t, sock, method, path, nil)
-		return code, strings.TrimSpace(string(b))
-	}
+	call := func(method, path string) (int, string) { return engineText(t, sock, method, path) }
 	state := func(name string) (running bool, restarts int) {
 		t.Helper()
 		_, body := call("GET", "/containers/"+name+"/json")
