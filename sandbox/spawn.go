@@ -215,7 +215,7 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 		MapKey:    mapKey,
 		Env:       spawnEnv(img.Config.Config.Env, spec),
 		NoSetup:   spec.DisableSetup,
-		Keep:      spec.Keep, AutoRemove: spec.AutoRemove,
+		Keep:      spec.Keep, AutoRemove: spec.AutoRemove, Disposable: spec.Disposable || spec.AutoRemove,
 		Labels:     spec.Labels,
 		Network:    network,
 		ExtraHosts: spec.ExtraHosts, DNS: dns, AllowHostLoopback: spec.AllowHostLoopback, Ports: ports,
@@ -545,16 +545,17 @@ type template struct {
 	caps        [2][]string // added, dropped
 	unconfined  bool        // no seccomp profile
 	setid       bool        // a build step: setid modes allowed
+	volatile    bool        // Disposable: the writable layer mounted volatile
 }
 
 func templateOf(rec *record) template {
 	return template{layers: rec.Layers, mapKey: rec.MapKey, network: rec.Network, tmpBytes: rec.Limits.TmpBytes, tmpfs: rec.Limits.Tmpfs,
 		rootfsBytes: rec.Limits.RootfsBytes, readOnly: rec.ReadOnly,
-		caps: [2][]string{rec.CapAdd, rec.CapDrop}, unconfined: rec.Unconfined, setid: rec.Build}
+		caps: [2][]string{rec.CapAdd, rec.CapDrop}, unconfined: rec.Unconfined, setid: rec.Build, volatile: rec.Disposable}
 }
 
 func (t template) key() string {
-	return fmt.Sprintf("%q %q %q %d %d %v %q %v %v %v", t.layers, t.mapKey, t.network, t.tmpBytes, t.rootfsBytes, t.readOnly, t.caps, t.unconfined, t.setid, t.tmpfs)
+	return fmt.Sprintf("%q %q %q %d %d %v %q %v %v %v %v", t.layers, t.mapKey, t.network, t.tmpBytes, t.rootfsBytes, t.readOnly, t.caps, t.unconfined, t.setid, t.tmpfs, t.volatile)
 }
 
 // prestart starts PID 1 of sandbox id over dir, unclaimed, and returns its
@@ -608,7 +609,7 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 		return 0, err
 	}
 	req := spawnd.Request{Op: spawnd.OpPrestart, ID: id, Dir: dir, LayersRoot: filepath.Dir(filepath.Dir(t.layers[0])), Spec: spec,
-		StartDeadline: b.startDeadline, RootfsBytes: t.rootfsBytes}
+		StartDeadline: b.startDeadline, RootfsBytes: t.rootfsBytes, Volatile: t.volatile}
 	if req.Seccomp, err = b.seccomp.get(spec.Linux.Seccomp); err != nil {
 		return 0, err
 	}

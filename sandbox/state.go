@@ -71,6 +71,7 @@ type record struct {
 	Bound      []backend.PortMapping `json:"bound_ports,omitempty"`
 	ReadOnly   bool                  `json:"readonly_rootfs,omitempty"`
 	AutoRemove bool                  `json:"auto_remove,omitempty"`
+	Disposable bool                  `json:"disposable,omitempty"` // backend.SpawnSpec.Disposable
 	CapAdd     []string              `json:"cap_add,omitempty"`
 	CapDrop    []string              `json:"cap_drop,omitempty"`
 	Unconfined bool                  `json:"seccomp_unconfined,omitempty"`

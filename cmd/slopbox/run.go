@@ -79,6 +79,9 @@ func runCmd() *cobra.Command {
 			}
 			// -d --rm: removed when stopped or killed, as docker does.
 			spec.AutoRemove = detach && rm
+			// --rm: never started again, so its writable layer needs no
+			// syncs to the disk.
+			spec.Disposable = rm
 			// Without -d, owned by this process until it is done with it:
 			// prune removes it if this process is killed first.
 			spawn := b.SpawnForeground

@@ -90,6 +90,10 @@ type Request struct {
 	Spec       *specs.Spec `json:"spec,omitempty"`
 	// RootfsBytes, when set, bounds the root filesystem's writable layer.
 	RootfsBytes int64 `json:"rootfs_bytes,omitempty"`
+	// Volatile mounts the writable layer with overlayfs's volatile option
+	// (no syncs): the sandbox is removed with its command, so the layer is
+	// never mounted again.
+	Volatile bool `json:"volatile,omitempty"`
 	// StartDeadline bounds the start of PID 1 (DefaultStartDeadline when 0).
 	StartDeadline time.Duration `json:"start_deadline,omitempty"`
 	// Seccomp is Spec's seccomp profile compiled by the host (u32 flags,
@@ -540,13 +544,23 @@ func outsideKernelFS(p string) error {
 // option string within a page for images with many layers; that needs
 // the working directory, which prestarts running in parallel share.
 func (s *server) mountRootfs(req *Request, upper, work, rootfs string) error {
+	volatile := ""
+	if req.Volatile {
+		// The kernel marks a layer mounted volatile (work/work/incompat/
+		// volatile) and refuses to mount it again, since its files may not
+		// have reached the disk.
+		if _, err := os.Lstat(filepath.Join(work, "work", "incompat", "volatile")); err == nil {
+			return errors.New("the sandbox was made to be removed with its command (run --rm): its writable layer was mounted without syncs to the disk and cannot be mounted again; remove it")
+		}
+		volatile = ",volatile"
+	}
 	lower := lowerdirs.Of(req.Layers)
 	abs := make([]string, len(lower))
 	for i, l := range lower {
 		abs[i] = filepath.Join(req.LayersRoot, l)
 	}
 	opts := func(lower []string) string {
-		return fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", strings.Join(lower, ":"), upper, work)
+		return fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", strings.Join(lower, ":"), upper, work) + volatile
 	}
 	data := opts(abs)
 	if len(data) >= os.Getpagesize() {
