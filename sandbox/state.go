@@ -18,6 +18,7 @@ import (
 
 	"github.com/gofrs/flock"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/atomicfile"
@@ -481,20 +482,38 @@ func (rec *record) abandoned() bool {
 // killInit kills the sandbox's PID 1 (and with it the pid namespace) and
 // waits, bounded, until it is gone.
 func (rec *record) killInit(wait time.Duration) error {
-	if !rec.alive() {
+	// Through a pidfd, opened before the process is checked: the signal
+	// cannot reach a process that reused the pid, and the wait ends when
+	// PID 1 has exited (its mounts gone with its namespaces), not at the
+	// next tick of a poll.
+	fd, err := unix.PidfdOpen(rec.Pid, 0)
+	if errors.Is(err, unix.ESRCH) {
 		return nil
 	}
-	if err := syscall.Kill(rec.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+	if err != nil {
+		return fmt.Errorf("kill sandbox init %d: %w", rec.Pid, err)
+	}
+	defer unix.Close(fd)
+	if !rec.alive() {
+		return nil // exited, or the pid names another process now
+	}
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("kill sandbox init %d: %w", rec.Pid, err)
 	}
 	deadline := time.Now().Add(wait)
-	for rec.alive() {
-		if time.Now().After(deadline) {
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
 			return fmt.Errorf("sandbox init %d did not exit within %v", rec.Pid, wait)
 		}
-		time.Sleep(time.Millisecond)
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(left.Milliseconds())+1)
+		switch {
+		case n > 0:
+			return nil
+		case err != nil && !errors.Is(err, unix.EINTR):
+			return fmt.Errorf("wait for sandbox init %d: %w", rec.Pid, err)
+		}
 	}
-	return nil
 }
 
 // fileID names an inode.
