@@ -154,13 +154,14 @@ type SpawnSpec struct {
 	// AutoRemove removes the sandbox when it is stopped or killed (docker
 	// run -d --rm).
 	AutoRemove bool
-	// Disposable: the sandbox goes with its command and is never started
-	// again (run --rm; AutoRemove implies it). Its writable layer is
-	// mounted volatile (overlayfs skips every sync to the disk: at each
-	// copy-up and when the layer is unmounted), as podman mounts a --rm
-	// container's, so its removal does not wait for the host's disk. Such
-	// a layer cannot be mounted again: Start of a stopped Disposable
-	// sandbox fails.
+	// Disposable: the sandbox goes with its command (run --rm; AutoRemove
+	// implies it; Keep overrides it). Its writable layer is mounted
+	// volatile (overlayfs skips every sync to the disk: at each copy-up and
+	// when the layer is unmounted), as podman mounts a --rm container's, so
+	// its removal does not wait for the host's disk. A stopped Disposable
+	// sandbox starts again within the same boot; after the host restarted,
+	// its layer may be incomplete, and start, commit, diff and export
+	// refuse it.
 	Disposable bool
 }
 

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+
+	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
 
 // WithUpperDir calls f with the sandbox's upper directory (what it wrote
@@ -14,6 +16,9 @@ import (
 func (s *Sandbox) WithUpperDir(noPause bool, f func(upper string) error) (err error) {
 	if s.rec.MapKey != "" {
 		return fmt.Errorf("commit %s: its user %d has an id mapping of its own (rootless, not root): slopbox cannot commit it; run it as root (--user 0) to commit", cmpName(s.rec), s.rec.User.UID)
+	}
+	if spawnd.StaleVolatile(s.dir) {
+		return fmt.Errorf("commit %s: %w", cmpName(s.rec), spawnd.ErrStaleVolatile)
 	}
 	if !noPause && s.rec.running() && !s.rec.Paused {
 		if err := s.Pause(); err != nil {

@@ -224,10 +224,11 @@ func idmapUserns(uids, gids []syscall.SysProcIDMap) (int, error) {
 		return -1, err
 	}
 	defer func() {
+		stdin.Close() // it exits on EOF too, should the kill fail
 		cmd.Process.Kill()
 		// Reaped in the background: the wait for a killed process's exit
 		// (1 to 2 ms) was on every idmapped sandbox's start.
-		go func() { cmd.Wait(); stdin.Close() }()
+		go cmd.Wait()
 	}()
 	return unix.Open(filepath.Join("/proc", fmt.Sprint(cmd.Process.Pid), "ns", "user"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 }

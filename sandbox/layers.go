@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/internal/userns"
+	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
 
 // The host side reads a sandbox's filesystem as overlayfs shows it to the
@@ -152,6 +153,9 @@ func (d *mergedDir) child(name string, e entry) (*mergedDir, error) {
 func (s *Sandbox) rootDirs() (merged, image *mergedDir, err error) {
 	if s.rec.Limits.RootfsBytes > 0 {
 		return nil, nil, fmt.Errorf("sandbox %s keeps its writable layer on a size-limited tmpfs that only it sees: its files cannot be read from the host", cmpName(s.rec))
+	}
+	if spawnd.StaleVolatile(s.dir) {
+		return nil, nil, fmt.Errorf("sandbox %s: %w", cmpName(s.rec), spawnd.ErrStaleVolatile)
 	}
 	merged, image = &mergedDir{upper: true}, &mergedDir{}
 	fail := func(err error) (*mergedDir, *mergedDir, error) {

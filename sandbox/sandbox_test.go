@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,33 +24,76 @@ func TestSpawnExecSmoke(t *testing.T) {
 }
 
 // TestDisposableLayerIsVolatile: a sandbox that goes with its command (run
-// --rm) has its writable layer mounted volatile, so neither its copy-ups
-// nor its removal wait for the disk; any other keeps overlayfs's syncs and
-// can be started again. A stopped Disposable sandbox refuses to start, as
-// its layer may be incomplete, and says why.
+// --rm, AutoRemove) has its writable layer mounted volatile, so neither its
+// copy-ups nor its removal wait for the disk; Keep overrides that, and any
+// other sandbox keeps overlayfs's syncs. Within one boot a stopped
+// Disposable sandbox starts again with its files; once the host has
+// restarted (its boot mark names another boot), start, diff and commit
+// refuse it, as its files may be incomplete.
 func TestDisposableLayerIsVolatile(t *testing.T) {
 	b, ref := testBackend(t)
-	for _, disposable := range []bool{true, false} {
-		sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, Disposable: disposable})
-		res := run(t, sb, "echo x >> /etc/passwd && grep ' / / ' /proc/self/mountinfo")
+	rootMount := func(sb *Sandbox) string {
+		t.Helper()
+		res := run(t, sb, "grep ' / / ' /proc/self/mountinfo")
 		if res.ExitCode != 0 {
-			t.Fatalf("disposable %v: %+v", disposable, res)
+			t.Fatalf("%+v", res)
 		}
-		if got := strings.Contains(res.Stdout, "volatile"); got != disposable {
-			t.Fatalf("disposable %v: root mount %q", disposable, res.Stdout)
+		return res.Stdout
+	}
+	for _, c := range []struct {
+		name     string
+		spec     backend.SpawnSpec
+		volatile bool
+	}{
+		{"disposable", backend.SpawnSpec{Disposable: true}, true},
+		{"autoremove", backend.SpawnSpec{AutoRemove: true}, true},
+		{"disposable but kept", backend.SpawnSpec{Disposable: true, Keep: true}, false},
+		{"plain", backend.SpawnSpec{}, false},
+	} {
+		c.spec.Image, c.spec.DisableSetup = ref, true
+		sb := spawnT(t, b, c.spec)
+		if got := strings.Contains(rootMount(sb), "volatile"); got != c.volatile {
+			t.Fatalf("%s: root mount %q", c.name, rootMount(sb))
+		}
+		if c.spec.AutoRemove {
+			continue // a stop removes it
+		}
+		if res := run(t, sb, "echo x >> /etc/passwd"); res.ExitCode != 0 {
+			t.Fatalf("%s: %+v", c.name, res)
 		}
 		if err := sb.Stop(); err != nil {
 			t.Fatal(err)
 		}
-		err := sb.Start(context.Background())
-		switch {
-		case disposable && (err == nil || !strings.Contains(err.Error(), "cannot be mounted again")):
-			t.Fatalf("start of a stopped disposable sandbox: %v", err)
-		case !disposable && err != nil:
-			t.Fatalf("start of a stopped sandbox: %v", err)
-		case !disposable:
-			if res := run(t, sb, "tail -n1 /etc/passwd"); res.Stdout != "x\n" {
-				t.Fatalf("after a restart: %+v", res)
+		if err := sb.Start(context.Background()); err != nil {
+			t.Fatalf("%s: start again in the same boot: %v", c.name, err)
+		}
+		if res := run(t, sb, "tail -n1 /etc/passwd"); res.Stdout != "x\n" {
+			t.Fatalf("%s: after a restart: %+v", c.name, res)
+		}
+		if got := strings.Contains(rootMount(sb), "volatile"); got != c.volatile {
+			t.Fatalf("%s: root mount after a restart %q", c.name, rootMount(sb))
+		}
+		if !c.volatile {
+			continue
+		}
+		// As if the host had restarted since the layer was mounted.
+		if err := sb.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		marks, _ := filepath.Glob(filepath.Join(sb.dir, ".volatile-boot-*"))
+		if len(marks) != 1 {
+			t.Fatalf("boot marks %q", marks)
+		}
+		if err := os.Rename(marks[0], filepath.Join(sb.dir, ".volatile-boot-00000000-0000-0000-0000-000000000000")); err != nil {
+			t.Fatal(err)
+		}
+		for what, err := range map[string]error{
+			"start":  sb.Start(context.Background()),
+			"diff":   func() error { _, err := sb.Changes(); return err }(),
+			"commit": sb.WithUpperDir(true, func(string) error { return nil }),
+		} {
+			if err == nil || !strings.Contains(err.Error(), "host has restarted") {
+				t.Fatalf("%s: %s of a layer from an earlier boot: %v", c.name, what, err)
 			}
 		}
 	}

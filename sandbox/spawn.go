@@ -215,7 +215,7 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 		MapKey:    mapKey,
 		Env:       spawnEnv(img.Config.Config.Env, spec),
 		NoSetup:   spec.DisableSetup,
-		Keep:      spec.Keep, AutoRemove: spec.AutoRemove, Disposable: spec.Disposable || spec.AutoRemove,
+		Keep:      spec.Keep, AutoRemove: spec.AutoRemove, Disposable: (spec.Disposable || spec.AutoRemove) && !spec.Keep,
 		Labels:     spec.Labels,
 		Network:    network,
 		ExtraHosts: spec.ExtraHosts, DNS: dns, AllowHostLoopback: spec.AllowHostLoopback, Ports: ports,

@@ -486,11 +486,17 @@ func (rec *record) killInit(wait time.Duration) error {
 	// cannot reach a process that reused the pid, and the wait ends when
 	// PID 1 has exited (its mounts gone with its namespaces), not at the
 	// next tick of a poll.
-	fd, err := unix.PidfdOpen(rec.Pid, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return nil
+	if rec.Pid <= 0 {
+		return nil // never started, or a broken record
 	}
-	if err != nil {
+	fd, err := unix.PidfdOpen(rec.Pid, 0)
+	switch {
+	case err == nil:
+	case !rec.alive():
+		return nil // gone, or the pid is another process's (or thread's) now
+	case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM):
+		return rec.killInitByPid(wait) // no pidfds here (old kernel, seccomp)
+	default:
 		return fmt.Errorf("kill sandbox init %d: %w", rec.Pid, err)
 	}
 	defer unix.Close(fd)
@@ -514,6 +520,21 @@ func (rec *record) killInit(wait time.Duration) error {
 			return fmt.Errorf("wait for sandbox init %d: %w", rec.Pid, err)
 		}
 	}
+}
+
+// killInitByPid is killInit where pidfds are not available.
+func (rec *record) killInitByPid(wait time.Duration) error {
+	if err := syscall.Kill(rec.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill sandbox init %d: %w", rec.Pid, err)
+	}
+	deadline := time.Now().Add(wait)
+	for rec.alive() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sandbox init %d did not exit within %v", rec.Pid, wait)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
 }
 
 // fileID names an inode.

@@ -91,8 +91,7 @@ type Request struct {
 	// RootfsBytes, when set, bounds the root filesystem's writable layer.
 	RootfsBytes int64 `json:"rootfs_bytes,omitempty"`
 	// Volatile mounts the writable layer with overlayfs's volatile option
-	// (no syncs): the sandbox is removed with its command, so the layer is
-	// never mounted again.
+	// (no syncs to the disk): the sandbox goes with its command.
 	Volatile bool `json:"volatile,omitempty"`
 	// StartDeadline bounds the start of PID 1 (DefaultStartDeadline when 0).
 	StartDeadline time.Duration `json:"start_deadline,omitempty"`
@@ -545,12 +544,14 @@ func outsideKernelFS(p string) error {
 // the working directory, which prestarts running in parallel share.
 func (s *server) mountRootfs(req *Request, upper, work, rootfs string) error {
 	volatile := ""
-	if req.Volatile {
-		// The kernel marks a layer mounted volatile (work/work/incompat/
-		// volatile) and refuses to mount it again, since its files may not
-		// have reached the disk.
-		if _, err := os.Lstat(filepath.Join(work, "work", "incompat", "volatile")); err == nil {
-			return errors.New("the sandbox was made to be removed with its command (run --rm): its writable layer was mounted without syncs to the disk and cannot be mounted again; remove it")
+	if err := reuseVolatile(req.Dir, work); err != nil {
+		return err
+	}
+	if req.Volatile && req.RootfsBytes == 0 { // a tmpfs layer has nothing to sync
+		// This boot's mark goes first: a layer whose mark names another
+		// boot was volatile when the host went down.
+		if err := markVolatile(req.Dir); err != nil {
+			return err
 		}
 		volatile = ",volatile"
 	}
@@ -818,4 +819,69 @@ func place(fd int, dst string, dir bool) error {
 		return err
 	}
 	return unix.MoveMount(fd, "", unix.AT_FDCWD, real, unix.MOVE_MOUNT_F_EMPTY_PATH)
+}
+
+// A writable layer mounted with overlayfs's volatile option may miss
+// writes if the host goes down while it is mounted, and the kernel marks
+// it (<workdir>/work/incompat/volatile) and refuses to mount it again. The
+// kernel's documentation allows removing that mark when the system has not
+// crashed since: the sandbox's directory holds an empty file named after
+// the boot that mounted it (no data block, nothing to sync), so a later
+// start in the same boot can mount the layer again, and one after a
+// restart refuses.
+const volatilePrefix = ".volatile-boot-"
+
+func bootID() (string, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", fmt.Errorf("read the boot id: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// markVolatile records that dir's layer is mounted volatile in this boot.
+func markVolatile(dir string) error {
+	id, err := bootID()
+	if err != nil {
+		return err
+	}
+	old, _ := filepath.Glob(filepath.Join(dir, volatilePrefix+"*"))
+	for _, m := range old {
+		os.Remove(m)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, volatilePrefix+id), os.O_CREATE|os.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return fmt.Errorf("mark the writable layer volatile: %w", err)
+	}
+	return f.Close()
+}
+
+// StaleVolatile reports whether dir's writable layer was mounted volatile
+// in an earlier boot: its files may be incomplete.
+func StaleVolatile(dir string) bool {
+	marks, _ := filepath.Glob(filepath.Join(dir, volatilePrefix+"*"))
+	if len(marks) == 0 {
+		return false
+	}
+	id, err := bootID()
+	return err != nil || !slices.Contains(marks, filepath.Join(dir, volatilePrefix+id))
+}
+
+// ErrStaleVolatile explains a StaleVolatile layer.
+var ErrStaleVolatile = errors.New("its writable layer was mounted without syncs to the disk (it was made to go with its command: --rm or AutoRemove) and the host has restarted since, so its files may be incomplete; remove it")
+
+// reuseVolatile lets a layer mounted volatile earlier in this boot be
+// mounted again, and refuses one from an earlier boot.
+func reuseVolatile(dir, work string) error {
+	incompat := filepath.Join(work, "work", "incompat")
+	if _, err := os.Lstat(filepath.Join(incompat, "volatile")); err != nil {
+		return nil
+	}
+	if StaleVolatile(dir) {
+		return ErrStaleVolatile
+	}
+	if err := os.RemoveAll(incompat); err != nil {
+		return fmt.Errorf("mount the writable layer again: %w", err)
+	}
+	return nil
 }
