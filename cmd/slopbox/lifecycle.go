@@ -197,7 +197,7 @@ func pruneCmd() *cobra.Command {
 }
 
 func psCmd() *cobra.Command {
-	var all, quiet, asJSON bool
+	var all, quiet, asJSON, noTrunc bool
 	var filters []string
 	var format string
 	c := &cobra.Command{
@@ -231,7 +231,7 @@ func psCmd() *cobra.Command {
 			case asJSON || format == "json":
 				if format == "json" {
 					for _, i := range shown {
-						b, _ := json.Marshal(row(i))
+						b, _ := json.Marshal(row(i, noTrunc))
 						fmt.Println(string(b))
 					}
 					return nil
@@ -241,22 +241,23 @@ func psCmd() *cobra.Command {
 				}
 				printJSON(shown)
 			case quiet:
+				// As docker ps -q: the short id, unless --no-trunc.
 				for _, i := range shown {
-					fmt.Println(i.ID)
+					fmt.Println(row(i, noTrunc).ID)
 				}
 			case tmpl != nil:
 				rows := make([]psRow, len(shown))
 				for n, i := range shown {
-					rows[n] = row(i)
+					rows[n] = row(i, noTrunc)
 				}
 				return writeList(tmpl, psHeader, rows)
 			default:
 				w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
 				fmt.Fprintln(w, "SANDBOX ID\tIMAGE\tCOMMAND\tCREATED\tSTATUS\tIDLE\tPORTS\tNAMES")
 				for _, i := range shown {
-					r := row(i)
+					r := row(i, noTrunc)
 					command := r.Command
-					if len(command) > 24 {
+					if len(command) > 24 && !noTrunc {
 						command = command[:23] + "…"
 					}
 					fmt.Fprintf(w, "%s\t%s\t%q\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Image, command, r.RunningFor, r.Status, human(time.Since(i.LastExec)), r.Ports, r.Names)
@@ -268,6 +269,7 @@ func psCmd() *cobra.Command {
 	}
 	c.Flags().BoolVarP(&all, "all", "a", false, "show stopped sandboxes too")
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "only ids")
+	c.Flags().BoolVar(&noTrunc, "no-trunc", false, "whole ids and commands")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	c.Flags().StringArrayVarP(&filters, "filter", "f", nil, "only sandboxes matching: name=, id=, label=KEY[=VALUE], status=created|running|paused|exited, ancestor=IMAGE")
 	c.Flags().StringVar(&format, "format", "", "Go template over .ID .Image .Command .CreatedAt .RunningFor .Status .State .Ports .Names .Labels (\"table …\" adds a header; \"json\": one object a line)")
@@ -282,8 +284,12 @@ type psRow struct {
 var psHeader = psRow{ID: "SANDBOX ID", Image: "IMAGE", Command: "COMMAND", CreatedAt: "CREATED AT", RunningFor: "CREATED",
 	Status: "STATUS", State: "STATE", Ports: "PORTS", Names: "NAMES", Labels: "LABELS"}
 
-func row(i sandbox.Info) psRow {
-	r := psRow{ID: i.ID[:min(12, len(i.ID))], Image: dockerview.ImageName(i), Command: strings.Join(i.Command, " "), Names: i.Name,
+func row(i sandbox.Info, noTrunc bool) psRow {
+	id := i.ID
+	if !noTrunc {
+		id = id[:min(12, len(id))]
+	}
+	r := psRow{ID: id, Image: dockerview.ImageName(i), Command: strings.Join(i.Command, " "), Names: i.Name,
 		CreatedAt: i.Created.Format("2006-01-02 15:04:05 -0700 MST"), RunningFor: units.HumanDuration(time.Since(i.Created)) + " ago",
 		State: dockerview.State(i), Status: dockerview.Status(i)}
 	var labels []string

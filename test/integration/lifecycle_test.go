@@ -353,6 +353,11 @@ func TestRunFlags(t *testing.T) {
 	if _, code := e.run("", "ps", "--filter", "colour=red"); code == 0 {
 		t.Error("an unknown filter was accepted")
 	}
+	// As docker ps: -q prints the short id, --no-trunc the whole one.
+	short, whole := strings.TrimSpace(e.must("ps", "-q", "-f", "name=one")), strings.TrimSpace(e.must("ps", "-q", "--no-trunc", "-f", "name=one"))
+	if len(short) != 12 || len(whole) != 16 || !strings.HasPrefix(whole, short) {
+		t.Errorf("ps -q: %q, ps -q --no-trunc: %q", short, whole)
+	}
 	e.must("rm", "-f", "one", "two")
 	e.must("container", "prune")
 	e.must("image", "prune")
