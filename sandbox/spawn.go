@@ -460,6 +460,24 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 	return nil
 }
 
+// Prewarm starts the spawn helper in the background (rootless: a user
+// namespace that newuidmap and newgidmap map, then a Go runtime), so that
+// a spawn that follows finds it running: a one-shot caller such as the CLI
+// calls it first thing, and the helper's start overlaps its reading of the
+// image and the flags. A failed start is reported by that spawn, which
+// tries again. Root-run sandboxes each start a server of their own (their
+// id slice's): there it does nothing.
+func (b *Backend) Prewarm() {
+	if b.slices != nil || userns.Inside() {
+		return
+	}
+	go func() {
+		if bins, err := b.binaries(); err == nil {
+			b.spawnerFor(bins.server).server(b.store.Mapping())
+		}
+	}()
+}
+
 // warmSpawner starts the spawn server in the background, unless it runs
 // already, and returns a function that waits until that is done and
 // returns the start's error. The caller calls it before it returns, so no

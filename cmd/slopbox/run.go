@@ -65,6 +65,7 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			b.Prewarm() // the spawn helper starts while the image and flags are read
 			img, err := ensureImage(ctx, b, args[0])
 			if err != nil {
 				return err
