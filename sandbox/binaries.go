@@ -182,7 +182,8 @@ func writeFileAtomic(path string, r io.Reader, mode os.FileMode) error {
 // UseSpawnHelper picks the spawn server and PID 1 program before the first
 // spawn: the path of a static slopbox-spawn build, or "self" for this
 // binary (re-executed); "" (the default) uses the embedded helper when the
-// binary carries one. The CLI passes $SLOPBOX_SPAWN_HELPER.
+// binary carries one. The CLI passes $SLOPBOX_SPAWN_HELPER. Call it before
+// Prewarm.
 func (b *Backend) UseSpawnHelper(program string) { b.spawnHelper = program }
 
 // openMonitor opens the monitor program (binaries.monitor) to run it as

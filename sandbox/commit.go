@@ -17,7 +17,7 @@ func (s *Sandbox) WithUpperDir(noPause bool, f func(upper string) error) (err er
 	if s.rec.MapKey != "" {
 		return fmt.Errorf("commit %s: its user %d has an id mapping of its own (rootless, not root): slopbox cannot commit it; run it as root (--user 0) to commit", cmpName(s.rec), s.rec.User.UID)
 	}
-	if spawnd.StaleVolatile(s.dir) {
+	if s.staleLayer() {
 		return fmt.Errorf("commit %s: %w", cmpName(s.rec), spawnd.ErrStaleVolatile)
 	}
 	if !noPause && s.rec.running() && !s.rec.Paused {
@@ -31,6 +31,13 @@ func (s *Sandbox) WithUpperDir(noPause bool, f func(upper string) error) (err er
 		}()
 	}
 	return f(s.UpperDir())
+}
+
+// staleLayer reports whether the sandbox's writable layer may be
+// incomplete: mounted without syncs (Disposable) before the host
+// restarted (spawnd.StaleVolatile).
+func (s *Sandbox) staleLayer() bool {
+	return spawnd.StaleVolatile(s.dir, s.rec.Disposable && s.rec.Limits.RootfsBytes == 0)
 }
 
 // ImageID is the id of the image the sandbox was made from.

@@ -154,7 +154,7 @@ func (s *Sandbox) rootDirs() (merged, image *mergedDir, err error) {
 	if s.rec.Limits.RootfsBytes > 0 {
 		return nil, nil, fmt.Errorf("sandbox %s keeps its writable layer on a size-limited tmpfs that only it sees: its files cannot be read from the host", cmpName(s.rec))
 	}
-	if spawnd.StaleVolatile(s.dir) {
+	if s.staleLayer() {
 		return nil, nil, fmt.Errorf("sandbox %s: %w", cmpName(s.rec), spawnd.ErrStaleVolatile)
 	}
 	merged, image = &mergedDir{upper: true}, &mergedDir{}

@@ -50,6 +50,7 @@ type Backend struct {
 
 	mu       sync.Mutex
 	spawners map[string]*spawner // by id mapping variant
+	warming  sync.WaitGroup      // Prewarm's start, which Close waits for
 
 	// slices (root only) gives each sandbox host ids of its own
 	// (slices.go); nil rootless.
@@ -85,6 +86,7 @@ func (b *Backend) spawnerFor(program string) *spawner {
 // Backend's spawn helpers. Spawned sandboxes keep running; the Backend
 // starts new helpers if it is used again.
 func (b *Backend) Close() {
+	b.warming.Wait() // a server Prewarm starts is stopped below, not left behind
 	b.pool.drain(b)
 	b.mu.Lock()
 	defer b.mu.Unlock()

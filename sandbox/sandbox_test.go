@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,14 +88,43 @@ func TestDisposableLayerIsVolatile(t *testing.T) {
 		if err := os.Rename(marks[0], filepath.Join(sb.dir, ".volatile-boot-00000000-0000-0000-0000-000000000000")); err != nil {
 			t.Fatal(err)
 		}
-		for what, err := range map[string]error{
-			"start":  sb.Start(context.Background()),
-			"diff":   func() error { _, err := sb.Changes(); return err }(),
-			"commit": sb.WithUpperDir(true, func(string) error { return nil }),
-		} {
-			if err == nil || !strings.Contains(err.Error(), "host has restarted") {
-				t.Fatalf("%s: %s of a layer from an earlier boot: %v", c.name, what, err)
+		refused := func(how string) {
+			t.Helper()
+			for what, err := range map[string]error{
+				"start":  sb.Start(context.Background()),
+				"diff":   func() error { _, err := sb.Changes(); return err }(),
+				"commit": sb.WithUpperDir(true, func(string) error { return nil }),
+			} {
+				if err == nil || !strings.Contains(err.Error(), "host has restarted") {
+					t.Fatalf("%s: %s of a layer %s: %v", c.name, what, how, err)
+				}
 			}
 		}
+		refused("from an earlier boot")
+		// The mark of this boot lost (a crash before it reached the disk):
+		// the layer is refused still.
+		if err := os.Remove(filepath.Join(sb.dir, ".volatile-boot-00000000-0000-0000-0000-000000000000")); err != nil {
+			t.Fatal(err)
+		}
+		refused("whose boot is not on record")
+	}
+}
+
+// TestOpenByShortID: the 12-character id ps -q prints opens its sandbox
+// (from the directory's names, without reading every record), and a
+// prefix no sandbox has is not found.
+func TestOpenByShortID(t *testing.T) {
+	b, ref := testBackend(t)
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
+	got, err := b.Open(sb.ID()[:12])
+	if err != nil || got.ID() != sb.ID() {
+		t.Fatalf("open %s: %v, %v", sb.ID()[:12], got, err)
+	}
+	other := "0"
+	if sb.ID()[0] == '0' {
+		other = "1"
+	}
+	if _, err := b.Open(other + sb.ID()[1:12]); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("open of a prefix no sandbox has: %v", err)
 	}
 }

@@ -466,12 +466,15 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 // calls it first thing, and the helper's start overlaps its reading of the
 // image and the flags. A failed start is reported by that spawn, which
 // tries again. Root-run sandboxes each start a server of their own (their
-// id slice's): there it does nothing.
+// id slice's): there it does nothing. Call UseSpawnHelper, if at all,
+// before it.
 func (b *Backend) Prewarm() {
 	if b.slices != nil || userns.Inside() {
 		return
 	}
+	b.warming.Add(1)
 	go func() {
+		defer b.warming.Done()
 		if bins, err := b.binaries(); err == nil {
 			b.spawnerFor(bins.server).server(b.store.Mapping())
 		}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -20,7 +21,7 @@ import (
 // spawner is the channel to a spawn server (package spawnd): a helper
 // process that runs as root of the sandboxes' user namespace, in a private
 // mount namespace, and starts each sandbox's PID 1 on request. One runs per
-// Backend, started on the first Spawn and kept while the Backend's process
+// Backend, started on the first Spawn (or by Prewarm) and kept while the Backend's process
 // lives, so the user namespace set-up (two re-execs and newuidmap/newgidmap
 // rootless) is paid once, not per sandbox. Requests are served
 // concurrently: a sandbox prepared ahead of need does not hold up a spawn.
@@ -131,11 +132,24 @@ func startServer(program string, m userns.Mapping) (*serverConn, error) {
 	cmd.Env = append(cmd.Env, reexec.Env+"="+spawnd.Handler)
 	cmd.Stderr = os.Stderr
 	cmd.ExtraFiles = []*os.File{theirs} // fd 4 (spawnd.ConnFD; fd 3: user namespace sync)
-	if err := userns.Start(cmd, m); err != nil {
+	// The server dies with the thread that forks it (Pdeathsig), and Go
+	// ends a thread when a goroutine locked to it returns (a build
+	// session's does): it is forked from a thread of its own, which waits
+	// for it and is kept until it has exited.
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		err := userns.Start(cmd, m)
+		started <- err
+		if err == nil {
+			cmd.Wait() // reaps the server whenever it exits
+		}
+		runtime.UnlockOSThread()
+	}()
+	if err := <-started; err != nil {
 		ours.Close()
 		return nil, err
 	}
-	go cmd.Wait() // reaps the server whenever it exits
 	c, err := net.FileConn(ours)
 	ours.Close()
 	if err != nil {

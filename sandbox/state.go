@@ -392,6 +392,16 @@ func (r stateRoot) find(ref string) (*record, error) {
 		// removed container asks this of each one it watched).
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, ref)
 	}
+	if len(ref) < 16 && strings.Trim(ref, "0123456789abcdef") == "" {
+		// A short id (ps -q prints 12 characters): the directory's names
+		// first, so removing many by short id does not read every record
+		// for each.
+		if ids := r.idsWithPrefix(ref); len(ids) == 1 {
+			if rec, err := r.read(ids[0]); err == nil {
+				return rec, nil
+			}
+		}
+	}
 	recs, broken, err := r.list()
 	if err != nil {
 		return nil, err
@@ -412,6 +422,19 @@ func (r stateRoot) find(ref string) (*record, error) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, ref)
 	}
 	return nil, fmt.Errorf("sandbox id prefix %q is ambiguous", ref)
+}
+
+// idsWithPrefix lists the sandbox ids (directory names) starting with
+// prefix.
+func (r stateRoot) idsWithPrefix(prefix string) []string {
+	entries, _ := os.ReadDir(r.dir)
+	var ids []string
+	for _, e := range entries {
+		if fullID(e.Name()) && strings.HasPrefix(e.Name(), prefix) {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids
 }
 
 // procStart returns the start time of pid (field 22 of /proc/pid/stat) and
@@ -490,14 +513,12 @@ func (rec *record) killInit(wait time.Duration) error {
 		return nil // never started, or a broken record
 	}
 	fd, err := unix.PidfdOpen(rec.Pid, 0)
-	switch {
-	case err == nil:
-	case !rec.alive():
-		return nil // gone, or the pid is another process's (or thread's) now
-	case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM):
-		return rec.killInitByPid(wait) // no pidfds here (old kernel, seccomp)
-	default:
-		return fmt.Errorf("kill sandbox init %d: %w", rec.Pid, err)
+	if err != nil {
+		if !rec.alive() {
+			return nil // gone, or the pid is another process's (or thread's) now
+		}
+		// No pidfd (an old kernel, a seccomp filter, no fd left): by pid.
+		return rec.killInitByPid(wait)
 	}
 	defer unix.Close(fd)
 	if !rec.alive() {

@@ -240,8 +240,9 @@ func psCmd() *cobra.Command {
 					shown = []sandbox.Info{}
 				}
 				printJSON(shown)
-			case quiet:
-				// As docker ps -q: the short id, unless --no-trunc.
+			case quiet && (format == "" || format == "table"):
+				// As docker ps -q: the short id, unless --no-trunc; a
+				// format of one's own wins over -q, as docker's does.
 				for _, i := range shown {
 					fmt.Println(row(i, noTrunc).ID)
 				}
@@ -257,8 +258,8 @@ func psCmd() *cobra.Command {
 				for _, i := range shown {
 					r := row(i, noTrunc)
 					command := r.Command
-					if len(command) > 24 && !noTrunc {
-						command = command[:23] + "…"
+					if r := []rune(command); len(r) > 24 && !noTrunc {
+						command = string(r[:23]) + "…"
 					}
 					fmt.Fprintf(w, "%s\t%s\t%q\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Image, command, r.RunningFor, r.Status, human(time.Since(i.LastExec)), r.Ports, r.Names)
 				}

@@ -544,10 +544,11 @@ func outsideKernelFS(p string) error {
 // the working directory, which prestarts running in parallel share.
 func (s *server) mountRootfs(req *Request, upper, work, rootfs string) error {
 	volatile := ""
-	if err := reuseVolatile(req.Dir, work); err != nil {
+	volatileLayer := req.Volatile && req.RootfsBytes == 0 // a tmpfs layer has nothing to sync
+	if err := reuseVolatile(req.Dir, work, volatileLayer); err != nil {
 		return err
 	}
-	if req.Volatile && req.RootfsBytes == 0 { // a tmpfs layer has nothing to sync
+	if volatileLayer {
 		// This boot's mark goes first: a layer whose mark names another
 		// boot was volatile when the host went down.
 		if err := markVolatile(req.Dir); err != nil {
@@ -826,9 +827,8 @@ func place(fd int, dst string, dir bool) error {
 // it (<workdir>/work/incompat/volatile) and refuses to mount it again. The
 // kernel's documentation allows removing that mark when the system has not
 // crashed since: the sandbox's directory holds an empty file named after
-// the boot that mounted it (no data block, nothing to sync), so a later
-// start in the same boot can mount the layer again, and one after a
-// restart refuses.
+// the boot that mounted it, so a later start in the same boot can mount the
+// layer again, and one after a restart refuses.
 const volatilePrefix = ".volatile-boot-"
 
 func bootID() (string, error) {
@@ -839,15 +839,32 @@ func bootID() (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
+// volatileBoots lists the boots that mounted dir's layer volatile (the
+// last one only, unless a crash kept an older name) and tells whether
+// this boot is one of them.
+func volatileBoots(dir string) (boots []string, this bool) {
+	entries, _ := os.ReadDir(dir)
+	id, err := bootID()
+	for _, e := range entries {
+		if b, ok := strings.CutPrefix(e.Name(), volatilePrefix); ok {
+			boots = append(boots, b)
+			this = this || err == nil && b == id
+		}
+	}
+	return boots, this
+}
+
 // markVolatile records that dir's layer is mounted volatile in this boot.
 func markVolatile(dir string) error {
 	id, err := bootID()
 	if err != nil {
 		return err
 	}
-	old, _ := filepath.Glob(filepath.Join(dir, volatilePrefix+"*"))
-	for _, m := range old {
-		os.Remove(m)
+	boots, _ := volatileBoots(dir)
+	for _, b := range boots {
+		if b != id {
+			os.Remove(filepath.Join(dir, volatilePrefix+b))
+		}
 	}
 	f, err := os.OpenFile(filepath.Join(dir, volatilePrefix+id), os.O_CREATE|os.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644)
 	if err != nil {
@@ -856,28 +873,41 @@ func markVolatile(dir string) error {
 	return f.Close()
 }
 
-// StaleVolatile reports whether dir's writable layer was mounted volatile
-// in an earlier boot: its files may be incomplete.
-func StaleVolatile(dir string) bool {
-	marks, _ := filepath.Glob(filepath.Join(dir, volatilePrefix+"*"))
-	if len(marks) == 0 {
+// StaleVolatile reports whether dir's writable layer may be incomplete:
+// mounted volatile in an earlier boot and not since; with disposable (a
+// Disposable sandbox's layer, which every mount makes volatile), also when
+// no mount in this boot is on record.
+func StaleVolatile(dir string, disposable bool) bool {
+	boots, this := volatileBoots(dir)
+	if this {
 		return false
 	}
-	id, err := bootID()
-	return err != nil || !slices.Contains(marks, filepath.Join(dir, volatilePrefix+id))
+	return len(boots) > 0 || disposable && mountedBefore(dir)
+}
+
+// mountedBefore reports whether dir's writable layer has been mounted:
+// overlayfs made its work directory.
+func mountedBefore(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, "work", "work"))
+	return err == nil
 }
 
 // ErrStaleVolatile explains a StaleVolatile layer.
 var ErrStaleVolatile = errors.New("its writable layer was mounted without syncs to the disk (it was made to go with its command: --rm or AutoRemove) and the host has restarted since, so its files may be incomplete; remove it")
 
 // reuseVolatile lets a layer mounted volatile earlier in this boot be
-// mounted again, and refuses one from an earlier boot.
-func reuseVolatile(dir, work string) error {
+// mounted again, and refuses one whose last volatile mount is not on
+// record for this boot. The boot's record is checked before the kernel's
+// mark: a mark and no record (the record's name lost in a crash) refuses.
+func reuseVolatile(dir, work string, disposable bool) error {
+	if StaleVolatile(dir, disposable) {
+		return ErrStaleVolatile
+	}
 	incompat := filepath.Join(work, "work", "incompat")
 	if _, err := os.Lstat(filepath.Join(incompat, "volatile")); err != nil {
-		return nil
+		return nil // not mounted volatile since the kernel last checked
 	}
-	if StaleVolatile(dir) {
+	if _, this := volatileBoots(dir); !this {
 		return ErrStaleVolatile
 	}
 	if err := os.RemoveAll(incompat); err != nil {
