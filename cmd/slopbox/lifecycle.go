@@ -21,6 +21,7 @@ import (
 func createCmd() *cobra.Command {
 	var sf spawnFlags
 	var o sandbox.DetachOptions
+	var rm bool
 	c := &cobra.Command{
 		Use:   "create [flags] IMAGE [COMMAND [ARG...]]",
 		Short: "Create a sandbox without starting it",
@@ -43,6 +44,7 @@ func createCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			spec.AutoRemove = rm // as docker create --rm: removed when its command ends or it is stopped
 			sb, err := b.Create(ctx, spec, opts.Command(img.Config.Config.Entrypoint, img.Config.Config.Cmd))
 			if err != nil {
 				return err
@@ -65,6 +67,7 @@ func createCmd() *cobra.Command {
 	sf.register(c.Flags())
 	c.Flags().BoolVarP(&o.TTY, "tty", "t", false, "run the command on a terminal of the sandbox's own (see logs)")
 	c.Flags().BoolVarP(&o.OpenStdin, "interactive", "i", false, "keep the command's stdin open")
+	c.Flags().BoolVar(&rm, "rm", false, "remove the sandbox when its command exits or it is stopped")
 	return c
 }
 

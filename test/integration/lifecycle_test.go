@@ -353,6 +353,13 @@ func TestRunFlags(t *testing.T) {
 	if _, code := e.run("", "ps", "--filter", "colour=red"); code == 0 {
 		t.Error("an unknown filter was accepted")
 	}
+	// As docker create --rm: started, it goes with its command.
+	rmID := strings.TrimSpace(e.must("create", "--rm", e.ref, "true"))
+	e.must("start", rmID)
+	waitFor(t, "a create --rm sandbox gone with its command", func() bool {
+		_, code := e.run("", "inspect", rmID)
+		return code != 0
+	})
 	// As docker ps: -q prints the short id, --no-trunc the whole one.
 	short, whole := strings.TrimSpace(e.must("ps", "-q", "-f", "name=one")), strings.TrimSpace(e.must("ps", "-q", "--no-trunc", "-f", "name=one"))
 	if len(short) != 12 || len(whole) != 16 || !strings.HasPrefix(whole, short) {
