@@ -62,7 +62,12 @@ func TestSliceServerReachesOnlyItsOwnSandbox(t *testing.T) {
 		return nil
 	}
 	if err := write(filepath.Join(e.dir, "upper", "probe")); err != nil {
-		t.Fatalf("the server cannot write its own sandbox's upper layer, so this test tests nothing: %v", err)
+		// Evidence (seen once, under two CPU burners and -race): the entry
+		// as the host and as the server see it, and what the pid is now.
+		host, _ := exec.Command("ls", "-la", e.dir).CombinedOutput()
+		inside, _ := exec.Command(nsenter, "-t", strconv.Itoa(pid), "-U", "-m", "--", "/bin/sh", "-c", `ls -la "$1" "$1/.."; grep -F "$1" /proc/self/mountinfo`, "sh", e.dir).CombinedOutput()
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		t.Fatalf("the server cannot write its own sandbox's upper layer, so this test tests nothing: %v\nhost view of %s:\n%s\nthe server's view:\n%s\npid %d is now %q", err, e.dir, host, inside, pid, bytes.ReplaceAll(comm, []byte{0}, []byte{' '}))
 	}
 	for what, p := range map[string]string{
 		"another sandbox's directory":   filepath.Join(b.state.sandboxDir(other.ID()), "probe"),
