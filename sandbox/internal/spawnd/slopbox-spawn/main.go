@@ -6,10 +6,19 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 
 	"github.com/slopbox/slopbox/internal/reexec"
 	_ "github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
+
+// The main goroutine keeps the main thread. Goroutines that enter a
+// sandbox's namespaces (the claim) or a private mount namespace
+// (libcontainer's sealing of its binary) lock their thread and end with it;
+// on the main thread, which Go never ends, that left the process's own
+// namespaces (/proc/PID/ns/*, what nsenter -t PID enters) those of a
+// sandbox for good.
+func init() { runtime.LockOSThread() }
 
 func main() {
 	reexec.Init()
