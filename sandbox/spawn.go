@@ -475,10 +475,17 @@ func (b *Backend) Prewarm() {
 	b.warming.Add(1)
 	go func() {
 		defer b.warming.Done()
-		if bins, err := b.binaries(); err == nil {
-			b.spawnerFor(bins.server).server(b.store.Mapping())
-		}
+		b.startSpawner()
 	}()
+}
+
+// startSpawner starts the Backend's spawn server unless it runs already.
+func (b *Backend) startSpawner() error {
+	bins, err := b.binaries()
+	if err == nil {
+		_, err = b.spawnerFor(bins.server).server(b.store.Mapping())
+	}
+	return err
 }
 
 // warmSpawner starts the spawn server in the background, unless it runs
@@ -496,10 +503,7 @@ func (b *Backend) warmSpawner() (wait func() error) {
 	}
 	go func() {
 		defer close(done)
-		var bins binaries
-		if bins, err = b.binaries(); err == nil {
-			_, err = b.spawnerFor(bins.server).server(b.store.Mapping())
-		}
+		err = b.startSpawner()
 	}()
 	return func() error {
 		<-done

@@ -545,15 +545,10 @@ func outsideKernelFS(p string) error {
 func (s *server) mountRootfs(req *Request, upper, work, rootfs string) error {
 	volatile := ""
 	volatileLayer := req.Volatile && req.RootfsBytes == 0 // a tmpfs layer has nothing to sync
-	if err := reuseVolatile(req.Dir, work, volatileLayer); err != nil {
+	if err := prepareVolatile(req.Dir, work, volatileLayer); err != nil {
 		return err
 	}
 	if volatileLayer {
-		// This boot's mark goes first: a layer whose mark names another
-		// boot was volatile when the host went down.
-		if err := markVolatile(req.Dir); err != nil {
-			return err
-		}
 		volatile = ",volatile"
 	}
 	lower := lowerdirs.Of(req.Layers)
@@ -831,13 +826,14 @@ func place(fd int, dst string, dir bool) error {
 // layer again, and one after a restart refuses.
 const volatilePrefix = ".volatile-boot-"
 
-func bootID() (string, error) {
+// bootID is this boot's id, read once per process.
+var bootID = sync.OnceValues(func() (string, error) {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		return "", fmt.Errorf("read the boot id: %w", err)
 	}
 	return strings.TrimSpace(string(b)), nil
-}
+})
 
 // volatileBoots lists the boots that mounted dir's layer volatile (the
 // last one only, unless a crash kept an older name) and tells whether
@@ -854,35 +850,17 @@ func volatileBoots(dir string) (boots []string, this bool) {
 	return boots, this
 }
 
-// markVolatile records that dir's layer is mounted volatile in this boot.
-func markVolatile(dir string) error {
-	id, err := bootID()
-	if err != nil {
-		return err
-	}
-	boots, _ := volatileBoots(dir)
-	for _, b := range boots {
-		if b != id {
-			os.Remove(filepath.Join(dir, volatilePrefix+b))
-		}
-	}
-	f, err := os.OpenFile(filepath.Join(dir, volatilePrefix+id), os.O_CREATE|os.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644)
-	if err != nil {
-		return fmt.Errorf("mark the writable layer volatile: %w", err)
-	}
-	return f.Close()
-}
-
 // StaleVolatile reports whether dir's writable layer may be incomplete:
 // mounted volatile in an earlier boot and not since; with disposable (a
 // Disposable sandbox's layer, which every mount makes volatile), also when
 // no mount in this boot is on record.
 func StaleVolatile(dir string, disposable bool) bool {
 	boots, this := volatileBoots(dir)
-	if this {
-		return false
-	}
-	return len(boots) > 0 || disposable && mountedBefore(dir)
+	return stale(dir, boots, this, disposable)
+}
+
+func stale(dir string, boots []string, this, disposable bool) bool {
+	return !this && (len(boots) > 0 || disposable && mountedBefore(dir))
 }
 
 // mountedBefore reports whether dir's writable layer has been mounted:
@@ -895,23 +873,42 @@ func mountedBefore(dir string) bool {
 // ErrStaleVolatile explains a StaleVolatile layer.
 var ErrStaleVolatile = errors.New("its writable layer was mounted without syncs to the disk (it was made to go with its command: --rm or AutoRemove) and the host has restarted since, so its files may be incomplete; remove it")
 
-// reuseVolatile lets a layer mounted volatile earlier in this boot be
-// mounted again, and refuses one whose last volatile mount is not on
-// record for this boot. The boot's record is checked before the kernel's
-// mark: a mark and no record (the record's name lost in a crash) refuses.
-func reuseVolatile(dir, work string, disposable bool) error {
-	if StaleVolatile(dir, disposable) {
+// prepareVolatile readies dir's layer (work its overlay workdir) for a
+// mount, volatile or not. It refuses a layer whose last volatile mount is
+// not on record for this boot: the record is checked before the kernel's
+// mark, so a mark with no record (the record's name lost in a crash)
+// refuses too. A layer mounted volatile earlier in this boot loses the
+// kernel's mark, as the kernel's documentation allows, so it can be
+// mounted again. For a volatile mount this boot's record is made first.
+func prepareVolatile(dir, work string, volatile bool) error {
+	boots, this := volatileBoots(dir)
+	if stale(dir, boots, this, volatile) {
 		return ErrStaleVolatile
 	}
 	incompat := filepath.Join(work, "work", "incompat")
-	if _, err := os.Lstat(filepath.Join(incompat, "volatile")); err != nil {
-		return nil // not mounted volatile since the kernel last checked
+	if _, err := os.Lstat(filepath.Join(incompat, "volatile")); err == nil {
+		if !this {
+			return ErrStaleVolatile
+		}
+		if err := os.RemoveAll(incompat); err != nil {
+			return fmt.Errorf("mount the writable layer again: %w", err)
+		}
 	}
-	if _, this := volatileBoots(dir); !this {
-		return ErrStaleVolatile
+	if !volatile {
+		return nil
 	}
-	if err := os.RemoveAll(incompat); err != nil {
-		return fmt.Errorf("mount the writable layer again: %w", err)
+	id, err := bootID()
+	if err != nil {
+		return err
 	}
-	return nil
+	for _, b := range boots {
+		if b != id {
+			os.Remove(filepath.Join(dir, volatilePrefix+b))
+		}
+	}
+	f, err := os.OpenFile(filepath.Join(dir, volatilePrefix+id), os.O_CREATE|os.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return fmt.Errorf("mark the writable layer volatile: %w", err)
+	}
+	return f.Close()
 }
