@@ -242,7 +242,37 @@ func CommandPath(program string, args []string) *exec.Cmd {
 }
 
 // Start starts cmd (from Command) and writes the maps of m for it.
+//
+// When this process may write the maps itself (root, or a single
+// self-mapping), the kernel's clone does it all: Go writes them between
+// the fork and the exec (SysProcAttr.UidMappings), so the child execs once,
+// already root of its namespace, with no stage-1 exec waiting for them.
+// Fd 3 is then closed in the child, as the stage-1 exec closes it, so the
+// files after it keep their numbers.
 func Start(cmd *exec.Cmd, m Mapping) error {
+	root := os.Geteuid() == 0
+	if root || selfMapping(m) {
+		cmd.ExtraFiles = append([]*os.File{nil}, cmd.ExtraFiles...)
+		cmd.Env = append(cmd.Env, stageEnv+"=2")
+		cmd.SysProcAttr.UidMappings = procIDMaps(m.UIDs)
+		cmd.SysProcAttr.GidMappings = procIDMaps(m.GIDs)
+		// Root's sandboxes may set their groups; an unprivileged
+		// self-mapping must deny setgroups before its gid_map is written.
+		cmd.SysProcAttr.GidMappingsEnableSetgroups = root
+		var err error
+		if root {
+			// The namespace is created as the host id its root maps to
+			// (startAs says why), and Go writes the maps from the same
+			// thread, which keeps the capabilities to.
+			err = startAs(cmd, m.UIDs[0].HostID, m.GIDs[0].HostID)
+		} else {
+			err = cmd.Start()
+		}
+		if err != nil {
+			return fmt.Errorf("start user namespace helper: %w", err)
+		}
+		return nil
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
@@ -250,30 +280,12 @@ func Start(cmd *exec.Cmd, m Mapping) error {
 	defer w.Close()
 	cmd.ExtraFiles = append([]*os.File{r}, cmd.ExtraFiles...)
 	cmd.Env = append(cmd.Env, stageEnv+"=1")
-	root := os.Geteuid() == 0
-	if root {
-		// The namespace is created as the host id its root maps to, so
-		// that it is that id's and not host root's: the kernel charges
-		// the per-user counts of everything in it (inotify instances,
-		// user namespaces) to its owner, and one sandbox holding host
-		// root's 128 inotify instances made inotify_init fail for every
-		// other sandbox and for host root itself.
-		err = startAs(cmd, m.UIDs[0].HostID, m.GIDs[0].HostID)
-	} else {
-		err = cmd.Start()
-	}
+	err = cmd.Start()
+	r.Close()
 	if err != nil {
-		r.Close()
 		return fmt.Errorf("start user namespace helper: %w", err)
 	}
-	r.Close()
-	if root {
-		// Root writes any map itself.
-		err = writeProcMaps(cmd.Process.Pid, m)
-	} else {
-		err = writeMaps(cmd.Process.Pid, m)
-	}
-	if err != nil {
+	if err := writeMaps(cmd.Process.Pid, m); err != nil {
 		cmd.Process.Kill()
 		cmd.Wait()
 		return err
@@ -284,7 +296,11 @@ func Start(cmd *exec.Cmd, m Mapping) error {
 
 // startAs (root only) starts cmd, whose SysProcAttr asks for a new user
 // namespace, from a thread whose ids are uid and gid, so that the
-// namespace belongs to them. Only this locked thread changes ids (raw
+// namespace belongs to them and not to host root: the kernel charges the
+// per-user counts of everything in it (inotify instances, user
+// namespaces) to its owner, and one sandbox holding host root's 128
+// inotify instances made inotify_init fail for every other sandbox and for
+// host root itself. Only this locked thread changes ids (raw
 // syscalls, not Go's all-threads Setuid; the runtime starts no thread from
 // a locked one); its saved uid stays 0 and its capabilities effective, so
 // creating the namespace stays a privileged act, and it returns to its own
@@ -350,31 +366,23 @@ func startAs(cmd *exec.Cmd, uid, gid uint32) error {
 	return err
 }
 
-// writeProcMaps (root only) writes m as the maps of process pid.
-func writeProcMaps(pid int, m Mapping) error {
-	if err := os.WriteFile(fmt.Sprintf("/proc/%d/uid_map", pid), []byte(format(m.UIDs, "\n")), 0); err != nil {
-		return fmt.Errorf("write uid_map: %w", err)
-	}
-	if err := os.WriteFile(fmt.Sprintf("/proc/%d/gid_map", pid), []byte(format(m.GIDs, "\n")), 0); err != nil {
-		return fmt.Errorf("write gid_map: %w", err)
-	}
-	return nil
+// selfMapping reports whether m maps only the user's own ids, which an
+// unprivileged user may write without newuidmap.
+func selfMapping(m Mapping) bool {
+	return len(m.UIDs) == 1 && m.UIDs[0].Size == 1 && len(m.GIDs) == 1 && m.GIDs[0].Size == 1 &&
+		m.UIDs[0].HostID == uint32(os.Geteuid()) && m.GIDs[0].HostID == uint32(os.Getegid())
 }
 
-func writeMaps(pid int, m Mapping) error {
-	if len(m.UIDs) == 1 && m.UIDs[0].Size == 1 {
-		// A single self-mapping needs no helper (setgroups must be denied first).
-		if err := os.WriteFile(fmt.Sprintf("/proc/%d/setgroups", pid), []byte("deny"), 0); err != nil {
-			return fmt.Errorf("write setgroups: %w", err)
-		}
-		if err := os.WriteFile(fmt.Sprintf("/proc/%d/uid_map", pid), []byte(format(m.UIDs, "\n")), 0); err != nil {
-			return fmt.Errorf("write uid_map: %w", err)
-		}
-		if err := os.WriteFile(fmt.Sprintf("/proc/%d/gid_map", pid), []byte(format(m.GIDs, "\n")), 0); err != nil {
-			return fmt.Errorf("write gid_map: %w", err)
-		}
-		return nil
+func procIDMaps(maps []IDMap) []syscall.SysProcIDMap {
+	out := make([]syscall.SysProcIDMap, len(maps))
+	for i, m := range maps {
+		out[i] = syscall.SysProcIDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)}
 	}
+	return out
+}
+
+// writeMaps writes m for process pid through the set-uid helpers.
+func writeMaps(pid int, m Mapping) error {
 	// The two helpers are independent set-uid programs: run them together.
 	errs := make(chan error, 2)
 	for _, h := range []struct {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,22 @@ func TestMain(m *testing.M) {
 		// fd 3 may be open again, for the Go runtime's own use.
 		l, _ := os.Readlink("/proc/self/fd/3")
 		fmt.Printf("inside=%v stage=%q sync pipe open=%v\n", Inside(), os.Getenv(stageEnv), strings.HasPrefix(l, "pipe:"))
+		if os.Getenv("_USERNS_TEST_REPORT") == "maps" {
+			for _, f := range []string{"uid_map", "gid_map", "setgroups"} {
+				b, _ := os.ReadFile("/proc/self/" + f)
+				fmt.Printf("%s=%s\n", f, strings.Join(strings.Fields(string(b)), " "))
+			}
+			status, _ := os.ReadFile("/proc/self/status")
+			for _, l := range strings.Split(string(status), "\n") {
+				if strings.HasPrefix(l, "CapEff:") {
+					fmt.Println(strings.Join(strings.Fields(l), " "))
+				}
+			}
+			fmt.Printf("uid=%d\n", os.Getuid())
+			// fd 4 is the first of the caller's ExtraFiles: still there.
+			_, err := os.Stat("/proc/self/fd/4")
+			fmt.Printf("fd4=%v\n", err == nil)
+		}
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
@@ -110,6 +127,52 @@ func TestStageOneHandOver(t *testing.T) {
 				t.Fatalf("aborted stage 1: %v, stdout %q, stderr %q; want exit 125 and the reason", err, stdout.String(), stderr.String())
 			}
 		})
+	}
+}
+
+// A mapping this process may write itself (root's range, or an
+// unprivileged user's single self-mapping) is written by Go between the
+// fork and the exec: the child execs once, already root of its namespace
+// with every capability, with fd 3 closed and the caller's extra files in
+// their places, and an unprivileged one has setgroups denied.
+func TestStartWritesMapsBeforeExec(t *testing.T) {
+	m := Mapping{UIDs: []IDMap{{0, uint32(os.Geteuid()), 1}}, GIDs: []IDMap{{0, uint32(os.Getegid()), 1}}}
+	setgroups := "deny"
+	if os.Geteuid() == 0 {
+		m = Mapping{UIDs: []IDMap{{0, DefaultRootBase, DefaultSize}}, GIDs: []IDMap{{0, DefaultRootBase + 7, DefaultSize}}}
+		setgroups = "allow"
+	}
+	extra, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	cmd := CommandPath("/proc/self/exe", []string{"-test.run=^$"})
+	cmd.Env = append(cmd.Env, "_USERNS_TEST_REPORT=maps", "GODEBUG=inittrace=1")
+	cmd.ExtraFiles = []*os.File{extra}
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := Start(cmd, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%v; stdout %q, stderr %q", err, stdout.String(), stderr.String())
+	}
+	last, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(last)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("inside=true stage=\"\" sync pipe open=false\nuid_map=%s\ngid_map=%s\nsetgroups=%s\nCapEff: %016x\nuid=0\nfd4=true\n",
+		strings.TrimSpace(format(m.UIDs, " ")), strings.TrimSpace(format(m.GIDs, " ")), setgroups, uint64(1)<<(n+1)-1)
+	if got := stdout.String(); got != want {
+		t.Errorf("child reported\n%s\nwant\n%s", got, want)
+	}
+	if got := strings.Count(stderr.String(), "init runtime @"); got != 1 {
+		t.Errorf("%d Go runtime starts, want 1 (no stage-1 exec); stderr:\n%s", got, stderr.String())
 	}
 }
 
