@@ -1,0 +1,63 @@
+package main
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// A hot verb built alone is the command the whole tree has under its
+// name: the same use line, flags (names, shorthands, defaults, usage) and
+// annotations (the exit status of its failures).
+func TestHotVerbsMatchTheTree(t *testing.T) {
+	root := &cobra.Command{Use: "slopbox"}
+	root.AddCommand(allVerbs()...)
+	flagsOf := func(c *cobra.Command) string {
+		var b strings.Builder
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			b.WriteString(f.Name + "/" + f.Shorthand + "/" + f.DefValue + "/" + f.Usage + "\n")
+		})
+		return b.String()
+	}
+	for _, name := range slices.Sorted(maps.Keys(hotVerbs)) {
+		hot := hotVerbs[name]()
+		c, rest, err := root.Find([]string{name})
+		if err != nil || len(rest) != 0 || c == root {
+			t.Errorf("%s: the tree has no such verb (%v)", name, err)
+			continue
+		}
+		if c.Name() != name || hot.Name() != name || c.Use != hot.Use {
+			t.Errorf("%s: the tree's is %q, the hot one %q", name, c.Use, hot.Use)
+		}
+		if flagsOf(c) != flagsOf(hot) {
+			t.Errorf("%s: flags differ:\ntree:\n%s\nhot:\n%s", name, flagsOf(c), flagsOf(hot))
+		}
+		if !maps.Equal(c.Annotations, hot.Annotations) {
+			t.Errorf("%s: annotations %v in the tree, %v hot", name, c.Annotations, hot.Annotations)
+		}
+	}
+}
+
+func TestFirstVerb(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "img"}, "run"},
+		{[]string{"--root", "/r", "run", "img"}, "run"},
+		{[]string{"--root=/r", "--policy", "p", "--insecure-registry", "h:5000", "exec", "x", "true"}, "exec"},
+		{[]string{"--policy=p", "rm", "-f", "x"}, "rm"},
+		{[]string{"--debug", "run"}, "--debug"}, // not a global flag: the whole tree, and cobra's error
+		{[]string{"-h"}, "-h"},
+		{[]string{"--root"}, ""},
+		{nil, ""},
+	} {
+		if got := firstVerb(tc.args); got != tc.want {
+			t.Errorf("firstVerb(%q) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}
