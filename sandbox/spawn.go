@@ -466,9 +466,10 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 // calls it first thing, and the helper's start overlaps its reading of the
 // image and the flags. A failed start is reported by that spawn, which
 // tries again. Root-run sandboxes each start a server of their own (their
-// id slice's): there it does nothing. Call UseSpawnHelper, if at all,
-// before it.
+// id slice's): there it only readies this process's encoder of spawn
+// requests (spawnd.WarmCodec). Call UseSpawnHelper, if at all, before it.
 func (b *Backend) Prewarm() {
+	go spawnd.WarmCodec()
 	if b.slices != nil || userns.Inside() {
 		return
 	}

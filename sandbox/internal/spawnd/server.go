@@ -178,7 +178,18 @@ type prestarted struct {
 // serve runs in the server: root of the user namespace, in a mount
 // namespace of its own. It serves requests until the host end of the
 // socket closes; prestarted sandboxes nobody claimed go with it.
+// WarmCodec builds, once per process, encoding/json's encoders and field
+// tables for every type a request or a reply can hold (the runtime spec's
+// are many): the first request otherwise pays for that reflection, about
+// a millisecond, on the way to a sandbox's start. Both ends call it in a
+// goroutine of their own before their first request.
+var WarmCodec = sync.OnceFunc(func() {
+	json.Marshal(Request{})
+	json.Marshal(Response{})
+})
+
 func serve() int {
+	go WarmCodec()
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		fmt.Fprintln(os.Stderr, "slopbox spawn server: make mounts private:", err)
 		return 1
