@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -469,7 +470,10 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 // id slice's): there it only readies this process's encoder of spawn
 // requests (spawnd.WarmCodec). Call UseSpawnHelper, if at all, before it.
 func (b *Backend) Prewarm() {
-	go spawnd.WarmCodec()
+	go func() {
+		spawnd.WarmCodec()
+		json.Marshal(record{}) // the state records' too
+	}()
 	if b.slices != nil || userns.Inside() {
 		return
 	}
