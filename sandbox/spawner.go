@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -129,7 +130,7 @@ func startServer(program string, m userns.Mapping) (*serverConn, error) {
 	if program != "" {
 		cmd = userns.CommandPath(program, nil)
 	}
-	cmd.Env = append(cmd.Env, reexec.Env+"="+spawnd.Handler)
+	cmd.Env = append(cmd.Env, reexec.Env+"="+spawnd.Handler, spawnd.ParentEnv+"="+strconv.Itoa(os.Getpid()))
 	cmd.Stderr = os.Stderr
 	cmd.ExtraFiles = []*os.File{theirs} // fd 4 (spawnd.ConnFD; fd 3: user namespace sync)
 	// The server dies with the thread that forks it (Pdeathsig), and Go
