@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -130,13 +129,14 @@ func startServer(program string, m userns.Mapping) (*serverConn, error) {
 	if program != "" {
 		cmd = userns.CommandPath(program, nil)
 	}
-	cmd.Env = append(cmd.Env, reexec.Env+"="+spawnd.Handler, spawnd.ParentEnv+"="+strconv.Itoa(os.Getpid()))
+	cmd.Env = append(cmd.Env, reexec.Env+"="+spawnd.Handler)
 	cmd.Stderr = os.Stderr
 	cmd.ExtraFiles = []*os.File{theirs} // fd 4 (spawnd.ConnFD; fd 3: user namespace sync)
-	// The server dies with the thread that forks it (Pdeathsig), and Go
-	// ends a thread when a goroutine locked to it returns (a build
-	// session's does): it is forked from a thread of its own, which waits
-	// for it and is kept until it has exited.
+	// Until it has cleared it (spawnd's serve), the server dies with the
+	// thread that forks it (Pdeathsig), and Go ends a thread when a
+	// goroutine locked to it returns (a build session's does): it is
+	// forked from a thread of its own, which waits for it and is kept
+	// until it has exited.
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()

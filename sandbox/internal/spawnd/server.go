@@ -43,10 +43,6 @@ import (
 // Handler is the re-exec handler name of the server.
 const Handler = "sandbox-spawn-server"
 
-// ParentEnv names the host process that started the server (its pid): the
-// server dies with it, and does not start when it is gone already.
-const ParentEnv = "_SLOPBOX_SPAWN_PARENT"
-
 // ConnFD is the server's end of its socket to the host (fd 3 is the user
 // namespace set-up's sync pipe).
 const ConnFD = 4
@@ -193,16 +189,20 @@ var WarmCodec = sync.OnceFunc(func() {
 })
 
 func serve() int {
-	// The server dies with the thread that started it, as a sandbox start
-	// it was making does (libcontainer's init, until it execs PID 1):
-	// the Pdeathsig of the host's fork does not reach this far when the
-	// user namespace's stage-2 exec gained capabilities, which clears it.
-	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
-		fmt.Fprintln(os.Stderr, "slopbox spawn server: set the parent death signal:", err)
+	// A host killed mid-request does not take the server with it: the
+	// server sees its connection close, finishes what it was doing
+	// (within the start deadline) and exits. A sandbox start it was
+	// making is left for prune, which finds libcontainer's init by the
+	// files it holds below the state directory: as root they are on
+	// idmapped mounts of this server's mount namespace, which must still
+	// be there for their paths to read as the state directory's. The
+	// host's fork sets a parent death signal; a stage-2 exec that gains
+	// capabilities (a set-up through newuidmap) clears it, and the
+	// one-exec set-up (userns.Start, maps written before the exec) keeps
+	// it, so it is cleared here, the same whichever way the server came.
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "slopbox spawn server: clear the parent death signal:", err)
 		return 1
-	}
-	if p := os.Getenv(ParentEnv); p != "" && p != strconv.Itoa(os.Getppid()) {
-		return 1 // the host went away before the signal was set
 	}
 	go WarmCodec()
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
