@@ -93,7 +93,7 @@ func (s *Store) runHelperResp(ctx context.Context, req helperRequest, file *os.F
 		return nil, err
 	}
 	cmd.Stderr = os.Stderr
-	cmd.ExtraFiles = []*os.File{logW} // fd 4 in the child (fd 3 is the sync pipe)
+	cmd.ExtraFiles = []*os.File{logW} // fd 4 in the child (fd 3: userns.Start's sync pipe, or closed)
 	if file != nil {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, file) // fd 5
 	}

@@ -145,7 +145,7 @@ func (s *Store) startSession() (*session, error) {
 	cmd := userns.Command(nil)
 	cmd.Env = append(cmd.Env, reexec.Env+"="+helperSessionName)
 	cmd.Stdin, cmd.Stderr = theirs, os.Stderr
-	cmd.ExtraFiles = []*os.File{logW} // fd 4 in the child (fd 3 is the sync pipe)
+	cmd.ExtraFiles = []*os.File{logW} // fd 4 in the child (fd 3: userns.Start's sync pipe, or closed)
 	se := &session{conn: conn, exited: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {

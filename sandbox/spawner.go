@@ -131,12 +131,12 @@ func startServer(program string, m userns.Mapping) (*serverConn, error) {
 	}
 	cmd.Env = append(cmd.Env, reexec.Env+"="+spawnd.Handler)
 	cmd.Stderr = os.Stderr
-	cmd.ExtraFiles = []*os.File{theirs} // fd 4 (spawnd.ConnFD; fd 3: user namespace sync)
-	// Until it has cleared it (spawnd's serve), the server dies with the
-	// thread that forks it (Pdeathsig), and Go ends a thread when a
-	// goroutine locked to it returns (a build session's does): it is
-	// forked from a thread of its own, which waits for it and is kept
-	// until it has exited.
+	cmd.ExtraFiles = []*os.File{theirs} // fd 4 (spawnd.ConnFD; fd 3: userns.Start's sync pipe, or closed)
+	// Until its user namespace set-up is done (stage 2 clears the signal:
+	// package userns), the server dies with the thread that forks it
+	// (Pdeathsig), and Go ends a thread when a goroutine locked to it
+	// returns (a build session's does): it is forked from a thread of its
+	// own, which waits for it and is kept until it has exited.
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()

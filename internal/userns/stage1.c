@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -17,6 +18,12 @@ extern char **environ;
 
 __attribute__((constructor)) static void slopbox_userns_stage1(int argc, char **argv) {
 	const char *v = getenv("_SLOPBOX_USERNS_STAGE");
+	if (v && strcmp(v, "2") == 0) {
+		// Root of the namespace: the helper outlives the host process
+		// that started it, whichever way it came (userns.go, Init).
+		prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+		return;
+	}
 	if (!v || strcmp(v, "1") != 0 || argc < 1 || !argv)
 		return;
 	char b;

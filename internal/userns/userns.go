@@ -10,8 +10,20 @@
 // a mapped uid 0, and the map of an unprivileged user can only be written by
 // the set-uid newuidmap/newgidmap helpers from outside. So the child starts
 // unmapped, waits on a pipe while the parent writes the maps, and then execs
-// itself once more (stage 2), now as root of the namespace. Programs using
-// this package call Init first thing in main.
+// itself once more (stage 2), now as root of the namespace. When this
+// process may write the maps itself (root, or a single self-mapping), Go
+// writes them between the fork and the one exec, which is stage 2 at once.
+// Programs using this package call Init first thing (reexec.Init does,
+// from an init function).
+//
+// A helper outlives the host process that started it, as it always did:
+// the fork's parent death signal guards the set-up, and stage 2 clears it
+// (the stage-2 exec of the newuidmap way cleared it by gaining
+// capabilities; the one-exec way keeps it, so stage1.c, or Init without
+// cgo, clears it on the main thread). The spawn server relies on it: as
+// root, prune finds a half-started libcontainer init by the files it holds
+// on the server's idmapped mounts, whose paths read as the state
+// directory's only while the server's mount namespace lives.
 package userns
 
 import (
@@ -84,6 +96,9 @@ func Init() {
 		fmt.Fprintf(os.Stderr, "slopbox: re-exec in user namespace: %v\n", err)
 		os.Exit(125)
 	case "2":
+		// As stage1.c does with cgo (Init runs from an init function, on
+		// the main thread, which holds the signal).
+		unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0)
 		os.Unsetenv(stageEnv)
 		inside = true
 	}
@@ -244,8 +259,8 @@ func CommandPath(program string, args []string) *exec.Cmd {
 // Start starts cmd (from Command) and writes the maps of m for it.
 //
 // When this process may write the maps itself (root, or a single
-// self-mapping), the kernel's clone does it all: Go writes them between
-// the fork and the exec (SysProcAttr.UidMappings), so the child execs once,
+// self-mapping), Go's parent side of the fork writes them before it lets
+// the child exec (SysProcAttr.UidMappings), so the child execs once,
 // already root of its namespace, with no stage-1 exec waiting for them.
 // Fd 3 is then closed in the child, as the stage-1 exec closes it, so the
 // files after it keep their numbers.
@@ -263,7 +278,7 @@ func Start(cmd *exec.Cmd, m Mapping) error {
 		if root {
 			// The namespace is created as the host id its root maps to
 			// (startAs says why), and Go writes the maps from the same
-			// thread, which keeps the capabilities to.
+			// thread, which keeps the capabilities too.
 			err = startAs(cmd, m.UIDs[0].HostID, m.GIDs[0].HostID)
 		} else {
 			err = cmd.Start()

@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestNestedMapsAndShiftAgree(t *testing.T) {
@@ -48,14 +53,29 @@ func TestNestedMapsAndShiftAgree(t *testing.T) {
 	}
 }
 
+// The main goroutine keeps the main thread: the parent death signal a
+// report reads is the main thread's.
+func init() { runtime.LockOSThread() }
+
 func TestMain(m *testing.M) {
 	Init()
 	if os.Getenv("_USERNS_TEST_REPORT") != "" {
 		// A re-executed copy of this binary (TestStageOneHandOver).
 		// fd 3 may be open again, for the Go runtime's own use.
 		l, _ := os.Readlink("/proc/self/fd/3")
+		l4, _ := os.Readlink("/proc/self/fd/4") // before anything opens a file
 		fmt.Printf("inside=%v stage=%q sync pipe open=%v\n", Inside(), os.Getenv(stageEnv), strings.HasPrefix(l, "pipe:"))
 		if os.Getenv("_USERNS_TEST_REPORT") == "maps" {
+			// fd 3 was closed at the exec (the runtime may have opened a
+			// file of its own there since: not the pipe, above).
+			fmt.Printf("fd4=%q\n", l4)
+			// The name of the program last exec'd: a stage-2 exec is of
+			// /proc/self/exe.
+			comm, _ := os.ReadFile("/proc/self/comm")
+			fmt.Printf("comm=%s\n", strings.TrimSpace(string(comm)))
+			var pdeath int32
+			unix.Prctl(unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&pdeath)), 0, 0, 0)
+			fmt.Printf("pdeathsig=%d\n", pdeath)
 			for _, f := range []string{"uid_map", "gid_map", "setgroups"} {
 				b, _ := os.ReadFile("/proc/self/" + f)
 				fmt.Printf("%s=%s\n", f, strings.Join(strings.Fields(string(b)), " "))
@@ -67,9 +87,6 @@ func TestMain(m *testing.M) {
 				}
 			}
 			fmt.Printf("uid=%d\n", os.Getuid())
-			// fd 4 is the first of the caller's ExtraFiles: still there.
-			_, err := os.Stat("/proc/self/fd/4")
-			fmt.Printf("fd4=%v\n", err == nil)
 		}
 		os.Exit(0)
 	}
@@ -132,9 +149,11 @@ func TestStageOneHandOver(t *testing.T) {
 
 // A mapping this process may write itself (root's range, or an
 // unprivileged user's single self-mapping) is written by Go between the
-// fork and the exec: the child execs once, already root of its namespace
-// with every capability, with fd 3 closed and the caller's extra files in
-// their places, and an unprivileged one has setgroups denied.
+// fork and the exec: the child execs once (its name is its program's, not
+// /proc/self/exe's), already root of its namespace with every capability,
+// with fd 3 closed and the caller's extra files in their places, without
+// the fork's parent death signal, and an unprivileged one has setgroups
+// denied.
 func TestStartWritesMapsBeforeExec(t *testing.T) {
 	m := Mapping{UIDs: []IDMap{{0, uint32(os.Geteuid()), 1}}, GIDs: []IDMap{{0, uint32(os.Getegid()), 1}}}
 	setgroups := "deny"
@@ -147,7 +166,22 @@ func TestStartWritesMapsBeforeExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer extra.Close()
-	cmd := CommandPath("/proc/self/exe", []string{"-test.run=^$"})
+	// A copy of this binary by a name of its own (a stage-2 exec would
+	// show as /proc/self/exe's), where the namespace's root, an id of the
+	// subordinate range as root, may exec it.
+	dir, err := os.MkdirTemp("", "userns-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	self := filepath.Join(dir, "userns-helper")
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyFile(self, "/proc/self/exe"); err != nil {
+		t.Fatal(err)
+	}
+	cmd := CommandPath(self, []string{"-test.run=^$"})
 	cmd.Env = append(cmd.Env, "_USERNS_TEST_REPORT=maps", "GODEBUG=inittrace=1")
 	cmd.ExtraFiles = []*os.File{extra}
 	var stdout, stderr strings.Builder
@@ -166,8 +200,14 @@ func TestStartWritesMapsBeforeExec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("inside=true stage=\"\" sync pipe open=false\nuid_map=%s\ngid_map=%s\nsetgroups=%s\nCapEff: %016x\nuid=0\nfd4=true\n",
-		strings.TrimSpace(format(m.UIDs, " ")), strings.TrimSpace(format(m.GIDs, " ")), setgroups, uint64(1)<<(n+1)-1)
+	comm := filepath.Base(self)
+	if len(comm) > 15 {
+		comm = comm[:15] // TASK_COMM_LEN
+	}
+	// The fork's parent death signal (Command sets SIGKILL) is cleared at
+	// stage 2: a helper outlives its host, as after a stage-2 exec.
+	want := fmt.Sprintf("inside=true stage=\"\" sync pipe open=false\nfd4=\"/dev/null\"\ncomm=%s\npdeathsig=0\nuid_map=%s\ngid_map=%s\nsetgroups=%s\nCapEff: %016x\nuid=0\n",
+		comm, strings.TrimSpace(format(m.UIDs, " ")), strings.TrimSpace(format(m.GIDs, " ")), setgroups, uint64(1)<<(n+1)-1)
 	if got := stdout.String(); got != want {
 		t.Errorf("child reported\n%s\nwant\n%s", got, want)
 	}
@@ -206,4 +246,21 @@ func TestFreeRange(t *testing.T) {
 			}
 		}
 	}
+}
+
+func copyFile(dst, src string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }

@@ -44,7 +44,7 @@ import (
 const Handler = "sandbox-spawn-server"
 
 // ConnFD is the server's end of its socket to the host (fd 3 is the user
-// namespace set-up's sync pipe).
+// namespace set-up's sync pipe, or closed).
 const ConnFD = 4
 
 // MaxFDs: a request carries PID 1's listener, or (claim, as root) the
@@ -175,9 +175,6 @@ type prestarted struct {
 	claim *os.File // PID 1 serves once it reads a byte, exits on EOF
 }
 
-// serve runs in the server: root of the user namespace, in a mount
-// namespace of its own. It serves requests until the host end of the
-// socket closes; prestarted sandboxes nobody claimed go with it.
 // WarmCodec builds, once per process, encoding/json's encoders and field
 // tables for every type a request or a reply can hold (the runtime spec's
 // are many): the first request otherwise pays for that reflection, about
@@ -188,22 +185,13 @@ var WarmCodec = sync.OnceFunc(func() {
 	json.Marshal(Response{})
 })
 
+// serve runs in the server: root of the user namespace, in a mount
+// namespace of its own. It serves requests until the host end of the
+// socket closes; prestarted sandboxes nobody claimed go with it. It
+// outlives a host killed mid-request (package userns says why): it sees
+// its connection close, finishes what it was doing (within the start
+// deadline) and exits.
 func serve() int {
-	// A host killed mid-request does not take the server with it: the
-	// server sees its connection close, finishes what it was doing
-	// (within the start deadline) and exits. A sandbox start it was
-	// making is left for prune, which finds libcontainer's init by the
-	// files it holds below the state directory: as root they are on
-	// idmapped mounts of this server's mount namespace, which must still
-	// be there for their paths to read as the state directory's. The
-	// host's fork sets a parent death signal; a stage-2 exec that gains
-	// capabilities (a set-up through newuidmap) clears it, and the
-	// one-exec set-up (userns.Start, maps written before the exec) keeps
-	// it, so it is cleared here, the same whichever way the server came.
-	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0); err != nil {
-		fmt.Fprintln(os.Stderr, "slopbox spawn server: clear the parent death signal:", err)
-		return 1
-	}
 	go WarmCodec()
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		fmt.Fprintln(os.Stderr, "slopbox spawn server: make mounts private:", err)
