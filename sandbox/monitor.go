@@ -245,7 +245,7 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 		// The connection closes with this function: PID 1 then leaves the
 		// command running (detached) with no one to keep its output.
 		conn.kill(syscall.SIGKILL)
-		return fmt.Errorf("start the sandbox's monitor: %w", err)
+		return fmt.Errorf("start the sandbox's monitor: %w (%s)", err, fdEvidence(mon))
 	}
 	if start, _, ok := procStart(m.Process.Pid); ok {
 		os.WriteFile(filepath.Join(s.dir, monitorFile), fmt.Appendf(nil, "%d %d\n", m.Process.Pid, start), 0o600)
@@ -1056,4 +1056,20 @@ func (o *OutputFollower) Copy(ctx context.Context, stdout, stderr io.Writer) err
 // Close stops following without copying.
 func (o *OutputFollower) Close() {
 	o.tail.close()
+}
+
+// fdEvidence says what f's descriptor is now, as this process sees it, for
+// an error that exec'ing it failed (seen once under load: "permission
+// denied" exec'ing the monitor's /proc/self/fd path).
+func fdEvidence(f *os.File) string {
+	fd := f.Fd()
+	link, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return fmt.Sprintf("fd %d: %v", fd, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(fd), &st); err != nil {
+		return fmt.Sprintf("fd %d is %s: %v", fd, link, err)
+	}
+	return fmt.Sprintf("fd %d is %s, mode %o, owner %d; opened as %s", fd, link, st.Mode, st.Uid, f.Name())
 }
