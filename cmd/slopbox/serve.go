@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -192,12 +193,48 @@ func listenUnix(path string) (_ net.Listener, lock *os.File, err error) {
 	}
 	// bind(2) creates the socket with this mode, and never through a
 	// symlink (a name planted since makes it fail): no chmod by path
-	// follows, which a name swapped in meanwhile would redirect.
+	// follows, which a name swapped in meanwhile would redirect. It binds
+	// a name of its own first and renames it into place once it listens:
+	// a client that waits for the socket to appear never finds one that
+	// refuses it (bound, not yet listening; seen under load).
+	tmp := fmt.Sprintf("%s.%d.new", path, os.Getpid())
+	if len(tmp) >= len(unix.RawSockaddrUnix{}.Path) {
+		tmp = path // too long a name for a socket: as it is
+	}
+	if tmp != path {
+		os.Remove(tmp) // a crashed server's (the lock is ours now)
+	}
 	old := syscall.Umask(0o177)
-	ln, err := net.Listen("unix", path)
+	ln, err := net.Listen("unix", tmp)
 	syscall.Umask(old)
 	if err != nil {
 		return nil, nil, fmt.Errorf("serve: %w", err)
 	}
-	return ln, lock, nil
+	if tmp == path {
+		return ln, lock, nil
+	}
+	ul := ln.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false)
+	if err := os.Rename(tmp, path); err != nil {
+		ul.Close()
+		os.Remove(tmp)
+		return nil, nil, fmt.Errorf("serve: %w", err)
+	}
+	return &renamedListener{UnixListener: ul, path: path}, lock, nil
+}
+
+// renamedListener is a socket bound under another name and renamed to
+// path: closing it removes path, as closing one bound there would.
+type renamedListener struct {
+	*net.UnixListener
+	path   string
+	remove sync.Once
+}
+
+func (l *renamedListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
+
+func (l *renamedListener) Close() error {
+	err := l.UnixListener.Close()
+	l.remove.Do(func() { os.Remove(l.path) })
+	return err
 }
