@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/slopbox/slopbox/dockercompat"
@@ -58,25 +59,17 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "oci" {
 		os.Exit(ociMain(os.Args[2:]))
 	}
-	root := &cobra.Command{
-		Use:           "slopbox",
-		Short:         "Rootless, daemonless containers for evaluation harnesses",
-		Version:       version,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.PersistentFlags().StringVar(&globals.root, "root", image.DefaultRoot(), "store and state directory")
-	root.PersistentFlags().StringVar(&globals.policy, "policy", os.Getenv("SLOPBOX_POLICY"), "sandbox policy file: allowed_mount_roots, allow_unsafe, allow_local, allow_host_network, allow_os_env (or an rlm_code config); default $SLOPBOX_POLICY, else "+defaultPolicy+" when present")
-	root.PersistentFlags().StringSliceVar(&globals.insecure, "insecure-registry", nil, "allow plain HTTP for this registry (host:port); loopback registries always may")
+	root := rootCommand()
 	// One argv parser for both spellings: invoked as `docker` (a symlink,
 	// or `binary:` in a harness spec) or as `slopbox docker …`, the
 	// arguments are the same verbs and flags.
 	args := os.Args[1:]
-	if a, ok := dockerArgs(args); ok {
+	globalFlags := root.PersistentFlags()
+	if a, ok := dockerArgs(globalFlags, args); ok {
 		args = a
 		root.SetArgs(args)
 	}
-	if verb, ok := hotVerbs[firstVerb(args)]; ok {
+	if verb, ok := hotVerbs[firstVerb(globalFlags, args)]; ok {
 		root.AddCommand(verb())
 	} else {
 		root.AddCommand(allVerbs()...)
@@ -102,13 +95,37 @@ func main() {
 	}
 }
 
+// rootCommand is slopbox's root command with its global flags and no
+// verbs yet.
+func rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "slopbox",
+		Short:         "Rootless, daemonless containers for evaluation harnesses",
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&globals.root, "root", image.DefaultRoot(), "store and state directory")
+	root.PersistentFlags().StringVar(&globals.policy, "policy", os.Getenv("SLOPBOX_POLICY"), "sandbox policy file: allowed_mount_roots, allow_unsafe, allow_local, allow_host_network, allow_os_env (or an rlm_code config); default $SLOPBOX_POLICY, else "+defaultPolicy+" when present")
+	root.PersistentFlags().StringSliceVar(&globals.insecure, "insecure-registry", nil, "allow plain HTTP for this registry (host:port); loopback registries always may")
+	return root
+}
+
 // allVerbs builds every top-level command.
 func allVerbs() []*cobra.Command {
-	return []*cobra.Command{pullCmd(), imagesCmd(), rmiCmd(), tagCmd(), inspectCmd(), loadCmd(), saveCmd(),
+	verbs := []*cobra.Command{pullCmd(), imagesCmd(), rmiCmd(), tagCmd(), inspectCmd(), loadCmd(), saveCmd(),
 		runVerb(), createVerb(), startCmd(), execCmd(), psCmd(), killCmd(), stopCmd(), rmCmd(), pruneCmd(),
 		versionCmd(), infoCmd(), doctorCmd(), startsSandbox(envCmd()), imageCmd(),
-		logsCmd(), diffCmd(), exportCmd(), historyCmd(), importCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), containerCmd(), portCmd(), pauseCmd("pause"), pauseCmd("unpause"), systemPruneCmd(), startsSandbox(snapshotCmd()), serveCmd(), buildCmd(), commitCmd(), pushCmd(), manpagesCmd(), volumeCmd(), updateCmd()}
+		logsCmd(), diffCmd(), exportCmd(), historyCmd(), importCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), containerCmd(), portCmd(), pauseCmd("pause"), pauseCmd("unpause"), systemPruneCmd(), startsSandbox(snapshotCmd()), serveCmd(), buildCmd(), commitCmd(), pushCmd(), volumeCmd(), updateCmd()}
+	for _, v := range packagingVerbs {
+		verbs = append(verbs, v())
+	}
+	return verbs
 }
+
+// packagingVerbs are hidden verbs that only a packaging build has
+// (manpages.go).
+var packagingVerbs []func() *cobra.Command
 
 func runVerb() *cobra.Command    { return startsSandbox(runCmd()) }
 func createVerb() *cobra.Command { return startsSandbox(createCmd()) }
@@ -125,17 +142,33 @@ var hotVerbs = map[string]func() *cobra.Command{
 // firstVerb returns the first argument after the global flags (as cobra
 // finds the verb), or "" when something else comes first: then every
 // command is built, and cobra says what is wrong.
-func firstVerb(args []string) string {
+func firstVerb(flags *pflag.FlagSet, args []string) string {
 	for i := 0; i < len(args); i++ {
-		switch a := args[i]; {
-		case a == "--root" || a == "--policy" || a == "--insecure-registry":
-			i++ // its value
-		case strings.HasPrefix(a, "--root=") || strings.HasPrefix(a, "--policy=") || strings.HasPrefix(a, "--insecure-registry="):
-		default:
-			return a
+		n := globalFlagArgs(flags, args[i])
+		if n == 0 {
+			return args[i]
 		}
+		i += n - 1
 	}
 	return ""
+}
+
+// globalFlagArgs returns how many arguments, from a on, are one of the
+// global flags (the root's persistent flags): 2 for --root DIR, 1 for
+// --root=DIR or a boolean flag, 0 for anything else.
+func globalFlagArgs(flags *pflag.FlagSet, a string) int {
+	name, _, inline := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+	if !strings.HasPrefix(a, "--") || name == "" {
+		return 0
+	}
+	f := flags.Lookup(name)
+	switch {
+	case f == nil:
+		return 0
+	case inline || f.NoOptDefVal != "":
+		return 1
+	}
+	return 2
 }
 
 // refuseUnknownVerbs makes every command group (container, image, system,
@@ -203,10 +236,10 @@ func openStore() (*image.Store, error) {
 
 // dockerArgs drops the word "docker" when it is the first argument that is
 // not a global flag (slopbox [--root DIR] docker VERB ...).
-func dockerArgs(args []string) ([]string, bool) {
+func dockerArgs(flags *pflag.FlagSet, args []string) ([]string, bool) {
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; {
-		case a == "--root" || a == "--policy" || a == "--insecure-registry":
+		case globalFlagArgs(flags, a) == 2:
 			i++ // its value
 		case strings.HasPrefix(a, "-"):
 		case a == "docker":

@@ -43,6 +43,7 @@ func TestHotVerbsMatchTheTree(t *testing.T) {
 }
 
 func TestFirstVerb(t *testing.T) {
+	gf := rootCommand().PersistentFlags()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -54,10 +55,33 @@ func TestFirstVerb(t *testing.T) {
 		{[]string{"--debug", "run"}, "--debug"}, // not a global flag: the whole tree, and cobra's error
 		{[]string{"-h"}, "-h"},
 		{[]string{"--root"}, ""},
+		{[]string{"--root", "run"}, ""}, // run is --root's value
+		{[]string{"--", "run"}, "--"},
 		{nil, ""},
 	} {
-		if got := firstVerb(tc.args); got != tc.want {
+		if got := firstVerb(gf, tc.args); got != tc.want {
 			t.Errorf("firstVerb(%q) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}
+
+func TestDockerArgs(t *testing.T) {
+	gf := rootCommand().PersistentFlags()
+	for _, tc := range []struct {
+		args []string
+		want []string // nil: not the docker spelling
+	}{
+		{[]string{"docker", "run", "img"}, []string{"run", "img"}},
+		{[]string{"--root", "/r", "docker", "ps"}, []string{"--root", "/r", "ps"}},
+		{[]string{"--policy", "docker", "run"}, nil}, // docker is --policy's value: run is the verb
+		{[]string{"--root=/r", "docker", "ps"}, []string{"--root=/r", "ps"}},
+		{[]string{"--insecure-registry", "h:5000", "docker", "pull", "h:5000/x"}, []string{"--insecure-registry", "h:5000", "pull", "h:5000/x"}},
+		{[]string{"run", "docker"}, nil},
+		{nil, nil},
+	} {
+		got, ok := dockerArgs(gf, tc.args)
+		if ok != (tc.want != nil) || !slices.Equal(got, tc.want) {
+			t.Errorf("dockerArgs(%q) = %q, %v; want %q", tc.args, got, ok, tc.want)
 		}
 	}
 }
