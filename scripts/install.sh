@@ -26,9 +26,16 @@ install -m 0755 "$SLOPBOX" "$DESTDIR$bindir/slopbox"
 "$SLOPBOX" completion zsh >"$zshdir/_slopbox"
 "$SLOPBOX" completion fish >"$share/fish/vendor_completions.d/slopbox.fish"
 
+# The pages come from the commands themselves, through a build of the
+# same source with the slopbox_manpages tag: cobra's man page generator
+# stays out of the installed binary, whose every start would initialise
+# its markdown parser. Go is on PATH wherever make build ran.
 man=$(mktemp -d)
 trap 'rm -rf "$man"' EXIT
-"$SLOPBOX" __manpages "$man"
+version=$("$SLOPBOX" --version)
+version=${version##* }
+${GO:-go} build -tags "seccomp netgo osusergo slopbox_manpages" -ldflags "-X main.version=$version" -o "$man/slopbox-manpages" ./cmd/slopbox
+"$man/slopbox-manpages" __manpages "$man"
 for page in "$man"/*.1; do
 	gz=$share/man/man1/${page##*/}.gz
 	gzip -9n <"$page" >"$gz"

@@ -1,3 +1,5 @@
+//go:build slopbox_manpages
+
 package main
 
 import (
@@ -7,6 +9,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 )
+
+// Only in a build with the slopbox_manpages tag, which scripts/install.sh
+// makes from the same source: cobra's man page generator brings a
+// markdown parser whose package initialisation (214 KiB of allocations,
+// over a third of all of slopbox's) would otherwise run at every start of
+// the installed binary.
+func init() { packagingVerbs = append(packagingVerbs, manpagesCmd) }
 
 // manpagesCmd writes one man page per verb (slopbox.1, slopbox-run.1,
 // slopbox-container-ls.1, …) from the commands themselves; make install
