@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -260,11 +261,7 @@ func psCmd() *cobra.Command {
 				fmt.Fprintln(w, "SANDBOX ID\tIMAGE\tCOMMAND\tCREATED\tSTATUS\tIDLE\tPORTS\tNAMES")
 				for _, i := range shown {
 					r := row(i, noTrunc)
-					command := r.Command
-					if r := []rune(command); len(r) > 24 && !noTrunc {
-						command = string(r[:23]) + "…"
-					}
-					fmt.Fprintf(w, "%s\t%s\t%q\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Image, command, r.RunningFor, r.Status, human(time.Since(i.LastExec)), r.Ports, r.Names)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Image, r.Command, r.RunningFor, r.Status, human(time.Since(i.LastExec)), r.Ports, r.Names)
 				}
 				w.Flush()
 			}
@@ -288,12 +285,17 @@ type psRow struct {
 var psHeader = psRow{ID: "SANDBOX ID", Image: "IMAGE", Command: "COMMAND", CreatedAt: "CREATED AT", RunningFor: "CREATED",
 	Status: "STATUS", State: "STATE", Ports: "PORTS", Names: "NAMES", Labels: "LABELS"}
 
+// row is i as ps shows it. As docker's: the command quoted, and unless
+// noTrunc the id's first 12 characters, the command's first 20 and the
+// image without its digest (an image named by its id, that id's first 12).
 func row(i sandbox.Info, noTrunc bool) psRow {
-	id := i.ID
+	id, img, command := i.ID, dockerview.ImageName(i), strings.Join(i.Command, " ")
 	if !noTrunc {
 		id = id[:min(12, len(id))]
+		img = shortImage(img)
+		command = ellipsis(command, 20)
 	}
-	r := psRow{ID: id, Image: dockerview.ImageName(i), Command: strings.Join(i.Command, " "), Names: i.Name,
+	r := psRow{ID: id, Image: img, Command: strconv.Quote(command), Names: i.Name,
 		CreatedAt: i.Created.Format("2006-01-02 15:04:05 -0700 MST"), RunningFor: units.HumanDuration(time.Since(i.Created)) + " ago",
 		State: dockerview.State(i), Status: dockerview.Status(i)}
 	var labels []string
@@ -310,6 +312,27 @@ func row(i sandbox.Info, noTrunc bool) psRow {
 		r.Ports = strings.Join(ports, ", ")
 	}
 	return r
+}
+
+// shortImage is an image reference without its digest (name:tag@sha256:…
+// is name:tag), or an image id's first 12 hex digits.
+func shortImage(ref string) string {
+	if hex, ok := strings.CutPrefix(ref, "sha256:"); ok && len(hex) == 64 {
+		return hex[:12]
+	}
+	if name, _, ok := strings.Cut(ref, "@"); ok {
+		return name
+	}
+	return ref
+}
+
+// ellipsis is s cut to n characters, its last one an ellipsis, when it is
+// longer.
+func ellipsis(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }
 
 func hasStatusFilter(filters []string) bool {

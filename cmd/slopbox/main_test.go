@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/slopbox/slopbox/sandbox"
 )
 
 // A hot verb built alone is the command the whole tree has under its
@@ -82,6 +84,30 @@ func TestDockerArgs(t *testing.T) {
 		got, ok := dockerArgs(gf, tc.args)
 		if ok != (tc.want != nil) || !slices.Equal(got, tc.want) {
 			t.Errorf("dockerArgs(%q) = %q, %v; want %q", tc.args, got, ok, tc.want)
+		}
+	}
+}
+
+// ps shows a sandbox as docker ps does: the command quoted and cut to 20
+// characters, the image without its digest, the id's first 12; whole
+// with --no-trunc.
+func TestPsRow(t *testing.T) {
+	id := strings.Repeat("ab", 32)
+	digest := "sha256:" + strings.Repeat("0", 64)
+	for _, tc := range []struct {
+		image, command          string
+		noTrunc                 bool
+		wantID, wantImg, wantCm string
+	}{
+		{"busybox", "sleep 1000", false, id[:12], "busybox", `"sleep 1000"`},
+		{"busybox@" + digest, "sh -c 'echo a long command line'", false, id[:12], "busybox", `"sh -c 'echo a long …"`},
+		{"registry:5000/x:1@" + digest, "true", false, id[:12], "registry:5000/x:1", `"true"`},
+		{digest, "true", false, id[:12], strings.Repeat("0", 12), `"true"`},
+		{"busybox@" + digest, "sh -c 'echo a long command line'", true, id, "busybox@" + digest, `"sh -c 'echo a long command line'"`},
+	} {
+		r := row(sandbox.Info{ID: id, Image: tc.image, Command: strings.Fields(tc.command), StateDir: t.TempDir()}, tc.noTrunc)
+		if r.ID != tc.wantID || r.Image != tc.wantImg || r.Command != tc.wantCm {
+			t.Errorf("row(%q, %q, noTrunc %v) = %q %q %q; want %q %q %q", tc.image, tc.command, tc.noTrunc, r.ID, r.Image, r.Command, tc.wantID, tc.wantImg, tc.wantCm)
 		}
 	}
 }
