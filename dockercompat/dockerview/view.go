@@ -149,7 +149,7 @@ func Inspect(i sandbox.Info) map[string]any {
 		"LogPath": i.StateDir + "/container.log", "MountLabel": "", "ProcessLabel": "", "AppArmorProfile": "", "ExecIDs": nil,
 		"HostConfig":      hostConfig(i, cc, binds, mounts),
 		"Config":          config,
-		"NetworkSettings": map[string]any{"Ports": portMap(i, i.Running), "Networks": map[string]any{}, "IPAddress": "", "MacAddress": cc.MacAddress},
+		"NetworkSettings": networkSettings(i, cc),
 		"Mounts":          inspectMounts(i),
 	}
 }
@@ -198,6 +198,47 @@ func hostConfig(i sandbox.Info, cc dockercompat.CreateRecord, binds, mounts any)
 		h["Init"] = *cc.Init
 	}
 	return h
+}
+
+// networkSettings is inspect's NetworkSettings: as dockerd's, the
+// endpoint on the sandbox's one network under that network's name (none,
+// host, bridge), and its address and gateway also at the top level.
+func networkSettings(i sandbox.Info, cc dockercompat.CreateRecord) map[string]any {
+	ep := endpoint(i)
+	return map[string]any{
+		"Bridge": "", "SandboxID": "", "SandboxKey": "", "HairpinMode": false,
+		"LinkLocalIPv6Address": "", "LinkLocalIPv6PrefixLen": 0, "SecondaryIPAddresses": nil, "SecondaryIPv6Addresses": nil,
+		"Ports": portMap(i, i.Running), "Networks": map[string]any{networkName(i): ep},
+		"EndpointID": "", "Gateway": ep["Gateway"], "IPAddress": ep["IPAddress"], "IPPrefixLen": ep["IPPrefixLen"],
+		"IPv6Gateway": "", "GlobalIPv6Address": "", "GlobalIPv6PrefixLen": 0, "MacAddress": cc.MacAddress,
+	}
+}
+
+// Networks is a sandbox's NetworkSettings.Networks in GET
+// /containers/json: its one network by name, as inspect has it.
+func Networks(i sandbox.Info) map[string]any {
+	return map[string]any{networkName(i): endpoint(i)}
+}
+
+func networkName(i sandbox.Info) string { return cmp.Or(i.Network, backend.NetworkNone) }
+
+// endpoint is the sandbox's endpoint on its network, with its address and
+// gateway while it runs on a bridge. Its MacAddress is empty: a
+// --mac-address is echoed at the top level (echoed.go), not given to the
+// interface.
+func endpoint(i sandbox.Info) map[string]any {
+	ep := map[string]any{
+		"IPAMConfig": nil, "Links": nil, "Aliases": nil, "NetworkID": "", "EndpointID": "",
+		"Gateway": "", "IPAddress": "", "IPPrefixLen": 0, "IPv6Gateway": "", "GlobalIPv6Address": "", "GlobalIPv6PrefixLen": 0,
+		"MacAddress": "", "DriverOpts": nil,
+	}
+	if i.Address.IsValid() {
+		ep["IPAddress"], ep["IPPrefixLen"] = i.Address.Addr().String(), i.Address.Bits()
+	}
+	if i.Gateway.IsValid() {
+		ep["Gateway"] = i.Gateway.String()
+	}
+	return ep
 }
 
 // portMap is the sandbox's published ports as inspect shows them:

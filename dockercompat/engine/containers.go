@@ -736,7 +736,7 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 			"Command": strings.Join(i.Command, " "), "Created": i.Created.Unix(), "Ports": listPorts(i),
 			"Labels": labels, "State": st, "Status": dockerview.Status(i),
 			"HostConfig":      map[string]string{"NetworkMode": i.Network},
-			"NetworkSettings": map[string]any{"Networks": map[string]any{}}, "Mounts": []any{},
+			"NetworkSettings": map[string]any{"Networks": dockerview.Networks(i)}, "Mounts": []any{},
 		})
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -309,6 +309,13 @@ func serveDockerCLI(t *testing.T, dockerBin string) {
 	if out := must("ps", "--format", "{{.Ports}}"); !strings.Contains(out, fmt.Sprintf("127.0.0.1:%d->8000/tcp", hp)) {
 		t.Errorf("docker ps ports: %q", out)
 	}
+	// Its address on its network, as dockerd shows a bridge container's.
+	if out := must("inspect", "-f", "{{.NetworkSettings.IPAddress}} {{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{$v.IPAddress}}/{{$v.IPPrefixLen}} {{$v.Gateway}}{{end}}", "web"); out != "10.0.2.100 bridge 10.0.2.100/24 10.0.2.2\n" {
+		t.Errorf("docker inspect's network settings: %q", out)
+	}
+	if out := must("ps", "--filter", "name=web", "--format", "{{.Networks}}"); out != "bridge\n" {
+		t.Errorf("docker ps networks: %q", out)
+	}
 	// pause and unpause.
 	must("pause", "web")
 	if out := must("ps", "--format", "{{.Status}}"); !strings.Contains(out, "(Paused)") {
