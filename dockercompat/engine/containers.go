@@ -350,7 +350,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		if verb == "stop" && !sb.Running() {
 			// Not running: between runs of a restart policy, or its main
 			// command ended a moment ago, before its watch saw it.
-			if s.stopByHand(sb.ID()) {
+			if s.stopByHand(sb.ID()) != nil {
 				w.WriteHeader(http.StatusNoContent) // a restarting one: stopped
 				return
 			}
@@ -488,13 +488,21 @@ func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error 
 	}
 	grace := dockercompat.StopGrace(sb.Info().StateDir, tp)
 	watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
-	s.stopByHand(sb.ID())
+	pending := s.stopByHand(sb.ID())
 	if err := sb.StopGrace(ctx, syscall.SIGTERM, grace); err != nil {
 		return err
 	}
-	// A main command this server started has its die from its watch;
-	// one started elsewhere (the slopbox CLI, an earlier server) here.
-	if !watch.await() {
+	switch {
+	case watch == nil && pending != nil:
+		// Stopped while its restart policy was starting it again: a run
+		// that restart started has its die from the watch the restart
+		// gives it, and one it did not start had its die already.
+		pending.awaitSettled()
+		s.watchOf(sb.ID()).await()
+	case !watch.await():
+		// A main command this server started has its die from its
+		// watch; one started elsewhere (the slopbox CLI, an earlier
+		// server) here.
 		s.emitContainer("die", sb.Info(), nil)
 	}
 	s.emitContainer("stop", sb.Info(), nil)

@@ -81,8 +81,8 @@ func (s *Server) watchRun(sb *sandbox.Sandbox, base time.Time, restart chan stru
 			}
 			s.mu.Unlock()
 			close(w.done)
-			if restart {
-				go s.restartAfter(id, last.StateDir)
+			if restart != nil {
+				go s.restartAfter(id, last.StateDir, restart)
 			}
 		}
 		if health != nil {

@@ -22,45 +22,70 @@ import (
 // extraRuntime is the server's state for restarts and healthchecks.
 type extraRuntime struct {
 	mu         sync.Mutex
-	restarting map[string]chan struct{} // closed to cancel the pending restart
+	restarting map[string]*pendingRestart
 }
 
+// pendingRestart is a container's restart by its policy, from its main
+// command's exit until restartAfter is done.
+type pendingRestart struct {
+	cancel  chan struct{} // closed to cancel it
+	settled chan struct{} // closed when restartAfter returns: a run it started has its watch
+	started bool          // restartAfter is starting the run or has (under extraRuntime.mu)
+}
+
+// awaitSettled waits, boundedly, until restartAfter is done with p.
+func (p *pendingRestart) awaitSettled() {
+	select {
+	case <-p.settled:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// testHookRestarted, when set (by tests), runs in restartAfter once the
+// restarted main command runs, before its watch is there.
+var testHookRestarted func(id string, cancel <-chan struct{})
+
 // planRestart decides, as the main command of container i exits with
-// code, whether its policy restarts it, and marks it restarting.
-func (s *Server) planRestart(i sandbox.Info, code int, w *exitWatch) bool {
-	p := dockercompat.LoadCreated(i.StateDir).RestartPolicy
-	switch p.Name {
+// code, whether its policy restarts it, and marks it restarting: the
+// restart restartAfter is to carry out, or nil.
+func (s *Server) planRestart(i sandbox.Info, code int, w *exitWatch) *pendingRestart {
+	policy := dockercompat.LoadCreated(i.StateDir).RestartPolicy
+	switch policy.Name {
 	case "always", "unless-stopped":
 	case "on-failure":
-		if code == 0 || p.MaximumRetryCount > 0 && dockercompat.RestartCount(i.StateDir) >= p.MaximumRetryCount {
-			return false
+		if code == 0 || policy.MaximumRetryCount > 0 && dockercompat.RestartCount(i.StateDir) >= policy.MaximumRetryCount {
+			return nil
 		}
 	default:
-		return false
+		return nil
 	}
 	s.extra.mu.Lock()
 	defer s.extra.mu.Unlock()
 	// Under the lock stopByHand takes: a stop either comes first and is
 	// seen here, or comes after and cancels what this registers.
 	if w.manual.Load() {
-		return false
+		return nil
 	}
 	if w.restart != nil {
 		select {
 		case <-w.restart:
 			// Stopped while its restart was starting it, before this
 			// watch was there to be marked: the stop is final too.
-			return false
+			return nil
 		default:
 		}
 	}
 	if s.extra.restarting == nil {
-		s.extra.restarting = map[string]chan struct{}{}
+		s.extra.restarting = map[string]*pendingRestart{}
 	}
-	if _, ok := s.extra.restarting[i.ID]; !ok {
-		s.extra.restarting[i.ID] = make(chan struct{})
+	if p := s.extra.restarting[i.ID]; p != nil && !p.started {
+		return nil // a restart waits already (the run was started by another process)
 	}
-	return true
+	// A restart whose run exits before that restart is done is followed
+	// by a restart of its own.
+	p := &pendingRestart{cancel: make(chan struct{}), settled: make(chan struct{})}
+	s.extra.restarting[i.ID] = p
+	return p
 }
 
 // isRestarting reports whether container id waits for its restart.
@@ -72,21 +97,21 @@ func (s *Server) isRestarting(id string) bool {
 }
 
 // cancelRestart drops container id's pending restart, if any, and
-// reports whether there was one.
-func (s *Server) cancelRestart(id string) bool {
+// returns it.
+func (s *Server) cancelRestart(id string) *pendingRestart {
 	s.extra.mu.Lock()
 	defer s.extra.mu.Unlock()
 	return s.cancelRestartLocked(id)
 }
 
 // cancelRestartLocked is cancelRestart with s.extra.mu held.
-func (s *Server) cancelRestartLocked(id string) bool {
-	c, ok := s.extra.restarting[id]
-	if ok {
-		close(c)
+func (s *Server) cancelRestartLocked(id string) *pendingRestart {
+	p := s.extra.restarting[id]
+	if p != nil {
+		close(p.cancel)
 		delete(s.extra.restarting, id)
 	}
-	return ok
+	return p
 }
 
 // stopByHand marks container id stopped or killed through the API: the
@@ -94,7 +119,7 @@ func (s *Server) cancelRestartLocked(id string) bool {
 // pending restart is cancelled (reported). The two happen under one lock
 // with planRestart's check, so that a stop arriving as the main command
 // exits, before its watch has seen that, is never undone by a restart.
-func (s *Server) stopByHand(id string) bool {
+func (s *Server) stopByHand(id string) *pendingRestart {
 	w := s.watchOf(id)
 	s.extra.mu.Lock()
 	defer s.extra.mu.Unlock()
@@ -102,15 +127,11 @@ func (s *Server) stopByHand(id string) bool {
 	return s.cancelRestartLocked(id)
 }
 
-// restartAfter starts container id again after its delay, unless the
-// restart is cancelled meanwhile.
-func (s *Server) restartAfter(id, dir string) {
-	s.extra.mu.Lock()
-	cancel := s.extra.restarting[id]
-	s.extra.mu.Unlock()
-	if cancel == nil {
-		return
-	}
+// restartAfter carries out p, container id's restart: it starts it again
+// after its delay, unless p is cancelled meanwhile.
+func (s *Server) restartAfter(id, dir string, p *pendingRestart) {
+	defer close(p.settled)
+	cancel := p.cancel
 	n := dockercompat.RestartCount(dir)
 	delay := min(100*time.Millisecond<<min(n, 10), time.Minute)
 	select {
@@ -138,6 +159,15 @@ func (s *Server) restartAfter(id, dir string) {
 		}
 		return
 	}
+	s.extra.mu.Lock()
+	select {
+	case <-cancel:
+		s.extra.mu.Unlock()
+		return
+	default:
+		p.started = true
+	}
+	s.extra.mu.Unlock()
 	base := sb.Info().FinishedAt
 	dockercompat.SetRestartCount(dir, n+1)
 	as := s.attachedStart(id)
@@ -151,6 +181,9 @@ func (s *Server) restartAfter(id, dir string) {
 			s.Log("restart of %s per its policy: %v", id, err)
 		}
 		return
+	}
+	if testHookRestarted != nil {
+		testHookRestarted(id, cancel)
 	}
 	s.emitContainer("start", sb.Info(), nil)
 	s.watchRun(sb, base, cancel)
@@ -176,11 +209,11 @@ func (s *Server) startedByAPI(i sandbox.Info) {
 	}
 }
 
-// dropRestart ends container id's restart c.
+// dropRestart ends container id's restart whose cancel channel is c.
 func (s *Server) dropRestart(id string, c chan struct{}) {
 	s.extra.mu.Lock()
 	defer s.extra.mu.Unlock()
-	if s.extra.restarting[id] == c {
+	if p := s.extra.restarting[id]; p != nil && p.cancel == c {
 		delete(s.extra.restarting, id)
 	}
 }
