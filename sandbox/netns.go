@@ -30,10 +30,9 @@ const (
 
 // The addresses slirp4netns gives (its default 10.0.2.0/24).
 var (
-	bridgeIP        = netip.MustParseAddr("10.0.2.100")
-	bridgePrefixLen = 24
-	bridgeGateway   = netip.MustParseAddr("10.0.2.2")
-	bridgeDNS       = netip.MustParseAddr("10.0.2.3")
+	bridgeIP      = netip.MustParseAddr("10.0.2.100")
+	bridgeGateway = netip.MustParseAddr("10.0.2.2")
+	bridgeDNS     = netip.MustParseAddr("10.0.2.3")
 )
 
 // ErrNoNetHelper is wrapped when bridge networking cannot be set up on

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -201,12 +200,6 @@ type Info struct {
 	Workdir   string    `json:"Workdir"`
 	User      string    `json:"User"`
 	Network   string    `json:"Network"`
-	// Address and Gateway are the sandbox's address on its network and
-	// that network's gateway while it runs: with bridge networking,
-	// slirp4netns's 10.0.2.100/24 and 10.0.2.2 (each sandbox has a
-	// network of its own); invalid otherwise.
-	Address netip.Prefix `json:"Address,omitzero"`
-	Gateway netip.Addr   `json:"Gateway,omitzero"`
 	// Ports are the published ports, host ports as bound at the last
 	// start (as asked for before the first).
 	Ports          []backend.PortMapping `json:"Ports,omitempty"`
@@ -265,9 +258,6 @@ func (b *Backend) info(rec *record) Info {
 		CapAdd: rec.CapAdd, CapDrop: rec.CapDrop, SeccompProfile: seccompProfileName(rec),
 		Tty: rec.Detach.TTY, OpenStdin: rec.Detach.OpenStdin,
 		Hostname: cmp.Or(rec.Hostname, hostname(rec.Name)), Env: rec.Env,
-	}
-	if own, _ := bridgeAddrs(rec); i.Running && own.IsValid() {
-		i.Address, i.Gateway = netip.PrefixFrom(own, bridgePrefixLen), bridgeGateway
 	}
 	for _, m := range rec.Mounts {
 		if m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind") {

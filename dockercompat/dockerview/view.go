@@ -202,43 +202,37 @@ func hostConfig(i sandbox.Info, cc dockercompat.CreateRecord, binds, mounts any)
 
 // networkSettings is inspect's NetworkSettings: as dockerd's, the
 // endpoint on the sandbox's one network under that network's name (none,
-// host, bridge), and its address and gateway also at the top level.
+// host, bridge). No address, as podman's for slirp4netns: a bridge
+// sandbox's 10.0.2.100 exists only inside its own network namespace (every
+// one has it), so a client that connected to it from the host would time
+// out and one in another sandbox would reach itself; published ports are
+// the way in.
 func networkSettings(i sandbox.Info, cc dockercompat.CreateRecord) map[string]any {
-	ep := endpoint(i)
 	return map[string]any{
 		"Bridge": "", "SandboxID": "", "SandboxKey": "", "HairpinMode": false,
 		"LinkLocalIPv6Address": "", "LinkLocalIPv6PrefixLen": 0, "SecondaryIPAddresses": nil, "SecondaryIPv6Addresses": nil,
-		"Ports": portMap(i, i.Running), "Networks": map[string]any{networkName(i): ep},
-		"EndpointID": "", "Gateway": ep["Gateway"], "IPAddress": ep["IPAddress"], "IPPrefixLen": ep["IPPrefixLen"],
+		"Ports": portMap(i, i.Running), "Networks": Networks(i),
+		"EndpointID": "", "Gateway": "", "IPAddress": "", "IPPrefixLen": 0,
 		"IPv6Gateway": "", "GlobalIPv6Address": "", "GlobalIPv6PrefixLen": 0, "MacAddress": cc.MacAddress,
 	}
 }
 
 // Networks is a sandbox's NetworkSettings.Networks in GET
-// /containers/json: its one network by name, as inspect has it.
+// /containers/json: its one network by name, as inspect has it (so
+// docker ps --format '{{.Networks}}' names it).
 func Networks(i sandbox.Info) map[string]any {
-	return map[string]any{networkName(i): endpoint(i)}
+	return map[string]any{cmp.Or(i.Network, backend.NetworkNone): endpoint()}
 }
 
-func networkName(i sandbox.Info) string { return cmp.Or(i.Network, backend.NetworkNone) }
-
-// endpoint is the sandbox's endpoint on its network, with its address and
-// gateway while it runs on a bridge. Its MacAddress is empty: a
-// --mac-address is echoed at the top level (echoed.go), not given to the
-// interface.
-func endpoint(i sandbox.Info) map[string]any {
-	ep := map[string]any{
+// endpoint is the sandbox's endpoint on its network: no address (see
+// networkSettings). Its MacAddress is empty: a --mac-address is echoed at
+// the top level (echoed.go), not given to the interface.
+func endpoint() map[string]any {
+	return map[string]any{
 		"IPAMConfig": nil, "Links": nil, "Aliases": nil, "NetworkID": "", "EndpointID": "",
 		"Gateway": "", "IPAddress": "", "IPPrefixLen": 0, "IPv6Gateway": "", "GlobalIPv6Address": "", "GlobalIPv6PrefixLen": 0,
 		"MacAddress": "", "DriverOpts": nil,
 	}
-	if i.Address.IsValid() {
-		ep["IPAddress"], ep["IPPrefixLen"] = i.Address.Addr().String(), i.Address.Bits()
-	}
-	if i.Gateway.IsValid() {
-		ep["Gateway"] = i.Gateway.String()
-	}
-	return ep
 }
 
 // portMap is the sandbox's published ports as inspect shows them:

@@ -393,10 +393,12 @@ func TestBridgeNetwork(t *testing.T) {
 	if out, code := e.run("", "run", "--rm", "--allow-host-loopback", e.ref, "true"); code != 125 || !strings.Contains(out, "--network bridge") {
 		t.Errorf("--allow-host-loopback without bridge: exit %d %q", code, out)
 	}
-	// inspect shows each one's address on its network, as dockerd's does;
-	// none has no address, and a stopped sandbox none.
+	// inspect names each one's network, as dockerd's does, with no
+	// address: a bridge sandbox's 10.0.2.100 is its own slirp4netns's,
+	// which nothing outside it reaches (podman's slirp4netns mode shows
+	// none either).
 	addrs := "{{.NetworkSettings.IPAddress}}|{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{$v.IPAddress}}/{{$v.IPPrefixLen}} {{$v.Gateway}}{{end}}"
-	if got := e.must("inspect", "-f", addrs, "br"); got != "10.0.2.100|bridge 10.0.2.100/24 10.0.2.2\n" {
+	if got := e.must("inspect", "-f", addrs, "br"); got != "|bridge /0 \n" {
 		t.Errorf("inspect of a bridge sandbox: %q", got)
 	}
 	if got := e.must("inspect", "-f", addrs, "iso"); got != "|none /0 \n" {
@@ -408,9 +410,6 @@ func TestBridgeNetwork(t *testing.T) {
 		ids[strings.TrimSpace(e.must("inspect", "--format", "{{.Id}}", name))] = true
 	}
 	e.must("stop", "-t", "0", "br")
-	if got := e.must("inspect", "-f", addrs, "br"); got != "|bridge /0 \n" {
-		t.Errorf("inspect of a stopped bridge sandbox: %q", got)
-	}
 	e.must("rm", "-f", "br", "loop", "iso")
 	fixtures.Eventually(t, "nothing left after rm", func() (bool, string) {
 		left := e.leftovers(ids)

@@ -309,8 +309,9 @@ func serveDockerCLI(t *testing.T, dockerBin string) {
 	if out := must("ps", "--format", "{{.Ports}}"); !strings.Contains(out, fmt.Sprintf("127.0.0.1:%d->8000/tcp", hp)) {
 		t.Errorf("docker ps ports: %q", out)
 	}
-	// Its address on its network, as dockerd shows a bridge container's.
-	if out := must("inspect", "-f", "{{.NetworkSettings.IPAddress}} {{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{$v.IPAddress}}/{{$v.IPPrefixLen}} {{$v.Gateway}}{{end}}", "web"); out != "10.0.2.100 bridge 10.0.2.100/24 10.0.2.2\n" {
+	// Its network by name, as dockerd shows a container's (no address:
+	// slirp4netns's is the sandbox's own, see TestBridgeNetwork).
+	if out := must("inspect", "-f", "{{.NetworkSettings.IPAddress}}|{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{$v.IPAddress}}{{end}}", "web"); out != "|bridge \n" {
 		t.Errorf("docker inspect's network settings: %q", out)
 	}
 	if out := must("ps", "--filter", "name=web", "--format", "{{.Networks}}"); out != "bridge\n" {
