@@ -13,6 +13,7 @@ import (
 
 	"github.com/docker/go-units"
 	"github.com/spf13/cobra"
+	"golang.org/x/text/width"
 
 	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/dockercompat/dockerview"
@@ -285,11 +286,12 @@ type psRow struct {
 var psHeader = psRow{ID: "SANDBOX ID", Image: "IMAGE", Command: "COMMAND", CreatedAt: "CREATED AT", RunningFor: "CREATED",
 	Status: "STATUS", State: "STATE", Ports: "PORTS", Names: "NAMES", Labels: "LABELS"}
 
-// row is i as ps shows it. As docker's: the command quoted, and unless
-// noTrunc the id's first 12 characters, the command's first 20 and the
-// image without its digest (an image named by its id, that id's first 12).
+// row is i as ps shows it. As docker's: the command as dockerd lists it,
+// quoted, and unless noTrunc the id's first 12 characters, the command
+// cut to 20 columns and the image without its digest (an image named by
+// its id, that id's first 12).
 func row(i sandbox.Info, noTrunc bool) psRow {
-	id, img, command := i.ID, dockerview.ImageName(i), strings.Join(i.Command, " ")
+	id, img, command := i.ID, dockerview.ImageName(i), dockerview.Command(i)
 	if !noTrunc {
 		id = id[:min(12, len(id))]
 		img = shortImage(img)
@@ -315,9 +317,13 @@ func row(i sandbox.Info, noTrunc bool) psRow {
 }
 
 // shortImage is an image reference without its digest (name:tag@sha256:…
-// is name:tag), or an image id's first 12 hex digits.
+// is name:tag), or an image id's first 12 hex digits; docker ps's
+// <no image> for none.
 func shortImage(ref string) string {
-	if hex, ok := strings.CutPrefix(ref, "sha256:"); ok && len(hex) == 64 {
+	if ref == "" {
+		return "<no image>"
+	}
+	if hex := strings.TrimPrefix(ref, "sha256:"); len(hex) == 64 && strings.Trim(hex, "0123456789abcdef") == "" {
 		return hex[:12]
 	}
 	if name, _, ok := strings.Cut(ref, "@"); ok {
@@ -326,13 +332,32 @@ func shortImage(ref string) string {
 	return ref
 }
 
-// ellipsis is s cut to n characters, its last one an ellipsis, when it is
-// longer.
+// ellipsis is s cut to n columns, its last an ellipsis, when it is wider:
+// as docker's, an East Asian wide or fullwidth character takes two.
 func ellipsis(s string, n int) string {
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
+	cols := 0
+	for _, r := range s {
+		cols += columns(r)
+	}
+	if cols <= n {
+		return s
+	}
+	cols = 0
+	for i, r := range s {
+		if cols+columns(r) > n-1 {
+			return s[:i] + "…"
+		}
+		cols += columns(r)
 	}
 	return s
+}
+
+// columns is how many columns a terminal gives r.
+func columns(r rune) int {
+	if k := width.LookupRune(r).Kind(); k == width.EastAsianWide || k == width.EastAsianFullwidth {
+		return 2
+	}
+	return 1
 }
 
 func hasStatusFilter(filters []string) bool {

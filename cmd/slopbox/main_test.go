@@ -88,24 +88,32 @@ func TestDockerArgs(t *testing.T) {
 	}
 }
 
-// ps shows a sandbox as docker ps does: the command quoted and cut to 20
-// characters, the image without its digest, the id's first 12; whole
-// with --no-trunc.
+// ps shows a sandbox as docker ps does: the command as dockerd lists it
+// (an argument with a space in single quotes), quoted and cut to 20
+// columns, the image without its digest, the id's first 12; whole with
+// --no-trunc.
 func TestPsRow(t *testing.T) {
 	id := strings.Repeat("ab", 32)
-	digest := "sha256:" + strings.Repeat("0", 64)
+	hex := strings.Repeat("0", 64)
+	digest := "sha256:" + hex
+	long := []string{"sh", "-c", "echo a long command line"}
 	for _, tc := range []struct {
-		image, command          string
+		image                   string
+		command                 []string
 		noTrunc                 bool
 		wantID, wantImg, wantCm string
 	}{
-		{"busybox", "sleep 1000", false, id[:12], "busybox", `"sleep 1000"`},
-		{"busybox@" + digest, "sh -c 'echo a long command line'", false, id[:12], "busybox", `"sh -c 'echo a long …"`},
-		{"registry:5000/x:1@" + digest, "true", false, id[:12], "registry:5000/x:1", `"true"`},
-		{digest, "true", false, id[:12], strings.Repeat("0", 12), `"true"`},
-		{"busybox@" + digest, "sh -c 'echo a long command line'", true, id, "busybox@" + digest, `"sh -c 'echo a long command line'"`},
+		{"busybox", []string{"sleep", "1000"}, false, id[:12], "busybox", `"sleep 1000"`},
+		{"busybox@" + digest, long, false, id[:12], "busybox", `"sh -c 'echo a long …"`},
+		{"registry:5000/x:1@" + digest, []string{"true"}, false, id[:12], "registry:5000/x:1", `"true"`},
+		{digest, []string{"true"}, false, id[:12], hex[:12], `"true"`},
+		{hex, []string{"true"}, false, id[:12], hex[:12], `"true"`},
+		{"", nil, false, id[:12], "<no image>", `""`},
+		// Wide characters take two columns: 19 columns, then the ellipsis.
+		{"busybox", []string{"echo", "漢字漢字漢字漢字漢字"}, false, id[:12], "busybox", `"echo 漢字漢字漢字漢…"`},
+		{"busybox@" + digest, long, true, id, "busybox@" + digest, `"sh -c 'echo a long command line'"`},
 	} {
-		r := row(sandbox.Info{ID: id, Image: tc.image, Command: strings.Fields(tc.command), StateDir: t.TempDir()}, tc.noTrunc)
+		r := row(sandbox.Info{ID: id, Image: tc.image, Command: tc.command, StateDir: t.TempDir()}, tc.noTrunc)
 		if r.ID != tc.wantID || r.Image != tc.wantImg || r.Command != tc.wantCm {
 			t.Errorf("row(%q, %q, noTrunc %v) = %q %q %q; want %q %q %q", tc.image, tc.command, tc.noTrunc, r.ID, r.Image, r.Command, tc.wantID, tc.wantImg, tc.wantCm)
 		}

@@ -65,6 +65,23 @@ func imageName(i sandbox.Info, cc dockercompat.CreateRecord) string {
 // ImageName is imageName for a sandbox's list entry (GET /containers/json).
 func ImageName(i sandbox.Info) string { return imageName(i, dockercompat.LoadCreated(i.StateDir)) }
 
+// Command is a sandbox's command as dockerd lists it (GET
+// /containers/json, docker ps): the program and its arguments, each
+// argument with a space in it between single quotes.
+func Command(i sandbox.Info) string {
+	if len(i.Command) == 0 {
+		return ""
+	}
+	parts := []string{i.Command[0]}
+	for _, a := range i.Command[1:] {
+		if strings.Contains(a, " ") {
+			a = "'" + a + "'"
+		}
+		parts = append(parts, a)
+	}
+	return strings.Join(parts, " ")
+}
+
 // cmdOf is the Cmd part of command, after entrypoint.
 func cmdOf(command, entrypoint []string) []string {
 	if len(entrypoint) <= len(command) && slices.Equal(command[:len(entrypoint)], entrypoint) {

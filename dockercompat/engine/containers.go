@@ -741,7 +741,7 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 		}
 		out = append(out, map[string]any{
 			"Id": i.ID, "Names": []string{"/" + i.Name}, "Image": dockerview.ImageName(i), "ImageID": i.ImageID,
-			"Command": strings.Join(i.Command, " "), "Created": i.Created.Unix(), "Ports": listPorts(i),
+			"Command": dockerview.Command(i), "Created": i.Created.Unix(), "Ports": listPorts(i),
 			"Labels": labels, "State": st, "Status": dockerview.Status(i),
 			"HostConfig":      map[string]string{"NetworkMode": i.Network},
 			"NetworkSettings": map[string]any{"Networks": dockerview.Networks(i)}, "Mounts": []any{},

@@ -317,6 +317,10 @@ func serveDockerCLI(t *testing.T, dockerBin string) {
 	if out := must("ps", "--filter", "name=web", "--format", "{{.Networks}}"); out != "bridge\n" {
 		t.Errorf("docker ps networks: %q", out)
 	}
+	// The command as dockerd lists it: an argument with a space quoted.
+	if out := must("ps", "--filter", "name=web", "--no-trunc", "--format", "{{.Command}}"); out != `"sh -c 'mkdir /w && echo served > /w/i && httpd -f -p 127.0.0.1:8000 -h /w'"`+"\n" {
+		t.Errorf("docker ps command: %q", out)
+	}
 	// pause and unpause.
 	must("pause", "web")
 	if out := must("ps", "--format", "{{.Status}}"); !strings.Contains(out, "(Paused)") {
