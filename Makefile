@@ -62,7 +62,7 @@ vet: helper
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet -tags "$(TAGS)" ./...
 	$(GO) vet -tags "$(TAGS) vmsuite" ./test/vm/
-	$(GO) vet -tags "$(TAGS) slopbox_manpages" ./cmd/slopbox/
+	$(GO) vet -tags "$(BASETAGS) slopbox_manpages" ./cmd/slopbox/
 
 # go mod tidy must change nothing; staticcheck (pinned) and shellcheck
 # must find nothing.
@@ -70,7 +70,7 @@ lint: vet $(STATICCHECK)
 	$(GO) mod tidy -diff
 	$(STATICCHECK) -tags "$(TAGS)" ./...
 	$(STATICCHECK) -tags "$(TAGS) vmsuite" ./test/vm/
-	$(STATICCHECK) -tags "$(TAGS) slopbox_manpages" ./cmd/slopbox/
+	$(STATICCHECK) -tags "$(BASETAGS) slopbox_manpages" ./cmd/slopbox/
 	shellcheck scripts/*.sh .ci/run bench/*.sh examples/open_atp/*.sh
 
 $(STATICCHECK):

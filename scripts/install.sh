@@ -3,7 +3,8 @@
 # package with it): the binary, bash/zsh/fish completions and one man page
 # per verb, generated from the commands, the systemd units that start
 # `slopbox serve` on the first connection to its socket (user units for
-# rootless use, system units for root), and the examples.
+# rootless use, system units for root), and the examples. It runs in a
+# checkout after make build: the man pages need the source and its Go.
 #   PREFIX=/usr/local DESTDIR= SLOPBOX=bin/slopbox scripts/install.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,20 @@ share=$DESTDIR$PREFIX/share
 # site-functions under /usr/local.
 if [[ $PREFIX == /usr ]]; then zshdir=$share/zsh/vendor-completions; else zshdir=$share/zsh/site-functions; fi
 
+# The man pages come from the commands themselves, through a build of the
+# same source with the slopbox_manpages tag: cobra's man page generator
+# stays out of the installed binary, whose every start would initialise
+# its markdown parser. Built first, so that a missing Go fails the install
+# before anything is installed: the Go make deps put in .work/go, else $GO
+# or the one on PATH.
+man=$(mktemp -d)
+trap 'rm -rf "$man"' EXIT
+version=$("$SLOPBOX" --version)
+version=${version##* }
+GO=${GO:-$( [[ -x .work/go/bin/go ]] && echo "$PWD/.work/go/bin/go" || echo go )}
+command -v "$GO" >/dev/null || { echo "no Go ($GO) to build the man pages with: run make install, which installs it, or set GO" >&2; exit 1; }
+"$GO" build -buildvcs=false -tags "seccomp netgo osusergo slopbox_manpages" -ldflags "-X main.version=$version" -o "$man/slopbox-manpages" ./cmd/slopbox
+
 install -d "$DESTDIR$bindir" "$share/bash-completion/completions" "$zshdir" "$share/fish/vendor_completions.d" \
 	"$share/man/man1" "$DESTDIR$PREFIX/lib/systemd/user" "$DESTDIR$PREFIX/lib/systemd/system" "$share/doc/slopbox/examples"
 install -m 0755 "$SLOPBOX" "$DESTDIR$bindir/slopbox"
@@ -26,15 +41,6 @@ install -m 0755 "$SLOPBOX" "$DESTDIR$bindir/slopbox"
 "$SLOPBOX" completion zsh >"$zshdir/_slopbox"
 "$SLOPBOX" completion fish >"$share/fish/vendor_completions.d/slopbox.fish"
 
-# The pages come from the commands themselves, through a build of the
-# same source with the slopbox_manpages tag: cobra's man page generator
-# stays out of the installed binary, whose every start would initialise
-# its markdown parser. Go is on PATH wherever make build ran.
-man=$(mktemp -d)
-trap 'rm -rf "$man"' EXIT
-version=$("$SLOPBOX" --version)
-version=${version##* }
-${GO:-go} build -tags "seccomp netgo osusergo slopbox_manpages" -ldflags "-X main.version=$version" -o "$man/slopbox-manpages" ./cmd/slopbox
 "$man/slopbox-manpages" __manpages "$man"
 for page in "$man"/*.1; do
 	gz=$share/man/man1/${page##*/}.gz
