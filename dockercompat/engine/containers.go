@@ -325,7 +325,14 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			sb = cur
 		}
 		base := sb.Info().FinishedAt
-		s.startedByAPI(sb.Info())
+		if s.startedByAPI(sb.Info()) {
+			// Its restart policy was starting it: that run is over, with
+			// its start and die; this start comes after it.
+			if cur, err := s.b.Open(sb.ID()); err == nil {
+				sb = cur
+			}
+			base = sb.Info().FinishedAt
+		}
 		as := s.attachedStart(sb.ID())
 		err := sb.StartAttached(r.Context(), as)
 		if as.Stdin != nil {
@@ -350,8 +357,11 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		if verb == "stop" && !sb.Running() {
 			// Not running: between runs of a restart policy, or its main
 			// command ended a moment ago, before its watch saw it.
-			if s.stopByHand(sb.ID()) != nil {
-				w.WriteHeader(http.StatusNoContent) // a restarting one: stopped
+			if p := s.stopByHand(sb.ID()); p != nil {
+				// A restarting one: stopped, and a run its restart had
+				// begun is over before the answer.
+				s.settleRestart(sb.ID(), p)
+				w.WriteHeader(http.StatusNoContent)
 				return
 			}
 			w.WriteHeader(http.StatusNotModified)
@@ -404,7 +414,13 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			// A fatal signal (SIGKILL, or the stop signal) stops it by
 			// hand; another (SIGHUP, SIGUSR1, …) leaves its restart
 			// policy in place, as docker kill's documentation says.
-			s.stopByHand(sb.ID())
+			if p := s.stopByHand(sb.ID()); watch == nil && s.settleRestart(sb.ID(), p) {
+				// Its restart policy was starting it, and has stopped
+				// that run on seeing the kill: nothing is left to
+				// signal, as dockerd's kill of a restarting container.
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
 		}
 		// The kill event goes out before the signal, so that it always
 		// comes before the die the signal causes (dockerd holds the
@@ -493,12 +509,10 @@ func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error 
 		return err
 	}
 	switch {
-	case watch == nil && pending != nil:
-		// Stopped while its restart policy was starting it again: a run
-		// that restart started has its die from the watch the restart
-		// gives it, and one it did not start had its die already.
-		pending.awaitSettled()
-		s.watchOf(sb.ID()).await()
+	case watch == nil && s.settleRestart(sb.ID(), pending):
+		// Stopped while its restart policy was starting it again: the
+		// run that restart started has its die from the watch the
+		// restart gave it.
 	case !watch.await():
 		// A main command this server started has its die from its
 		// watch; one started elsewhere (the slopbox CLI, an earlier
@@ -556,7 +570,13 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 		writeError(w, http.StatusConflict, restartingConflict(sb.ID()))
 		return
 	}
-	s.cancelRestart(sb.ID())
+	if s.settleRestart(sb.ID(), s.cancelRestart(sb.ID())) {
+		// A run its restart policy had begun is over (start, die) before
+		// the removal and its destroy.
+		if cur, err := s.b.Open(sb.ID()); err == nil {
+			sb = cur
+		}
+	}
 	if sb.Running() && !boolParam(r, "force") {
 		writeError(w, http.StatusConflict, dockercompat.ErrRemoveRunning(sb.ID()).Error())
 		return

@@ -41,9 +41,27 @@ func (p *pendingRestart) awaitSettled() {
 	}
 }
 
-// testHookRestarted, when set (by tests), runs in restartAfter once the
-// restarted main command runs, before its watch is there.
-var testHookRestarted func(id string, cancel <-chan struct{})
+// settleRestart is for a stop, kill, removal or start through the API
+// that has just cancelled p, container id's restart (nil: none). When that
+// restart had begun starting the container, it waits until the restart is
+// done (the run it started, if any, it stops itself on seeing the cancel,
+// and that run's watch has its die) and reports true. A restart still
+// waiting out its delay started nothing: false, and the caller goes on as
+// without one.
+func (s *Server) settleRestart(id string, p *pendingRestart) bool {
+	if p == nil {
+		return false
+	}
+	s.extra.mu.Lock()
+	started := p.started // final: p is cancelled, so restartAfter sets it no more
+	s.extra.mu.Unlock()
+	if !started {
+		return false
+	}
+	p.awaitSettled()
+	s.watchOf(id).await()
+	return true
+}
 
 // planRestart decides, as the main command of container i exits with
 // code, whether its policy restarts it, and marks it restarting: the
@@ -168,6 +186,7 @@ func (s *Server) restartAfter(id, dir string, p *pendingRestart) {
 		p.started = true
 	}
 	s.extra.mu.Unlock()
+	s.restartStage(id, "starting", cancel)
 	base := sb.Info().FinishedAt
 	dockercompat.SetRestartCount(dir, n+1)
 	as := s.attachedStart(id)
@@ -182,9 +201,7 @@ func (s *Server) restartAfter(id, dir string, p *pendingRestart) {
 		}
 		return
 	}
-	if testHookRestarted != nil {
-		testHookRestarted(id, cancel)
-	}
+	s.restartStage(id, "started", cancel)
 	s.emitContainer("start", sb.Info(), nil)
 	s.watchRun(sb, base, cancel)
 	// Restarting until now: a stop, kill or removal meanwhile cancelled
@@ -200,13 +217,23 @@ func (s *Server) restartAfter(id, dir string, p *pendingRestart) {
 	}
 }
 
+// restartStage runs the test hook, if any, at a stage of a restart.
+func (s *Server) restartStage(id, stage string, cancel <-chan struct{}) {
+	if hook := s.testHookRestart.Load(); hook != nil {
+		(*hook)(id, stage, cancel)
+	}
+}
+
 // startedByAPI is a start by hand: as dockerd's, it drops a pending
-// restart and counts restarts from 0 again.
-func (s *Server) startedByAPI(i sandbox.Info) {
-	s.cancelRestart(i.ID)
+// restart and counts restarts from 0 again. It reports whether that
+// restart had begun starting the container (settleRestart): then that run
+// is over, and the caller reads the container again.
+func (s *Server) startedByAPI(i sandbox.Info) bool {
+	settled := s.settleRestart(i.ID, s.cancelRestart(i.ID))
 	if dockercompat.RestartCount(i.StateDir) != 0 {
 		dockercompat.SetRestartCount(i.StateDir, 0)
 	}
+	return settled
 }
 
 // dropRestart ends container id's restart whose cancel channel is c.

@@ -71,6 +71,11 @@ type Server struct {
 
 	// Log, when set, gets one line per request (slopbox serve --debug).
 	Log func(format string, a ...any)
+
+	// testHookRestart, when set (by tests), runs in restartAfter at each
+	// stage of a restart that has begun: "starting" just before the start,
+	// "started" once the main command runs, before its watch is there.
+	testHookRestart atomic.Pointer[func(id, stage string, cancel <-chan struct{})]
 }
 
 // New serves the sandboxes and images of backend b.
