@@ -378,6 +378,9 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			s.watchOf(sb.ID()).finish()
 		}
 		if verb == "restart" {
+			// A start by hand: a pending restart is dropped (one under
+			// way is over first) and restarts count from 0, as /start's.
+			s.startedByAPI(sb.Info())
 			base := sb.Info().FinishedAt
 			if cur, err := s.b.Open(sb.ID()); err == nil {
 				base = cur.Info().FinishedAt
@@ -410,22 +413,27 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			return
 		}
 		watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
+		// The kill event goes out before the signal, so that it always
+		// comes before the die the signal causes (dockerd holds the
+		// container's lock over both; its exit handler waits for it).
+		kill := func() { s.emitContainer("kill", sb.Info(), map[string]string{"signal": strconv.Itoa(int(sig))}) }
 		if sig == syscall.SIGKILL || sig == syscall.SIGTERM {
 			// A fatal signal (SIGKILL, or the stop signal) stops it by
 			// hand; another (SIGHUP, SIGUSR1, …) leaves its restart
 			// policy in place, as docker kill's documentation says.
-			if p := s.stopByHand(sb.ID()); watch == nil && s.settleRestart(sb.ID(), p) {
-				// Its restart policy was starting it, and has stopped
-				// that run on seeing the kill: nothing is left to
-				// signal, as dockerd's kill of a restarting container.
-				w.WriteHeader(http.StatusNoContent)
-				return
+			if p := s.stopByHand(sb.ID()); watch == nil && s.restartBegun(p) {
+				kill()
+				kill = func() {}
+				if s.settleRestart(sb.ID(), p) {
+					// Its restart policy was starting it, and has
+					// stopped that run on seeing the kill: its die is
+					// out, and nothing is left to signal.
+					w.WriteHeader(http.StatusNoContent)
+					return
+				}
 			}
 		}
-		// The kill event goes out before the signal, so that it always
-		// comes before the die the signal causes (dockerd holds the
-		// container's lock over both; its exit handler waits for it).
-		s.emitContainer("kill", sb.Info(), map[string]string{"signal": strconv.Itoa(int(sig))})
+		kill()
 		if err := sb.Signal(sig); err != nil {
 			fail(w, err)
 			return

@@ -197,13 +197,16 @@ func (s *Server) watchOf(id string) *exitWatch {
 
 // await waits, boundedly, for w's die event; a nil w has none to wait for
 // and reports false.
-func (w *exitWatch) await() bool {
+func (w *exitWatch) await() bool { return w.awaitFor(10 * time.Second) }
+
+// awaitFor is await waiting at most d.
+func (w *exitWatch) awaitFor(d time.Duration) bool {
 	if w == nil {
 		return false
 	}
 	select {
 	case <-w.done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(d):
 	}
 	return true
 }

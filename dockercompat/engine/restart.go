@@ -30,38 +30,49 @@ type extraRuntime struct {
 type pendingRestart struct {
 	cancel  chan struct{} // closed to cancel it
 	settled chan struct{} // closed when restartAfter returns: a run it started has its watch
-	started bool          // restartAfter is starting the run or has (under extraRuntime.mu)
+	// Under extraRuntime.mu: restartAfter is starting the container (or
+	// has); ran, the start succeeded.
+	started, ran bool
 }
 
-// awaitSettled waits, boundedly, until restartAfter is done with p.
-func (p *pendingRestart) awaitSettled() {
-	select {
-	case <-p.settled:
-	case <-time.After(10 * time.Second):
+// restartBegun reports whether p, a restart just cancelled (nil: none),
+// had begun starting the container: then settleRestart waits for it.
+func (s *Server) restartBegun(p *pendingRestart) bool {
+	if p == nil {
+		return false
 	}
+	s.extra.mu.Lock()
+	defer s.extra.mu.Unlock()
+	return p.started // final: p is cancelled, so restartAfter sets it no more
 }
 
 // settleRestart is for a stop, kill, removal or start through the API
 // that has just cancelled p, container id's restart (nil: none). When that
 // restart had begun starting the container, it waits until the restart is
-// done (the run it started, if any, it stops itself on seeing the cancel,
-// and that run's watch has its die) and reports true. A restart still
-// waiting out its delay started nothing: false, and the caller goes on as
-// without one.
+// done, and reports whether it started a run: that run the restart stops
+// itself on seeing the cancel, and its watch has the die, which this
+// awaits. A restart still waiting out its delay, or whose start failed,
+// started nothing: false, and the caller goes on as without one.
 func (s *Server) settleRestart(id string, p *pendingRestart) bool {
-	if p == nil {
+	if !s.restartBegun(p) {
 		return false
+	}
+	select {
+	case <-p.settled:
+	case <-time.After(settleWait):
 	}
 	s.extra.mu.Lock()
-	started := p.started // final: p is cancelled, so restartAfter sets it no more
+	ran := p.ran
 	s.extra.mu.Unlock()
-	if !started {
-		return false
+	if ran {
+		s.watchOf(id).awaitFor(settleWait)
 	}
-	p.awaitSettled()
-	s.watchOf(id).await()
-	return true
+	return ran
 }
+
+// settleWait bounds each wait of settleRestart: a restart's start (its
+// PID 1 and monitor) and its stop on a loaded machine.
+const settleWait = time.Minute
 
 // planRestart decides, as the main command of container i exits with
 // code, whether its policy restarts it, and marks it restarting: the
@@ -201,8 +212,11 @@ func (s *Server) restartAfter(id, dir string, p *pendingRestart) {
 		}
 		return
 	}
-	s.restartStage(id, "started", cancel)
+	s.extra.mu.Lock()
+	p.ran = true
+	s.extra.mu.Unlock()
 	s.emitContainer("start", sb.Info(), nil)
+	s.restartStage(id, "started", cancel)
 	s.watchRun(sb, base, cancel)
 	// Restarting until now: a stop, kill or removal meanwhile cancelled
 	// it, and found nothing running to stop.

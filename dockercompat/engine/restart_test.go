@@ -34,7 +34,7 @@ func collectEvents(s *Server) func() []string {
 	}
 }
 
-// A stop, kill, forced removal or start through the API that lands while
+// A stop, kill, forced removal, start or restart through the API that lands while
 // the restart policy is starting the container again — just before the
 // start, or once its main command runs but before its watch is there —
 // waits for that restart: the run it started has one start and one die,
@@ -51,10 +51,11 @@ func TestActionsMidRestart(t *testing.T) {
 	}{
 		{"stop", "started", "/stop?t=0", 204, []string{"start", "die", "start", "die", "stop"}, false},
 		{"stop", "starting", "/stop?t=0", 204, []string{"start", "die", "start", "die"}, false},
-		{"kill", "started", "/kill", 204, []string{"start", "die", "start", "die"}, false},
+		{"kill", "started", "/kill", 204, []string{"start", "die", "start", "kill", "die"}, false},
 		{"rm", "started", "?force=1", 204, []string{"start", "die", "start", "die", "destroy"}, false},
 		{"rm", "starting", "?force=1", 204, []string{"start", "die", "start", "die", "destroy"}, false},
 		{"start", "starting", "/start", 204, []string{"start", "die", "start", "die", "start"}, true},
+		{"restart", "starting", "/restart?t=0", 204, []string{"start", "die", "start", "die", "start"}, true},
 	} {
 		t.Run(tc.action+"-"+tc.stage, func(t *testing.T) {
 			name := "again-" + tc.action + "-" + tc.stage
@@ -139,7 +140,7 @@ func TestActionsMidRestart(t *testing.T) {
 func TestStopOfARunStartedElsewhereDuringRestartDelay(t *testing.T) {
 	s, c, ref := testServer(t)
 	events := collectEvents(s)
-	cmd := []string{"sh", "-c", "if [ -e /ran ]; then exec sleep 1000; fi; touch /ran; sleep 1; exit 1"}
+	cmd := []string{"sh", "-c", "if [ -e /ran ]; then exec sleep 1000; fi; touch /ran; sleep 5; exit 1"}
 	if code, out := call(t, c, "POST", "/containers/create?name=elsewhere", map[string]any{"Image": ref, "Cmd": cmd,
 		"HostConfig": map[string]any{"RestartPolicy": map[string]any{"Name": "always"}}}); code != 201 {
 		t.Fatalf("create: %d %s", code, out)
@@ -152,7 +153,7 @@ func TestStopOfARunStartedElsewhereDuringRestartDelay(t *testing.T) {
 		t.Fatalf("start: %d %s", code, out)
 	}
 	// Nine restarts so far (the start counts from 0): the next waits
-	// 51.2 s. Written while the first run sleeps its second.
+	// 51.2 s. Written while the first run sleeps.
 	if err := dockercompat.SetRestartCount(sb.Info().StateDir, 9); err != nil {
 		t.Fatal(err)
 	}

@@ -74,7 +74,8 @@ type Server struct {
 
 	// testHookRestart, when set (by tests), runs in restartAfter at each
 	// stage of a restart that has begun: "starting" just before the start,
-	// "started" once the main command runs, before its watch is there.
+	// "started" once the main command runs and its start event is out,
+	// before its watch is there.
 	testHookRestart atomic.Pointer[func(id, stage string, cancel <-chan struct{})]
 }
 
