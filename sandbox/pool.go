@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/slopbox/slopbox/internal/atomicfile"
+	"github.com/slopbox/slopbox/internal/userns"
 	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
 
@@ -59,6 +60,13 @@ type pool struct {
 	off     bool
 	entries map[string][]*poolEntry // by template key: ready or starting, oldest first
 	reaped  bool                    // stale entries of dead processes removed
+
+	// reserving (root) is closed once Prewarm's reservation is made or
+	// has failed; reserved is that reservation: the directory, id slice
+	// and running spawn server of the next sandbox, which has no PID 1
+	// yet (its template is not known when Prewarm runs).
+	reserving chan struct{}
+	reserved  *poolEntry
 }
 
 // poolEntry is a prestarted sandbox.
@@ -150,10 +158,41 @@ func (p *pool) drain(b *Backend) {
 }
 
 // prestartEntry starts an unclaimed sandbox from t in a new directory under
-// .pool.
+// .pool: Prewarm's reservation when there is one.
 func (b *Backend) prestartEntry(ctx context.Context, srv *spawner, bins binaries, t template) (*poolEntry, error) {
+	e := b.takeReserved()
+	if e == nil {
+		var err error
+		if e, err = b.newEntry(bins); err != nil {
+			return nil, err
+		}
+	}
+	if e.srv != nil {
+		srv = e.srv // root: the sandbox's own
+	} else {
+		e.srv = srv
+	}
+	var err error
+	e.pid, err = b.prestart(ctx, srv, bins, t, e.id, e.dir, func() { b.removeEntryDir(e) })
+	if err != nil && ctx.Err() != nil {
+		return nil, err // the directory goes once the server has answered
+	}
+	if err != nil {
+		if e.pid > 0 {
+			b.discardEntry(srv, e)
+		} else {
+			b.removeEntryDir(e)
+		}
+		return nil, err
+	}
+	return e, nil
+}
+
+// newEntry makes a new directory under .pool for a sandbox, and as root
+// its id slice and spawn server (not started yet).
+func (b *Backend) newEntry(bins binaries) (*poolEntry, error) {
 	b.reapPool()
-	e := &poolEntry{id: newID(), srv: srv}
+	e := &poolEntry{id: newID()}
 	e.dir = filepath.Join(b.state.dir, poolDir, e.id)
 	if err := os.MkdirAll(filepath.Dir(e.dir), 0o711); err != nil {
 		return nil, err
@@ -176,33 +215,89 @@ func (b *Backend) prestartEntry(ctx context.Context, srv *spawner, bins binaries
 		os.RemoveAll(tmp)
 		return nil, err
 	}
-	if err == nil {
-		err = b.chownToNamespaceRoot(e.dir)
-	}
+	err = b.chownToNamespaceRoot(e.dir)
 	if err == nil && b.slices != nil {
 		// As root each sandbox has host ids and a spawn server of its
 		// own, from now until its directory is removed.
 		var k int
 		if k, err = b.slices.alloc(b.state.dir, e.id); err == nil {
 			e.srv = b.sliceSpawner(bins.server, k)
-			srv = e.srv
-		}
-	}
-	if err == nil {
-		e.pid, err = b.prestart(ctx, srv, bins, t, e.id, e.dir, func() { b.removeEntryDir(e) })
-		if err != nil && ctx.Err() != nil {
-			return nil, err // the directory goes once the server has answered
 		}
 	}
 	if err != nil {
-		if e.pid > 0 {
-			b.discardEntry(srv, e)
-		} else {
-			b.removeEntryDir(e)
-		}
+		b.removeEntryDir(e)
 		return nil, err
 	}
 	return e, nil
+}
+
+// reserve (root; Prewarm) makes the next sandbox's directory, id slice
+// and spawn server in the background, so that a spawn that follows finds
+// its server running: as root each sandbox has a server of its own, and
+// its start (a user namespace, a Go runtime) otherwise comes after the
+// caller has read the image and flags. Close removes a reservation no
+// spawn took; a killed process's is reaped as any pool entry.
+func (b *Backend) reserve() {
+	done := make(chan struct{})
+	b.pool.mu.Lock()
+	if b.pool.reserving != nil || b.pool.reserved != nil {
+		b.pool.mu.Unlock()
+		return
+	}
+	b.pool.reserving = done
+	b.pool.mu.Unlock()
+	b.warming.Add(1)
+	go func() {
+		defer b.warming.Done()
+		e := b.makeReservation()
+		b.pool.mu.Lock()
+		if e != nil && b.pool.reserved != nil {
+			b.pool.mu.Unlock()
+			b.removeEntryDir(e) // not reached: one reservation at a time
+			b.pool.mu.Lock()
+		} else if e != nil {
+			b.pool.reserved = e
+		}
+		if b.pool.reserving == done {
+			b.pool.reserving = nil // made, or failed: a later Prewarm may try again
+		}
+		b.pool.mu.Unlock()
+		close(done)
+	}()
+}
+
+// makeReservation makes a new pool entry and starts its spawn server, or
+// returns nil (the spawn that follows reports what fails).
+func (b *Backend) makeReservation() *poolEntry {
+	bins, err := b.binaries()
+	if err != nil {
+		return nil
+	}
+	e, err := b.newEntry(bins)
+	if err != nil {
+		return nil
+	}
+	if _, err := e.srv.server(userns.Mapping{}); err != nil {
+		b.removeEntryDir(e)
+		return nil
+	}
+	return e
+}
+
+// takeReserved returns Prewarm's reservation, waiting for one being made,
+// or nil when there is none.
+func (b *Backend) takeReserved() *poolEntry {
+	b.pool.mu.Lock()
+	ch := b.pool.reserving
+	b.pool.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+	b.pool.mu.Lock()
+	defer b.pool.mu.Unlock()
+	e := b.pool.reserved
+	b.pool.reserved = nil
+	return e
 }
 
 // discardEntry stops an unclaimed sandbox and removes its directory.
@@ -277,6 +372,13 @@ func (b *Backend) reapStalePool() error {
 		}
 		if err := b.removeDir(claimed); err != nil {
 			errs = append(errs, err)
+		} else if b.slices != nil {
+			// Its id slice with it (as root every entry has one, a
+			// killed caller's reservation too), rather than at the next
+			// prune or when the slices run out.
+			if err := b.slices.releaseID(b.state.dir, id); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -447,3 +447,86 @@ func TestReaperSparesAdoptedSandbox(t *testing.T) {
 		t.Errorf("pool entries left: %v", ents)
 	}
 }
+
+// As root each sandbox has a spawn server of its own: Prewarm reserves the
+// next sandbox's directory under .pool, its id slice and that server,
+// running, before the caller knows what it will spawn. The spawn takes the
+// reservation (its id is the sandbox's) and Close removes one no spawn
+// took, with its slice and its server. Rootless, one server serves every
+// sandbox and Prewarm starts it: nothing is reserved.
+func TestPrewarmReservesAsRoot(t *testing.T) {
+	b, ref := testBackend(t)
+	b.KeepReady(false)
+	reservation := func() *poolEntry {
+		t.Helper()
+		b.Prewarm()
+		b.warming.Wait()
+		b.pool.mu.Lock()
+		defer b.pool.mu.Unlock()
+		return b.pool.reserved
+	}
+	e := reservation()
+	if b.slices == nil {
+		if e != nil {
+			t.Fatalf("rootless: a reservation %s", e.id)
+		}
+		return
+	}
+	if e == nil {
+		t.Fatal("as root: no reservation")
+	}
+	held := func(e *poolEntry) (dir, slice, server bool) {
+		_, err := os.Stat(e.dir)
+		h, herr := readHolder(filepath.Join(b.slices.dir, strconv.Itoa(e.srv.slice)))
+		e.srv.mu.Lock()
+		defer e.srv.mu.Unlock()
+		alive := e.srv.srv != nil && e.srv.srv.cmd.Process.Signal(syscall.Signal(0)) == nil
+		return err == nil, herr == nil && h == holder{root: b.state.dir, id: e.id}, alive
+	}
+	if dir, slice, server := held(e); !dir || !slice || !server {
+		t.Fatalf("reservation %s: directory %v, slice %v, server running %v", e.id, dir, slice, server)
+	}
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref})
+	if sb.ID() != e.id {
+		t.Errorf("the spawn is %s, not the reservation %s", sb.ID(), e.id)
+	}
+	if out, err := sb.Exec(context.Background(), backend.ExecRequest{Argv: []string{"id", "-u"}}); err != nil {
+		t.Errorf("exec in the reserved sandbox: %v", err)
+	} else if strings.TrimSpace(string(out.Stdout)) != "0" {
+		t.Errorf("exec in the reserved sandbox: id -u %q", out.Stdout)
+	}
+
+	// One no spawn takes goes with Close.
+	e = reservation()
+	if e == nil {
+		t.Fatal("no second reservation")
+	}
+	srv := e.srv.srv
+	b.Close()
+	if dir, slice, _ := held(e); dir || slice {
+		t.Errorf("after Close: directory %v, slice %v", dir, slice)
+	}
+	fixtures.Eventually(t, "the reservation's server gone with Close", func() (bool, string) {
+		return srv.cmd.Process.Signal(syscall.Signal(0)) != nil, fmt.Sprintf("server %d still runs", srv.cmd.Process.Pid)
+	})
+	if ents, _ := os.ReadDir(filepath.Join(b.state.dir, poolDir)); len(ents) != 0 {
+		t.Errorf("after Close: %d pool directories", len(ents))
+	}
+
+	// A killed caller's reservation (its owner gone) is reaped with its
+	// slice, without waiting for a prune.
+	e = reservation()
+	if e == nil || b.takeReserved() != e {
+		t.Fatal("no third reservation")
+	}
+	e.srv.close() // its server exits with its caller
+	if err := os.WriteFile(filepath.Join(e.dir, "owner"), []byte("999999999 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.reapStalePool(); err != nil {
+		t.Fatal(err)
+	}
+	if dir, slice, _ := held(e); dir || slice {
+		t.Errorf("a dead owner's reservation after the reaper: directory %v, slice %v", dir, slice)
+	}
+}

@@ -87,6 +87,9 @@ func (b *Backend) spawnerFor(program string) *spawner {
 // starts new helpers if it is used again.
 func (b *Backend) Close() {
 	b.warming.Wait() // a server Prewarm starts is stopped below, not left behind
+	if e := b.takeReserved(); e != nil {
+		b.removeEntryDir(e) // its slice and its server too
+	}
 	b.pool.drain(b)
 	b.mu.Lock()
 	defer b.mu.Unlock()

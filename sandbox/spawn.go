@@ -467,14 +467,20 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 // calls it first thing, and the helper's start overlaps its reading of the
 // image and the flags. A failed start is reported by that spawn, which
 // tries again. Root-run sandboxes each start a server of their own (their
-// id slice's): there it only readies this process's encoder of spawn
-// requests (spawnd.WarmCodec). Call UseSpawnHelper, if at all, before it.
+// id slice's): there it reserves the next sandbox's directory and slice
+// and starts that server (reserve). It also readies this process's encoder
+// of spawn requests (spawnd.WarmCodec). Call UseSpawnHelper, if at all,
+// before it.
 func (b *Backend) Prewarm() {
 	go func() {
 		spawnd.WarmCodec()
 		json.Marshal(record{}) // the state records' too
 	}()
-	if b.slices != nil || userns.Inside() {
+	if userns.Inside() {
+		return
+	}
+	if b.slices != nil {
+		b.reserve()
 		return
 	}
 	b.warming.Add(1)

@@ -65,7 +65,8 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b.Prewarm() // the spawn helper starts while the image and flags are read
+			b.Prewarm()     // the spawn helper starts while the image and flags are read
+			defer b.Close() // as root, a reservation no spawn took (a bad image, flag, …)
 			img, err := ensureImage(ctx, b, args[0])
 			if err != nil {
 				return err

@@ -167,15 +167,18 @@ func TestSIGKILLAnywhereThenPruneLeavesNothing(t *testing.T) {
 	}
 	// At least one kill lands on a sandbox half made, however slow the
 	// host (the fixed delays above can all come too early under load): a
-	// run killed once its state directory has appeared.
+	// run killed once its state directory has appeared under c/, which
+	// happens once its PID 1 runs, before the claim (as root, the
+	// directory under c/.pool comes earlier: Prewarm's reservation).
 	before := e.sandboxDirs()
 	late := exec.Command(e.bin, "--root", e.root, "run", "-d", "--name", "late", "--memory", "64m", e.ref, "sleep", "1000")
 	if err := late.Start(); err != nil {
 		t.Fatal(err)
 	}
 	fixtures.Eventually(t, "a new sandbox's state directory", func() (bool, string) {
-		for id := range e.sandboxDirs() {
-			if !before[id] {
+		ents, _ := os.ReadDir(filepath.Join(e.root, "c"))
+		for _, ent := range ents {
+			if ent.IsDir() && !strings.HasPrefix(ent.Name(), ".") && !before[ent.Name()] {
 				return true, ""
 			}
 		}
