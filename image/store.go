@@ -187,6 +187,10 @@ func (s *Store) blobPath(h v1.Hash) string {
 // LayerDir is where the layer with diffID d is extracted.
 func (s *Store) LayerDir(d v1.Hash) string { return s.path("layers", d.Algorithm, d.Hex) }
 
+// LayersRoot is the directory the store's own layers are extracted under
+// (LayerDir's <root>/layers/<algorithm>/<hex>).
+func (s *Store) LayersRoot() string { return s.path("layers") }
+
 // tempDir makes a staging directory named after this process so that a
 // later garbage collection can tell abandoned ones from live ones.
 func (s *Store) tempDir(kind string) (string, error) {

@@ -281,6 +281,13 @@ func (b *Backend) makeReservation() *poolEntry {
 		b.removeEntryDir(e)
 		return nil
 	}
+	// The idmapped clones its prestart passes the server (a user
+	// namespace made for them, two open_tree calls): made now, off the
+	// spawn's path. Should this fail, the prestart tries and says why.
+	layers := b.store.LayersRoot()
+	if clones, err := b.sliceClones(*e.srv.mapping, e.dir, layers); err == nil {
+		e.srv.keepClones(clones, layers)
+	}
 	return e
 }
 

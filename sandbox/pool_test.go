@@ -486,9 +486,21 @@ func TestPrewarmReservesAsRoot(t *testing.T) {
 	if dir, slice, server := held(e); !dir || !slice || !server {
 		t.Fatalf("reservation %s: directory %v, slice %v, server running %v", e.id, dir, slice, server)
 	}
+	clones := func(e *poolEntry) (int, string) {
+		e.srv.mu.Lock()
+		defer e.srv.mu.Unlock()
+		return len(e.srv.clones), e.srv.clonesFor
+	}
+	// Its idmapped clones (the directory and the layers'), made ahead.
+	if n, layers := clones(e); n != 2 || layers != b.store.LayersRoot() {
+		t.Errorf("reservation's idmapped clones: %d of %q, want 2 of %q", n, layers, b.store.LayersRoot())
+	}
 	sb := spawnT(t, b, backend.SpawnSpec{Image: ref})
 	if sb.ID() != e.id {
 		t.Errorf("the spawn is %s, not the reservation %s", sb.ID(), e.id)
+	}
+	if n, _ := clones(e); n != 0 {
+		t.Errorf("the spawn left the reservation's %d clones untaken", n)
 	}
 	if out, err := sb.Exec(context.Background(), backend.ExecRequest{Argv: []string{"id", "-u"}}); err != nil {
 		t.Errorf("exec in the reserved sandbox: %v", err)
@@ -503,6 +515,9 @@ func TestPrewarmReservesAsRoot(t *testing.T) {
 	}
 	srv := e.srv.srv
 	b.Close()
+	if n, _ := clones(e); n != 0 {
+		t.Errorf("Close left the reservation's %d clones open", n)
+	}
 	if dir, slice, _ := held(e); dir || slice {
 		t.Errorf("after Close: directory %v, slice %v", dir, slice)
 	}

@@ -672,8 +672,10 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 		// directories and the blobs stay the store's ids, which the
 		// slice's root cannot pass; and the layers, which every sandbox
 		// shares, are read-only.
-		if clones, err = b.sliceClones(*srv.mapping, dir, req.LayersRoot); err != nil {
-			return 0, err
+		if clones = srv.takeClones(req.LayersRoot); clones == nil {
+			if clones, err = b.sliceClones(*srv.mapping, dir, req.LayersRoot); err != nil {
+				return 0, err
+			}
 		}
 		for _, f := range clones {
 			fds = append(fds, int(f.Fd()))

@@ -34,6 +34,35 @@ type spawner struct {
 
 	mu  sync.Mutex
 	srv *serverConn // nil until started, and after the server died
+	// clones (a root-run sandbox's server) are the idmapped clones of its
+	// directory and of the layers' directory clonesFor, made ahead
+	// (reserve); the prestart takes them.
+	clones    []*os.File
+	clonesFor string
+}
+
+// keepClones keeps the idmapped clones made ahead for the layers'
+// directory layersRoot.
+func (s *spawner) keepClones(clones []*os.File, layersRoot string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clones, s.clonesFor = clones, layersRoot
+}
+
+// takeClones returns the clones made ahead when they are of layersRoot,
+// else nil (and closes them).
+func (s *spawner) takeClones(layersRoot string) []*os.File {
+	s.mu.Lock()
+	clones, ok := s.clones, s.clonesFor == layersRoot
+	s.clones = nil
+	s.mu.Unlock()
+	if !ok {
+		for _, f := range clones {
+			f.Close()
+		}
+		return nil
+	}
+	return clones
 }
 
 // serverConn is one running server.
@@ -109,6 +138,7 @@ func (s *spawner) drop(sc *serverConn) {
 
 // close stops the server; sandboxes it started and claimed keep running.
 func (s *spawner) close() {
+	s.takeClones("\x00") // closed, if not taken
 	s.mu.Lock()
 	sc := s.srv
 	s.srv = nil
