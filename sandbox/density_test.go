@@ -84,12 +84,11 @@ func TestManySandboxesPSS(t *testing.T) {
 	if at1000 > maxKiB {
 		t.Errorf("%d KiB PSS per idle sandbox at 1,000 (%d KiB private each, %d KiB shared), more than %d KiB", at1000, private/n, shared, maxKiB)
 	}
+	// Reported, not asserted: a latency is the machine's load as much as
+	// this code's (a run beside two CPU burners took 8 ms against 1 ms
+	// alone). make bench measures it (the exec rows among 1,000 idle).
 	crowded := execMedian(t, sbs[n/2])
 	t.Logf("exec of true, median: %v alone, %v with %d idle", alone, crowded, n)
-	// The median, not a tail: the machine's other load is not this test's.
-	if crowded > 2*alone+2*time.Millisecond {
-		t.Errorf("exec with %d idle sandboxes took %v, alone %v", n, crowded, alone)
-	}
 }
 
 func execMedian(t *testing.T, sb *Sandbox) time.Duration {

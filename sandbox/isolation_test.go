@@ -42,8 +42,8 @@ func TestHostProcessesInvisible(t *testing.T) {
 		t.Errorf("a host process is visible:\n%s", res.Stdout)
 	}
 	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
-	if len(lines) > 4 || !strings.Contains(lines[1], "1 ") {
-		t.Errorf("expected only the init and the command in a new pid namespace:\n%s", res.Stdout)
+	if len(lines) < 2 || len(lines) > 4 || !strings.Contains(lines[1], "1 ") {
+		t.Errorf("expected only the init and the command in a new pid namespace (exit %d):\n%s\nstderr:\n%s", res.ExitCode, res.Stdout, res.Stderr)
 	}
 }
 

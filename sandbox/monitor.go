@@ -498,6 +498,35 @@ func killRecorded(dir, file, what string) error {
 	if _, err := fmt.Sscan(string(b), &pid, &start); err != nil || pid <= 1 || pid == os.Getpid() {
 		return nil
 	}
+	// Through a pidfd, opened before the process is checked, when there
+	// is one: its wait ends once every thread has exited and so the
+	// process's files are closed (a forwarder's listening sockets, the
+	// host ports). The leader shows as a zombie in /proc as soon as its
+	// own thread is done, while the others may still hold them.
+	if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+		defer unix.Close(fd)
+		if st, _, ok := procStart(pid); !ok || st != start {
+			return nil
+		}
+		// To a leader that is a zombie too: its other threads get it.
+		if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("kill %s (pid %d) of %s: %w", what, pid, filepath.Base(dir), err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return fmt.Errorf("%s (pid %d) of %s did not exit after SIGKILL", what, pid, filepath.Base(dir))
+			}
+			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(left.Milliseconds())+1)
+			switch {
+			case n > 0:
+				return nil
+			case err != nil && !errors.Is(err, unix.EINTR):
+				return fmt.Errorf("wait for %s (pid %d) of %s: %w", what, pid, filepath.Base(dir), err)
+			}
+		}
+	}
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		st, zombie, ok := procStart(pid)
 		if !ok || zombie || st != start {
