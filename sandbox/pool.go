@@ -174,7 +174,7 @@ func (b *Backend) prestartEntry(ctx context.Context, srv *spawner, bins binaries
 	}
 	var err error
 	e.pid, err = b.prestart(ctx, srv, bins, t, e.id, e.dir, func() { b.removeEntryDir(e) })
-	if err != nil && ctx.Err() != nil {
+	if _, ok := errors.AsType[*abandonedError](err); ok {
 		return nil, err // the directory goes once the server has answered
 	}
 	if err != nil {

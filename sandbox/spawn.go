@@ -713,9 +713,19 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 				abandoned()
 			}
 		}()
-		return 0, fmt.Errorf("%w (the sandbox being started is discarded)", ctx.Err())
+		return 0, &abandonedError{ctx.Err()}
 	}
 }
+
+// abandonedError is prestart's error when its caller gave up (ctx) before
+// the server answered: the answer is handled in the background, which
+// discards the sandbox and runs abandoned.
+type abandonedError struct{ err error }
+
+func (e *abandonedError) Error() string {
+	return e.err.Error() + " (the sandbox being started is discarded)"
+}
+func (e *abandonedError) Unwrap() error { return e.err }
 
 // claim gives prestarted PID 1 pid the sandbox's mounts and hostname, lets
 // it serve, and records it with its limits applied.

@@ -380,7 +380,11 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		if verb == "restart" {
 			// A start by hand: a pending restart is dropped (one under
 			// way is over first) and restarts count from 0, as /start's.
-			s.startedByAPI(sb.Info())
+			if s.startedByAPI(sb.Info()) {
+				if cur, err := s.b.Open(sb.ID()); err == nil {
+					sb = cur
+				}
+			}
 			base := sb.Info().FinishedAt
 			if cur, err := s.b.Open(sb.ID()); err == nil {
 				base = cur.Info().FinishedAt
@@ -413,27 +417,30 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			return
 		}
 		watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
-		// The kill event goes out before the signal, so that it always
-		// comes before the die the signal causes (dockerd holds the
-		// container's lock over both; its exit handler waits for it).
-		kill := func() { s.emitContainer("kill", sb.Info(), map[string]string{"signal": strconv.Itoa(int(sig))}) }
 		if sig == syscall.SIGKILL || sig == syscall.SIGTERM {
 			// A fatal signal (SIGKILL, or the stop signal) stops it by
 			// hand; another (SIGHUP, SIGUSR1, …) leaves its restart
 			// policy in place, as docker kill's documentation says.
-			if p := s.stopByHand(sb.ID()); watch == nil && s.restartBegun(p) {
-				kill()
-				kill = func() {}
-				if s.settleRestart(sb.ID(), p) {
-					// Its restart policy was starting it, and has
-					// stopped that run on seeing the kill: its die is
-					// out, and nothing is left to signal.
-					w.WriteHeader(http.StatusNoContent)
-					return
+			p := s.stopByHand(sb.ID())
+			if watch == nil && s.settleRestart(sb.ID(), p) {
+				// Its restart policy was starting it, and has stopped
+				// that run on seeing the kill (its start and die are
+				// out): nothing is left to signal, and no kill event,
+				// as dockerd's kill of a restarting container.
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+			if s.restartBegun(p) {
+				// Its restart's start failed: what runs is read again.
+				if cur, err := s.b.Open(sb.ID()); err == nil {
+					sb = cur
 				}
 			}
 		}
-		kill()
+		// The kill event goes out before the signal, so that it always
+		// comes before the die the signal causes (dockerd holds the
+		// container's lock over both; its exit handler waits for it).
+		s.emitContainer("kill", sb.Info(), map[string]string{"signal": strconv.Itoa(int(sig))})
 		if err := sb.Signal(sig); err != nil {
 			fail(w, err)
 			return
@@ -578,9 +585,10 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 		writeError(w, http.StatusConflict, restartingConflict(sb.ID()))
 		return
 	}
-	if s.settleRestart(sb.ID(), s.cancelRestart(sb.ID())) {
+	if p := s.cancelRestart(sb.ID()); s.restartBegun(p) {
 		// A run its restart policy had begun is over (start, die) before
-		// the removal and its destroy.
+		// the removal and its destroy; what is left is read again.
+		s.settleRestart(sb.ID(), p)
 		if cur, err := s.b.Open(sb.ID()); err == nil {
 			sb = cur
 		}

@@ -71,8 +71,9 @@ func (s *Server) settleRestart(id string, p *pendingRestart) bool {
 }
 
 // settleWait bounds each wait of settleRestart: a restart's start (its
-// PID 1 and monitor) and its stop on a loaded machine.
-const settleWait = time.Minute
+// PID 1 and monitor) and its stop on a loaded machine, within a client's
+// patience (docker-py's default timeout is 60 s).
+const settleWait = 25 * time.Second
 
 // planRestart decides, as the main command of container i exits with
 // code, whether its policy restarts it, and marks it restarting: the
@@ -240,14 +241,17 @@ func (s *Server) restartStage(id, stage string, cancel <-chan struct{}) {
 
 // startedByAPI is a start by hand: as dockerd's, it drops a pending
 // restart and counts restarts from 0 again. It reports whether that
-// restart had begun starting the container (settleRestart): then that run
-// is over, and the caller reads the container again.
+// restart had begun starting the container: then it is over (its run, if
+// it started one, stopped: settleRestart), and the caller reads the
+// container again.
 func (s *Server) startedByAPI(i sandbox.Info) bool {
-	settled := s.settleRestart(i.ID, s.cancelRestart(i.ID))
+	p := s.cancelRestart(i.ID)
+	begun := s.restartBegun(p)
+	s.settleRestart(i.ID, p)
 	if dockercompat.RestartCount(i.StateDir) != 0 {
 		dockercompat.SetRestartCount(i.StateDir, 0)
 	}
-	return settled
+	return begun
 }
 
 // dropRestart ends container id's restart whose cancel channel is c.

@@ -51,7 +51,7 @@ func TestActionsMidRestart(t *testing.T) {
 	}{
 		{"stop", "started", "/stop?t=0", 204, []string{"start", "die", "start", "die", "stop"}, false},
 		{"stop", "starting", "/stop?t=0", 204, []string{"start", "die", "start", "die"}, false},
-		{"kill", "started", "/kill", 204, []string{"start", "die", "start", "kill", "die"}, false},
+		{"kill", "started", "/kill", 204, []string{"start", "die", "start", "die"}, false},
 		{"rm", "started", "?force=1", 204, []string{"start", "die", "start", "die", "destroy"}, false},
 		{"rm", "starting", "?force=1", 204, []string{"start", "die", "start", "die", "destroy"}, false},
 		{"start", "starting", "/start", 204, []string{"start", "die", "start", "die", "start"}, true},
