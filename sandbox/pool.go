@@ -250,17 +250,10 @@ func (b *Backend) reserve() {
 	go func() {
 		defer b.warming.Done()
 		e := b.makeReservation()
+		// One reservation at a time: none is set while this one is made.
 		b.pool.mu.Lock()
-		if e != nil && b.pool.reserved != nil {
-			b.pool.mu.Unlock()
-			b.removeEntryDir(e) // not reached: one reservation at a time
-			b.pool.mu.Lock()
-		} else if e != nil {
-			b.pool.reserved = e
-		}
-		if b.pool.reserving == done {
-			b.pool.reserving = nil // made, or failed: a later Prewarm may try again
-		}
+		b.pool.reserved = e
+		b.pool.reserving = nil // made, or failed: a later Prewarm may try again
 		b.pool.mu.Unlock()
 		close(done)
 	}()

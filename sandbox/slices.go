@@ -453,9 +453,7 @@ func (b *Backend) sliceClones(m userns.Mapping, dir, layers string) ([]*os.File,
 	for i, p := range []string{dir, layers} {
 		f, err := idmappedTree(p, nsfd, i == 1)
 		if err != nil {
-			for _, f := range out {
-				f.Close()
-			}
+			closeAll(out)
 			return nil, err
 		}
 		out = append(out, f)

@@ -56,13 +56,17 @@ func (s *spawner) takeClones(layersRoot string) []*os.File {
 	clones, ok := s.clones, s.clonesFor == layersRoot
 	s.clones = nil
 	s.mu.Unlock()
-	if !ok {
-		for _, f := range clones {
-			f.Close()
-		}
-		return nil
+	if ok {
+		return clones
 	}
-	return clones
+	closeAll(clones)
+	return nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }
 
 // serverConn is one running server.
@@ -138,11 +142,11 @@ func (s *spawner) drop(sc *serverConn) {
 
 // close stops the server; sandboxes it started and claimed keep running.
 func (s *spawner) close() {
-	s.takeClones("\x00") // closed, if not taken
 	s.mu.Lock()
-	sc := s.srv
-	s.srv = nil
+	sc, clones := s.srv, s.clones // clones made ahead and not taken
+	s.srv, s.clones = nil, nil
 	s.mu.Unlock()
+	closeAll(clones)
 	if sc != nil {
 		sc.stop()
 	}
