@@ -326,7 +326,12 @@ func (s *Sandbox) awaitExitRecord() {
 	if _, ok := readExit(s.dir); ok || !alive && pid == 0 {
 		return // recorded, or no main command ran under a monitor
 	}
-	b, err := json.Marshal(exitRecord{ExitCode: backend.ExitSignalBase + int(syscall.SIGKILL), FinishedAt: time.Now().UTC()})
+	s.writeExit(backend.ExitSignalBase + int(syscall.SIGKILL))
+}
+
+// writeExit records code as the main command's exit, now.
+func (s *Sandbox) writeExit(code int) {
+	b, err := json.Marshal(exitRecord{ExitCode: code, FinishedAt: time.Now().UTC()})
 	if err == nil {
 		atomicfile.WriteVolatile(filepath.Join(s.dir, exitFile), bytes.NewReader(append(b, '\n')), 0o600)
 	}

@@ -221,7 +221,7 @@ func (b *Backend) newEntry(bins binaries) (*poolEntry, error) {
 		// own, from now until its directory is removed.
 		var k int
 		if k, err = b.slices.alloc(b.state.dir, e.id); err == nil {
-			e.srv = b.sliceSpawner(bins.server, k)
+			e.srv = b.sliceSpawner(bins.server, k, e.id)
 		}
 	}
 	if err != nil {
@@ -306,14 +306,20 @@ func (b *Backend) discardEntry(srv *spawner, e *poolEntry) {
 	b.removeEntryDir(e)
 }
 
-// removeEntryDir removes an unclaimed sandbox's directory, then frees its
-// id slice and stops its own spawn server (root).
+// removeEntryDir removes an unclaimed sandbox's directory, then stops its
+// own spawn server and, once that has exited, frees its id slice (root).
 func (b *Backend) removeEntryDir(e *poolEntry) {
-	if b.removeDir(e.dir) != nil || e.srv == nil || e.srv.mapping == nil {
+	slice := e.srv != nil && e.srv.mapping != nil
+	// A server that has not gone keeps its directory, and so its slice
+	// (freed, the slice's ids could be a new sandbox's while it runs):
+	// the reaper stops it once this process has exited.
+	if slice && !e.srv.closeWait(5*time.Second) {
+		return
+	}
+	if b.removeDir(e.dir) != nil || !slice {
 		return // a slice stays held while the directory exists
 	}
 	b.slices.release(b.state.dir, e.id, e.srv.slice)
-	e.srv.close()
 }
 
 // reapPool removes pool directories whose owning process is gone (their
@@ -366,9 +372,11 @@ func (b *Backend) reapStalePool() error {
 			continue
 		}
 		// Its PID 1 exits with its server, but a libcontainer init that
-		// never became PID 1 does not.
+		// never became PID 1 does not. What did not die keeps the entry
+		// (and its slice) for a later reaper.
 		if err := killStragglers(id, claimed); err != nil {
 			errs = append(errs, err)
+			continue
 		}
 		if err := b.removeDir(claimed); err != nil {
 			errs = append(errs, err)

@@ -521,20 +521,29 @@ func TestPrewarmReservesAsRoot(t *testing.T) {
 	if dir, slice, _ := held(e); dir || slice {
 		t.Errorf("after Close: directory %v, slice %v", dir, slice)
 	}
-	fixtures.Eventually(t, "the reservation's server gone with Close", func() (bool, string) {
-		return srv.cmd.Process.Signal(syscall.Signal(0)) != nil, fmt.Sprintf("server %d still runs", srv.cmd.Process.Pid)
-	})
+	// Gone (exited and reaped) before its slice was freed, not some time
+	// after.
+	select {
+	case <-srv.exited:
+	default:
+		t.Errorf("Close freed the slice before the reservation's server %d had exited", srv.cmd.Process.Pid)
+	}
 	if ents, _ := os.ReadDir(filepath.Join(b.state.dir, poolDir)); len(ents) != 0 {
 		t.Errorf("after Close: %d pool directories", len(ents))
 	}
 
 	// A killed caller's reservation (its owner gone) is reaped with its
 	// slice, without waiting for a prune.
+	// Its server outlives its caller (as a spawn server does once its
+	// user namespace is set up): the reaper stops it before it frees the
+	// slice, or a late prestart of the server could run as ids another
+	// sandbox is given.
 	e = reservation()
 	if e == nil || b.takeReserved() != e {
 		t.Fatal("no third reservation")
 	}
-	e.srv.close() // its server exits with its caller
+	srv = e.srv.srv
+	t.Cleanup(func() { e.srv.close() })
 	if err := os.WriteFile(filepath.Join(e.dir, "owner"), []byte("999999999 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -544,4 +553,13 @@ func TestPrewarmReservesAsRoot(t *testing.T) {
 	if dir, slice, _ := held(e); dir || slice {
 		t.Errorf("a dead owner's reservation after the reaper: directory %v, slice %v", dir, slice)
 	}
+	if serverRuns(srv.cmd.Process.Pid) {
+		t.Errorf("the reaper freed the slice of a dead owner's reservation while its server %d ran", srv.cmd.Process.Pid)
+	}
+}
+
+// serverRuns reports whether process pid runs (exited: a zombie or gone).
+func serverRuns(pid int) bool {
+	_, zombie, ok := procStart(pid)
+	return ok && !zombie
 }

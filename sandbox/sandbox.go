@@ -93,8 +93,9 @@ func (b *Backend) Close() {
 	b.pool.drain(b)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, s := range b.spawners {
+	for program, s := range b.spawners {
 		s.close()
+		delete(b.spawners, program) // a closed one starts no server again
 	}
 }
 
@@ -136,12 +137,12 @@ func New(root string, opts ...image.Option) (*Backend, error) {
 }
 
 // sliceSpawner (root) returns a spawn server of its own for the sandbox
-// holding slice k: root of a user namespace that maps the slice and is
+// id, which holds slice k: root of a user namespace that maps the slice and is
 // owned by its first id. It serves that one sandbox; the caller closes it
 // once the sandbox is claimed or discarded.
-func (b *Backend) sliceSpawner(program string, k int) *spawner {
+func (b *Backend) sliceSpawner(program string, k int, id string) *spawner {
 	m := b.slices.mapping(k)
-	return &spawner{program: program, mapping: &m, slice: k}
+	return &spawner{program: program, mapping: &m, slice: k, marker: spawnServerMarker + id}
 }
 
 // Name returns "sandbox".
@@ -371,15 +372,19 @@ func (b *Backend) destroy(rec *record) error {
 	if err := killMonitor(b.state.sandboxDir(rec.ID)); err != nil {
 		errs = append(errs, err)
 	}
+	var killErr error
 	if rec.Pid > 0 {
-		if err := rec.killInit(5 * time.Second); err != nil {
-			errs = append(errs, err)
-		}
-	} else if err := killStragglers(rec.ID, b.state.sandboxDir(rec.ID)); err != nil {
-		errs = append(errs, err)
+		killErr = rec.killInit(5 * time.Second)
+	} else {
+		killErr = killStragglers(rec.ID, b.state.sandboxDir(rec.ID))
 	}
 	if err := killHelpers(rec, b.state.sandboxDir(rec.ID)); err != nil {
 		errs = append(errs, err)
+	}
+	if killErr != nil {
+		// What still runs keeps its state, and its id slice: the error
+		// says so, and rm -f or prune tries again.
+		return errors.Join(append(errs, killErr)...)
 	}
 	if len(rec.Cgroups) == 0 && (rec.Broken != "" || rec.Limits.MemoryBytes > 0 || rec.Limits.CPUs > 0 || rec.Limits.Pids > 0) {
 		// The state lost its cgroup paths (broken), or never got them (a
@@ -883,7 +888,25 @@ func (s *Sandbox) StartAttached(ctx context.Context, a AttachedStart) error {
 	if len(s.rec.Command) == 0 {
 		return nil
 	}
-	return s.runDetached(ctx, backend.ExecRequest{Argv: s.rec.Command}, s.rec.Detach, a)
+	err := s.runDetached(ctx, backend.ExecRequest{Argv: s.rec.Command}, s.rec.Detach, a)
+	if err != nil {
+		// Stopped again, as it was (docker's start of a command that
+		// cannot run leaves the container exited, with 127 or 126): the
+		// PID 1 this start made, its network helper and ports do not
+		// outlive it, and its exit says why (125: slopbox's own failure).
+		if kerr := s.rec.killInit(5 * time.Second); kerr != nil {
+			err = errors.Join(err, kerr)
+		}
+		if kerr := killHelpers(s.rec, s.dir); kerr != nil {
+			err = errors.Join(err, kerr)
+		}
+		code := 125
+		if se := (*StartError)(nil); errors.As(err, &se) {
+			code = se.Code
+		}
+		s.writeExit(code)
+	}
+	return err
 }
 
 // SetDetachOptions records how Start attaches the main command (docker

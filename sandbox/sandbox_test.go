@@ -128,3 +128,58 @@ func TestOpenByShortID(t *testing.T) {
 		t.Fatalf("open of a prefix no sandbox has: %v", err)
 	}
 }
+
+// TestFailedStartLeavesItStopped: a start of a stopped sandbox whose
+// command can no longer run fails as docker's does, and leaves the
+// sandbox stopped: the PID 1 that start made does not stay behind,
+// running and counted as the sandbox's.
+func TestFailedStartLeavesItStopped(t *testing.T) {
+	b, ref := testBackend(t)
+	ws := workspaceDir(t)
+	script := filepath.Join(ws, "main.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 1000\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := b.Create(context.Background(), backend.SpawnSpec{Image: ref, Workspace: ws, DisableSetup: true}, []string{"/workspace/main.sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sb.Remove(); err != nil {
+			t.Errorf("rm: %v", err)
+		}
+	})
+	ctx := context.Background()
+	if err := sb.Start(ctx); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if err := sb.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(script); err != nil {
+		t.Fatal(err)
+	}
+	err = sb.Start(ctx)
+	var se *StartError
+	if !errors.As(err, &se) || se.Code != 127 {
+		t.Fatalf("start of a command that is gone: %v; want a StartError with code 127", err)
+	}
+	if sb.Running() || sb.rec.alive() {
+		t.Fatalf("after the failed start PID 1 (%d) runs still: running %v, alive %v", sb.rec.Pid, sb.Running(), sb.rec.alive())
+	}
+	again, err := b.Open(sb.ID())
+	if err != nil || again.Running() {
+		t.Fatalf("as another process reads it: %v, running %v", err, again != nil && again.Running())
+	}
+	// Its exit says why, as docker's inspect of a start that failed.
+	if i := again.Info(); i.ExitCode != 127 || i.FinishedAt.IsZero() {
+		t.Errorf("after the failed start: exit %d, finished at %v; want 127 and a time", i.ExitCode, i.FinishedAt)
+	}
+	// The command back: the sandbox starts again.
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 1000\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Start(ctx); err != nil || !sb.Running() {
+		t.Fatalf("start once the command is back: %v, running %v", err, sb.Running())
+	}
+}

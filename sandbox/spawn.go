@@ -437,8 +437,13 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 		}
 		err := b.claim(ctx, e.srv, rec, e.pid)
 		if e.srv.mapping != nil {
-			// The sandbox's own server is done with it (claimed or not).
-			e.srv.close()
+			// The sandbox's own server is done with it (claimed or not);
+			// a failed one's slice is freed below, once it has gone.
+			if err != nil {
+				e.srv.closeWait(5 * time.Second)
+			} else {
+				e.srv.close()
+			}
 		}
 		if err == nil {
 			break
@@ -552,7 +557,7 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 		if err != nil {
 			return fmt.Errorf("start: %w", err)
 		}
-		srv = b.sliceSpawner(bins.server, k)
+		srv = b.sliceSpawner(bins.server, k, rec.ID)
 		defer srv.close()
 	}
 	pid, err := b.prestart(ctx, srv, bins, templateOf(rec), rec.ID, dir, nil)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -31,9 +32,19 @@ type spawner struct {
 	// index slice), whatever the caller passes.
 	mapping *userns.Mapping
 	slice   int
+	// marker (a root-run sandbox's server) is in the server's
+	// environment, spawnServerMarker and the sandbox's id, so that the
+	// server of a caller killed mid-spawn is found and stopped before
+	// its slice is freed (killStragglers).
+	marker string
 
 	mu  sync.Mutex
 	srv *serverConn // nil until started, and after the server died
+	// dropped are servers stopped since (their connection failed), and
+	// closed is set by close: a closed spawner starts no server again,
+	// and closeWait waits for every one it started.
+	dropped []*serverConn
+	closed  bool
 	// clones (a root-run sandbox's server) are the idmapped clones of its
 	// directory and of the layers' directory clonesFor, made ahead
 	// (reserve); the prestart takes them.
@@ -71,9 +82,10 @@ func closeAll(files []*os.File) {
 
 // serverConn is one running server.
 type serverConn struct {
-	cmd  *exec.Cmd
-	conn *net.UnixConn
-	wmu  sync.Mutex // one request at a time on conn
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the server has exited and been reaped
+	conn   *net.UnixConn
+	wmu    sync.Mutex // one request at a time on conn
 
 	mu      sync.Mutex
 	seq     uint64
@@ -120,8 +132,11 @@ func (s *spawner) server(m userns.Mapping) (*serverConn, error) {
 	if s.mapping != nil {
 		m = *s.mapping
 	}
+	if s.closed {
+		return nil, errServerGone
+	}
 	if s.srv == nil {
-		sc, err := startServer(s.program, m)
+		sc, err := startServer(s.program, m, s.marker)
 		if err != nil {
 			return nil, err
 		}
@@ -136,23 +151,45 @@ func (s *spawner) drop(sc *serverConn) {
 	if s.srv == sc {
 		s.srv = nil
 	}
+	s.dropped = append(s.dropped, sc)
 	s.mu.Unlock()
 	sc.stop()
 }
 
 // close stops the server; sandboxes it started and claimed keep running.
-func (s *spawner) close() {
+func (s *spawner) close() { s.closeWait(0) }
+
+// closeWait is close, then waits up to wait for every server it started
+// to have exited; it reports whether they have. A slice's server runs as
+// the slice's ids: they are free for another sandbox only once it has
+// gone.
+func (s *spawner) closeWait(wait time.Duration) bool {
 	s.mu.Lock()
 	sc, clones := s.srv, s.clones // clones made ahead and not taken
-	s.srv, s.clones = nil, nil
+	s.srv, s.clones, s.closed = nil, nil, true
+	all := s.dropped
+	s.dropped = nil
 	s.mu.Unlock()
 	closeAll(clones)
 	if sc != nil {
 		sc.stop()
+		all = append(all, sc)
 	}
+	deadline := time.After(wait)
+	for _, sc := range all {
+		if wait <= 0 {
+			return false
+		}
+		select {
+		case <-sc.exited:
+		case <-deadline:
+			return false
+		}
+	}
+	return true
 }
 
-func startServer(program string, m userns.Mapping) (*serverConn, error) {
+func startServer(program string, m userns.Mapping, marker string) (*serverConn, error) {
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -164,6 +201,9 @@ func startServer(program string, m userns.Mapping) (*serverConn, error) {
 		cmd = userns.CommandPath(program, nil)
 	}
 	cmd.Env = append(cmd.Env, reexec.Env+"="+spawnd.Handler)
+	if marker != "" {
+		cmd.Env = append(cmd.Env, marker)
+	}
 	cmd.Stderr = os.Stderr
 	cmd.ExtraFiles = []*os.File{theirs} // fd 4 (spawnd.ConnFD; fd 3: userns.Start's sync pipe, or closed)
 	// Until its user namespace set-up is done (stage 2 clears the signal:
@@ -172,12 +212,14 @@ func startServer(program string, m userns.Mapping) (*serverConn, error) {
 	// returns (a build session's does): it is forked from a thread of its
 	// own, which waits for it and is kept until it has exited.
 	started := make(chan error, 1)
+	exited := make(chan struct{})
 	go func() {
 		runtime.LockOSThread()
 		err := userns.Start(cmd, m)
 		started <- err
 		if err == nil {
 			cmd.Wait() // reaps the server whenever it exits
+			close(exited)
 		}
 		runtime.UnlockOSThread()
 	}()
@@ -191,7 +233,7 @@ func startServer(program string, m userns.Mapping) (*serverConn, error) {
 		cmd.Process.Kill()
 		return nil, err
 	}
-	sc := &serverConn{cmd: cmd, conn: c.(*net.UnixConn), pending: map[uint64]chan *spawnd.Response{}}
+	sc := &serverConn{cmd: cmd, exited: exited, conn: c.(*net.UnixConn), pending: map[uint64]chan *spawnd.Response{}}
 	go sc.read()
 	return sc, nil
 }

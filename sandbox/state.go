@@ -311,16 +311,29 @@ const noStateYet = "no state file (its create was interrupted)"
 // its processes can be found when its state cannot be read.
 const sandboxMarker = "_SLOPBOX_SANDBOX="
 
+// spawnServerMarker is in the environment of a root-run sandbox's own
+// spawn server (and of what it starts), which runs as the sandbox's id
+// slice.
+const spawnServerMarker = "_SLOPBOX_SPAWN_SERVER_OF="
+
 // killStragglers kills what sandbox id (directory dir) may still run when
-// its state file does not say: its PID 1 (found by sandboxMarker in its
-// environment; the pid namespace goes with it) and a libcontainer init
-// that never became PID 1 (it holds a file under dir). It waits, bounded,
-// until they are gone.
+// its state file does not say: as root, its spawn server, which outlives
+// a caller killed mid-spawn and could start a PID 1 after the rest is
+// killed (so it goes first, and is waited for); its PID 1 (found by
+// sandboxMarker in its environment; the pid namespace goes with it); and
+// a libcontainer init that never became PID 1 (it holds a file under
+// dir). It waits, bounded, until they are gone: then the sandbox's id
+// slice runs nothing and may be freed.
 func killStragglers(id, dir string) error {
+	var errs []error
+	if os.Geteuid() == 0 {
+		errs = append(errs, waitKilled(id, killMarked(spawnServerMarker+id)))
+	}
 	killed := killMarked(sandboxMarker + id)
 	// libcontainer's init ("<binary> init") before it became PID 1.
 	killed = append(killed, spawnd.KillHolders(dir+"/", "init")...)
-	return waitKilled(id, killed)
+	errs = append(errs, waitKilled(id, killed))
+	return errors.Join(errs...)
 }
 
 // helperMarker is in the environment of a sandbox's host-side helpers

@@ -97,10 +97,11 @@ wait 2>/dev/null || true
 bench/build.sh "$HARNESS/lib/common.sh" "$OUT" || echo "build bench failed" >&2
 
 # CPU time per container, the whole machine's (/proc/stat: every process,
-# the kernel's work included), measured the same way for crun and slopbox:
-# CPU_RUNS runs of `true` in a row as the bench user, each in a new
-# container (crun on the harness's rootless bundle). hyperfine's user and
-# system times count only the processes the command waited for.
+# the kernel's work included), measured the same way for crun, runc and
+# slopbox: CPU_RUNS runs of `true` in a row as the bench user, each in a
+# new container (crun and runc on the harness's rootless bundle).
+# hyperfine's user and system times count only the processes the command
+# waited for.
 # shellcheck source=/dev/null # the harness's, outside this repository
 source "$HARNESS/lib/bundle.sh"
 bundles=$(prepare_rootless_bundles)
@@ -117,6 +118,9 @@ cpu_per_run() { # name command (run CPU_RUNS times in a row as the bench user)
 		'{name: $name, command: $command, runs: $n, cpu_ms_per_run: ($ticks * 1000 / $hz / $n), wall_ms_per_run: ($ns / 1e6 / $n)}' >>"$OUT/cpu.jsonl"
 }
 cpu_per_run crun-rootless "crun run --bundle $bundles/true bench-cpu"
+# runc is libcontainer and nothing else: the floor a runtime built on it
+# starts from (issue 27), measured beside crun.
+cpu_per_run runc-rootless "runc run --bundle $bundles/true bench-cpu"
 cpu_per_run slopbox "slopbox-bench run --rm $BUSYBOX_REF true"
 
 # Where the CPU of a sandbox spawned, run and removed goes (issue 27), by

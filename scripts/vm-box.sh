@@ -132,7 +132,7 @@ vagrant box add --force --name "$BOX" "$WORK/bookworm.box" >/dev/null
 # vagrant-libvirt copied the previous box into libvirt's pool as a base
 # volume; it is stale now.
 rm -f /var/lib/libvirt/images/"${BOX//\//-VAGRANTSLASH-}"_vagrant_box_image_*
-! pgrep -x libvirtd >/dev/null || virsh -q pool-refresh default >/dev/null 2>&1 || true
+! pgrep -x libvirtd >/dev/null || timeout -k 5 60 virsh -q pool-refresh default >/dev/null 2>&1 || true
 rm -f "$WORK/bookworm.box"
 mkdir -p "$(dirname "$STAMP")" && echo "$stamp" >"$STAMP"
 echo "vm-box: $BOX built in $((SECONDS - t0)) s" >&2

@@ -33,6 +33,10 @@ phase() {
 	phase_start=$SECONDS
 }
 
+# Every libvirt call is bounded: a hung daemon must fail the suite with
+# its evidence, not hold it (and its cleanup) until CI's limit.
+virsh() { timeout -k 5 "${VIRSH_LIMIT:-60}" /usr/bin/virsh "$@"; }
+
 scripts/vm-deps.sh
 scripts/vm-box.sh
 phase "box (make vm-box)"
@@ -70,6 +74,35 @@ if ! flock -n 9; then
 fi
 
 started=()
+# stop_started stops the daemons this run started, killing one that does
+# not stop within 20 s (seen: a libvirtd hung in its QEMU probe never
+# finished its own shutdown), and the QEMU capability probes they left.
+stop_started() {
+	local pidfile pid qp
+	for pidfile in "${started[@]}"; do
+		[[ -f $pidfile ]] || continue
+		pid=$(cat "$pidfile")
+		kill "$pid" 2>/dev/null || continue
+		for _ in $(seq 100); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.2
+		done
+		if kill -0 "$pid" 2>/dev/null; then
+			echo "vm-test: daemon $pid ($pidfile) did not stop in 20 s: killed" >&2
+			kill -9 "$pid" 2>/dev/null || true
+		fi
+	done
+	if ((${#started[@]})); then
+		for qp in /var/lib/libvirt/qemu/qmp-*/qmp.pid; do
+			[[ -f $qp ]] || continue
+			pid=$(cat "$qp")
+			if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "-qmp unix:${qp%/qmp.pid}/"; then
+				kill -9 "$pid" 2>/dev/null || true
+			fi
+		done
+	fi
+	started=()
+}
 nets_before=" $(virsh -q net-list --name 2>/dev/null | tr '\n' ' ' || true) "
 cleanup() {
 	local rc=$?
@@ -88,9 +121,7 @@ cleanup() {
 			virsh -q net-destroy "$net" || true
 			[[ $net != vagrant-libvirt ]] || virsh -q net-undefine "$net" || true
 		done
-		for pidfile in "${started[@]}"; do
-			if [[ -f $pidfile ]]; then kill "$(cat "$pidfile")" || true; fi
-		done
+		stop_started
 	} >>"$WORK/cleanup.log" 2>&1
 	echo "vm-test: VM destroyed (log: $WORK/cleanup.log)" >&2 || true
 	exit "$rc"
@@ -102,13 +133,33 @@ trap 'exit 143' TERM
 # libvirt's stock NAT network ("default") is not wanted: the VM uses
 # vagrant-libvirt's isolated one. It must not start with the daemon.
 rm -f /etc/libvirt/qemu/networks/autostart/default.xml
-for d in virtlogd libvirtd; do
-	if ! pgrep -x "$d" >/dev/null; then
-		"$d" -d -p "$WORK/$d.pid" 9>&-
-		started+=("$WORK/$d.pid")
+# libvirtd probes QEMU (a qemu process it drives over QMP) when it first
+# needs its capabilities, which `vagrant up`'s domain definition does. On
+# these machines that probe hung once, libvirtd waiting for a reply and
+# qemu for a request, and took `vagrant up` and the daemon's own stop with
+# it. So the probe is made here, bounded; a daemon this run started that
+# hangs in it is killed and started again (three tries), with the
+# evidence printed.
+for attempt in 1 2 3; do
+	for d in virtlogd libvirtd; do
+		if ! pgrep -x "$d" >/dev/null; then
+			"$d" -d -p "$WORK/$d.pid" 9>&-
+			started+=("$WORK/$d.pid")
+		fi
+	done
+	for _ in $(seq 50); do virsh -q version >/dev/null 2>&1 && break; sleep 0.2; done
+	if VIRSH_LIMIT=180 virsh -q domcapabilities --virttype qemu >/dev/null 2>"$WORK/domcapabilities.err"; then
+		break
 	fi
+	echo "vm-test: libvirtd did not give QEMU's capabilities within 180 s (try $attempt): $(cat "$WORK/domcapabilities.err")" >&2
+	ps -o pid,ppid,stat,etime,wchan:32,args -p "$(pgrep -d, -f 'libvirtd|virtlogd|qemu-system' || echo 1)" >&2 || true
+	if ((${#started[@]} == 0)); then
+		echo "vm-test: that libvirtd was running before this run: stop it and run again" >&2
+		exit 1
+	fi
+	((attempt < 3)) || exit 1
+	stop_started
 done
-for _ in $(seq 50); do virsh -q version >/dev/null 2>&1 && break; sleep 0.2; done
 # A domain of this checkout left by a run that never reached its cleanup
 # (the machine stopped under it) would make `vagrant up` fail with "name
 # already taken"; this checkout's .vagrant does not know it, so remove it.
@@ -121,7 +172,7 @@ fi
 bounded() {
 	local limit=$1
 	shift
-	timeout "$limit" "$@" &
+	timeout -k 30 "$limit" "$@" &
 	wait $!
 }
 bounded 900 vagrant up "$MACHINE" --provider libvirt >"$WORK/vagrant-up.log" 2>&1 ||

@@ -321,18 +321,13 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		// The last run's die first, with its own code: start clears its
 		// exit.
 		s.watchOf(sb.ID()).finish()
-		if cur, err := s.b.Open(sb.ID()); err == nil {
-			sb = cur
-		}
-		base := sb.Info().FinishedAt
+		sb = s.reopen(sb)
 		if s.startedByAPI(sb.Info()) {
 			// Its restart policy was starting it: that run is over, with
 			// its start and die; this start comes after it.
-			if cur, err := s.b.Open(sb.ID()); err == nil {
-				sb = cur
-			}
-			base = sb.Info().FinishedAt
+			sb = s.reopen(sb)
 		}
+		base := sb.Info().FinishedAt
 		as := s.attachedStart(sb.ID())
 		err := sb.StartAttached(r.Context(), as)
 		if as.Stdin != nil {
@@ -380,15 +375,10 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		if verb == "restart" {
 			// A start by hand: a pending restart is dropped (one under
 			// way is over first) and restarts count from 0, as /start's.
-			if s.startedByAPI(sb.Info()) {
-				if cur, err := s.b.Open(sb.ID()); err == nil {
-					sb = cur
-				}
-			}
+			// Its state is read again after the stop, and after that run.
+			s.startedByAPI(sb.Info())
+			sb = s.reopen(sb)
 			base := sb.Info().FinishedAt
-			if cur, err := s.b.Open(sb.ID()); err == nil {
-				base = cur.Info().FinishedAt
-			}
 			as := s.attachedStart(sb.ID())
 			err := sb.StartAttached(r.Context(), as)
 			if as.Stdin != nil {
@@ -432,9 +422,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			}
 			if s.restartBegun(p) {
 				// Its restart's start failed: what runs is read again.
-				if cur, err := s.b.Open(sb.ID()); err == nil {
-					sb = cur
-				}
+				sb = s.reopen(sb)
 			}
 		}
 		// The kill event goes out before the signal, so that it always
@@ -589,9 +577,7 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 		// A run its restart policy had begun is over (start, die) before
 		// the removal and its destroy; what is left is read again.
 		s.settleRestart(sb.ID(), p)
-		if cur, err := s.b.Open(sb.ID()); err == nil {
-			sb = cur
-		}
+		sb = s.reopen(sb)
 	}
 	if sb.Running() && !boolParam(r, "force") {
 		writeError(w, http.StatusConflict, dockercompat.ErrRemoveRunning(sb.ID()).Error())
@@ -925,4 +911,13 @@ func listPorts(i sandbox.Info) []any {
 		out = append(out, map[string]any{"IP": p.HostIP, "PrivatePort": p.ContainerPort, "PublicPort": p.HostPort, "Type": p.Protocol})
 	}
 	return out
+}
+
+// reopen reads sb's state again (a restart settled meanwhile, or another
+// process changed it), or returns sb when it cannot be read.
+func (s *Server) reopen(sb *sandbox.Sandbox) *sandbox.Sandbox {
+	if cur, err := s.b.Open(sb.ID()); err == nil {
+		return cur
+	}
+	return sb
 }
