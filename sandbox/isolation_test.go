@@ -423,3 +423,25 @@ func TestLimits(t *testing.T) {
 		t.Errorf("cpu quota = %q, want 50000", quota)
 	}
 }
+
+// TestStoppedSandboxLeavesNoZombie: the spawn server, whose children the
+// sandboxes' PID 1s are while it lives (rootless: the Backend's one
+// server), waits for each as it exits, through its pidfd, so a stopped
+// sandbox leaves no zombie behind while others run.
+func TestStoppedSandboxLeavesNoZombie(t *testing.T) {
+	b, ref := testBackend(t)
+	b.KeepReady(false)
+	keep := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
+	pid, start := sb.rec.Pid, sb.rec.PidStart
+	if err := sb.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	fixtures.Eventually(t, "the stopped sandbox's PID 1 waited for", func() (bool, string) {
+		st, zombie, ok := procStart(pid)
+		return !ok || st != start, fmt.Sprintf("PID 1 %d still there (zombie %v)", pid, zombie)
+	})
+	if !keep.Running() {
+		t.Error("the other sandbox stopped too")
+	}
+}

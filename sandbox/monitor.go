@@ -19,6 +19,7 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/atomicfile"
+	"github.com/slopbox/slopbox/internal/pidwatch"
 	"github.com/slopbox/slopbox/internal/reexec"
 
 	"golang.org/x/sys/unix"
@@ -250,10 +251,27 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 	if start, _, ok := procStart(m.Process.Pid); ok {
 		os.WriteFile(filepath.Join(s.dir, monitorFile), fmt.Appendf(nil, "%d %d\n", m.Process.Pid, start), 0o600)
 	}
-	go m.Wait() // a long-lived caller (serve) reaps it
+	reapWhenDone(m.Process) // a long-lived caller (serve) reaps it
 	touch(filepath.Join(s.dir, socketFile))
 	started = true
 	return nil
+}
+
+// reapWhenDone reaps child p (a monitor, a port forwarder) once it
+// exits: through its pidfd, so that a long-lived caller (serve) with a
+// thousand detached containers keeps no thread blocked in a wait for
+// each; else by a goroutine's wait.
+func reapWhenDone(p *os.Process) {
+	pid := p.Pid
+	if _, ok := pidwatch.Watch(pid, func(fd int) {
+		if !pidwatch.Reap(fd) {
+			go unix.Wait4(pid, nil, 0, nil)
+		}
+	}); ok {
+		p.Release()
+		return
+	}
+	go p.Wait()
 }
 
 // monitorMain is the end of a monitor process (internal/spawnd/monitor.c),

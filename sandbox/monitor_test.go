@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -551,5 +552,33 @@ func TestLogTailCountsLines(t *testing.T) {
 			}
 			t.Errorf("%s: --tail %d: %q, want %q", c.name, c.n, short(got), short(c.want))
 		}
+	}
+}
+
+// TestMonitorReapedWhenDone: the process that started a detached command
+// (serve, for every container) reaps its monitor once the command has
+// ended and the monitor has recorded it: through the monitor's pidfd, with
+// no thread blocked in a wait per monitor, and no zombie left.
+func TestMonitorReapedWhenDone(t *testing.T) {
+	b, ref := testBackend(t)
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
+	if err := sb.RunDetached(context.Background(), backend.ExecRequest{Argv: []string{"true"}}, DetachOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(sb.dir, monitorFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	var start uint64
+	if _, err := fmt.Sscan(string(raw), &pid, &start); err != nil {
+		t.Fatalf("monitor record %q: %v", raw, err)
+	}
+	fixtures.Eventually(t, "the monitor reaped once the command ended", func() (bool, string) {
+		st, zombie, ok := procStart(pid)
+		return !ok || st != start, fmt.Sprintf("monitor %d still there (zombie %v)", pid, zombie)
+	})
+	if _, ok := readExit(sb.dir); !ok {
+		t.Error("no exit record")
 	}
 }

@@ -147,7 +147,7 @@ func (b *Backend) publish(rec *record, pid int) error {
 	if st, _, ok := procStart(cmd.Process.Pid); ok {
 		os.WriteFile(filepath.Join(b.state.sandboxDir(rec.ID), portsFile), fmt.Appendf(nil, "%d %d\n", cmd.Process.Pid, st), 0o600)
 	}
-	go cmd.Wait() // a long-lived caller (serve) reaps it
+	reapWhenDone(cmd.Process) // a long-lived caller (serve) reaps it
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/internal/pidwatch"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -40,14 +41,17 @@ func (w *exitWatch) stoppedByAPI() {
 // little: a short command's die comes within exitPoll, a long one's within
 // exitPollMax.
 //
-// A watch that also waits on PID 1's pidfd (pidwake.go) is woken at the
-// exit, whose recording stops PID 1; its polls are a fallback, from
-// exitPollMax on and slowing sooner and further (to exitPollWoken), so
-// idle containers cost little.
+// A watch that also waits on PID 1's pidfd (pidwatch) is woken at the exit,
+// whose recording stops PID 1, and at any stop or removal, which kill
+// it; its polls are a fallback (a monitor killed between recording the
+// exit and stopping the sandbox), every exitPollWoken/12 at first and
+// slowing to exitPollWoken, so that a thousand idle containers cost the
+// service about 17 state reads a second, not hundreds, and a thousand
+// created back to back do not pay for each other's watches.
 const (
 	exitPoll      = 100 * time.Millisecond
 	exitPollMax   = time.Second
-	exitPollWoken = 5 * time.Second
+	exitPollWoken = time.Minute
 )
 
 // exitGrace is the sandbox package's: the wait and the watch agree.
@@ -90,7 +94,14 @@ func (s *Server) watchRun(sb *sandbox.Sandbox, base time.Time, restart chan stru
 		}
 		tick := time.NewTicker(exitPoll)
 		defer tick.Stop()
-		cancelWake, woken := exits.watch(last.Pid, w.wake)
+		// Woken when PID 1 is gone: an exit is known at once rather than
+		// at the next poll, and idle containers cost little polling.
+		cancelWake, woken := pidwatch.Watch(last.Pid, func(int) {
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
+		})
 		defer cancelWake()
 		if woken {
 			// The pidfd is PID 1's only if the sandbox still runs now
@@ -104,7 +115,7 @@ func (s *Server) watchRun(sb *sandbox.Sandbox, base time.Time, restart chan stru
 		every, most := 20, exitPollMax // polls per interval, the longest
 		interval, polls := exitPoll, 0
 		if woken {
-			every, most, interval = 5, exitPollWoken, exitPollMax
+			every, most, interval = 5, exitPollWoken, exitPollWoken/12
 			tick.Reset(interval)
 		}
 		// fast polls at the start's pace again: what follows an exit (a
@@ -114,7 +125,12 @@ func (s *Server) watchRun(sb *sandbox.Sandbox, base time.Time, restart chan stru
 			tick.Reset(interval)
 		}
 		var since time.Time // when the sandbox was first seen stopped, or died
-		for ; ; w.next(tick) {
+		// Woken, it was just read running: the first poll waits.
+		for skip := woken; ; w.next(tick) {
+			if skip {
+				skip = false
+				continue
+			}
 			if polls++; polls%every == 0 && interval < most {
 				interval = min(2*interval, most)
 				tick.Reset(interval)
@@ -216,6 +232,9 @@ func (w *exitWatch) awaitFor(d time.Duration) bool {
 // one), its image and its labels, and extra. A container removed already
 // has them as last had.
 func (s *Server) emitContainer(action string, last sandbox.Info, extra map[string]string) {
+	if !s.events.listening() {
+		return // no /events reader: nothing to read the container again for
+	}
 	i := last
 	if cur, err := s.b.Open(last.ID); err == nil {
 		i = cur.Info()

@@ -149,6 +149,14 @@ type eventHub struct {
 
 func newEventHub() *eventHub { return &eventHub{subs: map[chan map[string]any]struct{}{}} }
 
+// listening reports whether anyone reads the events now: an event no
+// one would read is not built.
+func (h *eventHub) listening() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs) > 0
+}
+
 func (h *eventHub) emit(typ, action, id string, attrs map[string]string) {
 	now := time.Now()
 	ev := map[string]any{"Type": typ, "Action": action, "status": action, "id": id,

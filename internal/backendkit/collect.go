@@ -2,6 +2,7 @@ package backendkit
 
 import (
 	"context"
+	"errors"
 	"github.com/slopbox/slopbox/backend"
 	"os"
 	"sync"
@@ -156,12 +157,42 @@ func (p *Proc) pump(wg *sync.WaitGroup, f *os.File, c *Capture, kind backend.Eve
 			}
 		}
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				drainHeld(f, c, kind, emit, buf)
+			}
 			return
 		}
 		if p.draining.Load() && !p.drainOver.Load() {
 			f.SetReadDeadline(time.Now().Add(DrainIdle))
 		}
 	}
+}
+
+// drainHeld reads what pipe f holds now, without waiting, once the drain's
+// deadline has passed. A read past its deadline fails without reading,
+// and the runtime may learn that the pipe is readable only after the
+// deadline's timer has fired: so under load (a goroutine or the poller
+// held off the CPU for DrainIdle), output written before the command
+// exited was lost, an exec of `echo 3; cat` ending with empty stdout. At
+// most pipeSize bytes: what a pipe can hold, not a writer that keeps
+// writing.
+func drainHeld(f *os.File, c *Capture, kind backend.EventKind, emit func(backend.EventKind, string), buf []byte) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Control(func(fd uintptr) {
+		for left := pipeSize; left > 0; {
+			n, err := unix.Read(int(fd), buf[:min(len(buf), left)])
+			if n <= 0 || err != nil {
+				return // empty (EAGAIN: the fd is non-blocking), or at its end
+			}
+			left -= n
+			if text := c.Write(buf[:n]); text != "" && emit != nil {
+				emit(kind, text)
+			}
+		}
+	})
 }
 
 // readPool keeps the pumps' read buffers warm across commands.

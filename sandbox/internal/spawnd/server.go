@@ -37,6 +37,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/internal/lowerdirs"
+	"github.com/slopbox/slopbox/internal/pidwatch"
 	"github.com/slopbox/slopbox/internal/reexec"
 )
 
@@ -307,10 +308,14 @@ func readRequest(conn *net.UnixConn) (*Request, []*os.File, error) {
 
 // reaper waits for the sandbox inits this server started (they are its
 // children), so a killed sandbox leaves no zombie behind while the server
-// lives. It waits only for those pids, never for libcontainer's own helpers.
+// lives. It waits only for those pids, never for libcontainer's own
+// helpers: each through a pidfd that says when it has exited, so an exit
+// costs one wait however many sandboxes run (a scan of every init at each
+// SIGCHLD cost a thousand waits per exit with a thousand sandboxes). An
+// init no pidfd could be opened for is waited for at each SIGCHLD.
 type reaper struct {
 	mu   sync.Mutex
-	pids map[int]bool
+	pids map[int]bool // inits waited for at each SIGCHLD (no pidfd)
 }
 
 func newReaper() *reaper {
@@ -322,7 +327,7 @@ func newReaper() *reaper {
 			r.mu.Lock()
 			for pid := range r.pids {
 				var ws unix.WaitStatus
-				if p, _ := unix.Wait4(pid, &ws, unix.WNOHANG, nil); p == pid {
+				if p, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil); p == pid || err == unix.ECHILD {
 					delete(r.pids, pid)
 				}
 			}
@@ -333,6 +338,17 @@ func newReaper() *reaper {
 }
 
 func (r *reaper) add(pid int) {
+	if _, ok := pidwatch.Watch(pid, func(fd int) {
+		if !pidwatch.Reap(fd) {
+			r.scan(pid) // at the next SIGCHLD
+		}
+	}); !ok {
+		r.scan(pid)
+	}
+}
+
+// scan has pid waited for at each SIGCHLD until it has been.
+func (r *reaper) scan(pid int) {
 	r.mu.Lock()
 	r.pids[pid] = true
 	r.mu.Unlock()
