@@ -115,7 +115,7 @@ func (s *Sandbox) termEnv(env map[string]string) map[string]string {
 
 // Resize sets the terminal's size; the command gets SIGWINCH.
 func (t *Terminal) Resize(rows, cols uint16) error {
-	return unix.IoctlSetWinsize(int(t.Master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	return setWinsize(t.Master, rows, cols)
 }
 
 // TerminalDrain bounds how long what is left in a terminal is read once its
@@ -171,4 +171,21 @@ func (t *Terminal) Close() {
 		t.conn.close()
 		t.Master.Close()
 	})
+}
+
+// setWinsize sets the size of terminal master f through its raw fd, not
+// Fd(): Fd puts the file (and every duplicate of its description) in
+// blocking mode, after which read deadlines no longer end a read.
+func setWinsize(f *os.File, rows, cols uint16) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	}); err != nil {
+		return err
+	}
+	return ierr
 }

@@ -73,7 +73,19 @@ func (a *attachment) resize(h, w uint16) error {
 		a.size = unix.Winsize{Row: h, Col: w}
 		return nil
 	}
-	return unix.IoctlSetWinsize(int(a.master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: h, Col: w})
+	// Through the raw fd, not Fd(), which would make the master blocking
+	// (its reads then ignore deadlines).
+	rc, err := a.master.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: h, Col: w})
+	}); err != nil {
+		return err
+	}
+	return ierr
 }
 
 func (a *attachment) close() {

@@ -164,6 +164,11 @@ func (p *Proc) pump(wg *sync.WaitGroup, f *os.File, c *Capture, kind backend.Eve
 		}
 		if p.draining.Load() && !p.drainOver.Load() {
 			f.SetReadDeadline(time.Now().Add(DrainIdle))
+			if p.drainOver.Load() {
+				// Collect ended the drain between the check and the
+				// set, whose deadline would have undone its own.
+				f.SetReadDeadline(time.Unix(1, 0))
+			}
 		}
 	}
 }
