@@ -115,7 +115,7 @@ func (s *Sandbox) termEnv(env map[string]string) map[string]string {
 
 // Resize sets the terminal's size; the command gets SIGWINCH.
 func (t *Terminal) Resize(rows, cols uint16) error {
-	return setWinsize(t.Master, rows, cols)
+	return SetWinsize(t.Master, rows, cols)
 }
 
 // TerminalDrain bounds how long what is left in a terminal is read once its
@@ -173,10 +173,10 @@ func (t *Terminal) Close() {
 	})
 }
 
-// setWinsize sets the size of terminal master f through its raw fd, not
+// SetWinsize sets the size of terminal master f through its raw fd, not
 // Fd(): Fd puts the file (and every duplicate of its description) in
 // blocking mode, after which read deadlines no longer end a read.
-func setWinsize(f *os.File, rows, cols uint16) error {
+func SetWinsize(f *os.File, rows, cols uint16) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err

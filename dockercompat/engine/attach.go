@@ -58,7 +58,7 @@ func (a *attachment) start() sandbox.AttachedStart {
 		}
 		a.master = m
 		if a.size.Row > 0 {
-			unix.IoctlSetWinsize(int(m.Fd()), unix.TIOCSWINSZ, &a.size)
+			sandbox.SetWinsize(m, a.size.Row, a.size.Col)
 		}
 		if a.stdin != nil {
 			go io.Copy(m, a.stdin)
@@ -73,19 +73,7 @@ func (a *attachment) resize(h, w uint16) error {
 		a.size = unix.Winsize{Row: h, Col: w}
 		return nil
 	}
-	// Through the raw fd, not Fd(), which would make the master blocking
-	// (its reads then ignore deadlines).
-	rc, err := a.master.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var ierr error
-	if err := rc.Control(func(fd uintptr) {
-		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: h, Col: w})
-	}); err != nil {
-		return err
-	}
-	return ierr
+	return sandbox.SetWinsize(a.master, h, w)
 }
 
 func (a *attachment) close() {
