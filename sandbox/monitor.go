@@ -830,18 +830,26 @@ func (t *logTail) drain(emit func(logLine) error) error {
 		}
 		t.off += int64(n)
 		t.pending = append(t.pending, t.buf[:n]...)
-		for {
-			i := bytes.IndexByte(t.pending, '\n')
-			if i < 0 {
-				break
-			}
-			var l logLine
-			line := t.pending[:i]
-			t.pending = t.pending[i+1:]
-			if json.Unmarshal(line, &l) == nil {
-				if err := emit(l); err != nil {
-					return err
-				}
+		if err := t.emitPending(emit); err != nil {
+			return err
+		}
+	}
+}
+
+// emitPending calls emit with each whole record in t.pending and keeps
+// the part after the last newline.
+func (t *logTail) emitPending(emit func(logLine) error) error {
+	for {
+		i := bytes.IndexByte(t.pending, '\n')
+		if i < 0 {
+			return nil
+		}
+		var l logLine
+		line := t.pending[:i]
+		t.pending = t.pending[i+1:]
+		if json.Unmarshal(line, &l) == nil {
+			if err := emit(l); err != nil {
+				return err
 			}
 		}
 	}
@@ -1070,13 +1078,59 @@ func (s *Sandbox) FollowOutput() (*OutputFollower, error) {
 	return &OutputFollower{s: s, tail: &logTail{path: path, f: f, off: end}, base: base}, nil
 }
 
-// Copy writes the output to stdout and stderr as it comes, until the run
-// that follows FollowOutput has ended (or the sandbox is gone) and all of
-// it is written, a write fails, or ctx ends.
-func (o *OutputFollower) Copy(ctx context.Context, stdout, stderr io.Writer) error {
-	defer o.Close()
-	o.tail.missed = missedNotice(stderr)
-	emit := func(l logLine) error {
+// Replay writes the log as it stood when following began, the output of
+// earlier runs included (docker attach's logs=1): what Copy goes on from,
+// so that nothing is written twice or left out between them.
+func (o *OutputFollower) Replay(stdout, stderr io.Writer) error {
+	emit := streamWriter(stdout, stderr)
+	if f, err := openLog(o.tail.path + ".1"); err == nil {
+		// A rotation since FollowOutput made the followed file the one
+		// before: its part up to the follower's start is read below.
+		var err error
+		if cur, serr := o.tail.f.Stat(); serr != nil || !sameFile(f, cur) {
+			err = emitRecords(f, emit)
+		}
+		f.Close()
+		if err != nil {
+			return err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return emitRecords(io.NewSectionReader(o.tail.f, 0, o.tail.off), emit)
+}
+
+// sameFile says whether f is the file fi describes.
+func sameFile(f *os.File, fi os.FileInfo) bool {
+	st, err := f.Stat()
+	return err == nil && os.SameFile(st, fi)
+}
+
+// emitRecords calls emit with each whole log record r holds, in order.
+func emitRecords(r io.Reader, emit func(logLine) error) error {
+	t := &logTail{}
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			t.pending = append(t.pending, buf[:n]...)
+			if err := t.emitPending(emit); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// streamWriter is an emit that writes each record's output to stdout or
+// stderr, as its stream says.
+func streamWriter(stdout, stderr io.Writer) func(logLine) error {
+	return func(l logLine) error {
 		w := stdout
 		if l.Stream == "stderr" {
 			w = stderr
@@ -1084,6 +1138,15 @@ func (o *OutputFollower) Copy(ctx context.Context, stdout, stderr io.Writer) err
 		_, err := io.WriteString(w, l.Log)
 		return err
 	}
+}
+
+// Copy writes the output to stdout and stderr as it comes, until the run
+// that follows FollowOutput has ended (or the sandbox is gone) and all of
+// it is written, a write fails, or ctx ends.
+func (o *OutputFollower) Copy(ctx context.Context, stdout, stderr io.Writer) error {
+	defer o.Close()
+	o.tail.missed = missedNotice(stderr)
+	emit := streamWriter(stdout, stderr)
 	for {
 		if err := o.tail.poll(emit); err != nil {
 			return err

@@ -582,3 +582,56 @@ func TestMonitorReapedWhenDone(t *testing.T) {
 		t.Error("no exit record")
 	}
 }
+
+// TestReplayThenFollow: an attach with logs=1 replays the rotated log and
+// the current one up to where following begins, then follows from there:
+// each record once, in order, the streams apart; and a rotation after
+// FollowOutput does not replay the followed file twice.
+func TestReplayThenFollow(t *testing.T) {
+	rec := func(stream, s string) string {
+		b, _ := json.Marshal(logLine{Log: s, Stream: stream, Time: time.Now()})
+		return string(b) + "\n"
+	}
+	for _, rotateAfter := range []bool{false, true} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, logFile)
+		if err := os.WriteFile(path+".1", []byte(rec("stdout", "a\n")+rec("stderr", "b\n")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(rec("stdout", "c\n")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := &Sandbox{dir: dir}
+		o, err := s.FollowOutput()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Written after following began: Copy's, not Replay's.
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(rec("stdout", "d\n"))
+		f.Close()
+		if rotateAfter {
+			if err := os.Rename(path, path+".1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var stdout, stderr strings.Builder
+		if err := o.Replay(&stdout, &stderr); err != nil {
+			t.Fatal(err)
+		}
+		o.Close()
+		want := "a\nc\n"
+		if rotateAfter {
+			want = "c\n" // the rotation dropped a and b, as it would for a reader then
+		}
+		if stdout.String() != want || stderr.String() != map[bool]string{false: "b\n", true: ""}[rotateAfter] {
+			t.Errorf("rotated after following began %v: replayed stdout %q stderr %q, want %q", rotateAfter, stdout.String(), stderr.String(), want)
+		}
+	}
+}

@@ -93,12 +93,27 @@ func (a *attachment) close() {
 // unless it has a terminal) from its start until it ends, and with
 // stdin=1 what the client sends becomes the command's stdin (it ends when
 // the client half-closes). The attach ends, too, when the client goes.
+// As dockerd's: logs=1 first replays the log, and without stream=1 the
+// attach ends there (docker-py's attach(stream=False, logs=True)).
 func (s *Server) containerAttach(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
 	info := sb.Info()
 	tty := info.Tty
 	follow, err := sb.FollowOutput()
 	if err != nil {
 		fail(w, err)
+		return
+	}
+	if !boolParam(r, "stream") {
+		defer follow.Close()
+		conn, _, err := hijack(w, r, tty)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		if boolParam(r, "logs") {
+			stdout, stderr := outputStreams(r, conn, tty)
+			follow.Replay(stdout, stderr)
+		}
 		return
 	}
 	// With stdin, the detach keys (detachKeys, ctrl-p,ctrl-q by default)
@@ -157,6 +172,12 @@ func (s *Server) containerAttach(w http.ResponseWriter, r *request, sb *sandbox.
 		go watchClient(ctx, conn, in, io.Discard, nil, cancel)
 	}
 	stdout, stderr := outputStreams(r, conn, tty)
+	if boolParam(r, "logs") {
+		if err := follow.Replay(stdout, stderr); err != nil {
+			follow.Close()
+			return
+		}
+	}
 	follow.Copy(ctx, stdout, stderr)
 }
 

@@ -659,3 +659,72 @@ func TestServeImport(t *testing.T) {
 	must("rm", "src")
 	must("rmi", "test/imported:v1", "test/fromurl", "cli/imported")
 }
+
+// readFrames reads the multiplexed stream on br until it ends, within d,
+// and returns what its stdout and stderr frames carried, and whether it
+// ended (EOF) rather than ran past d.
+func readFrames(c net.Conn, br *bufio.Reader, d time.Duration) (stdout, stderr string, ended bool) {
+	c.SetReadDeadline(time.Now().Add(d))
+	var out, errb strings.Builder
+	hdr := make([]byte, 8)
+	for {
+		if _, err := io.ReadFull(br, hdr); err != nil {
+			return out.String(), errb.String(), errors.Is(err, io.EOF)
+		}
+		n := int(hdr[4])<<24 | int(hdr[5])<<16 | int(hdr[6])<<8 | int(hdr[7])
+		b := make([]byte, n)
+		if _, err := io.ReadFull(br, b); err != nil {
+			return out.String(), errb.String(), false
+		}
+		if hdr[0] == 2 {
+			errb.Write(b)
+		} else {
+			out.Write(b)
+		}
+	}
+}
+
+// TestServeAttachLogs: attach's logs and stream parameters, as dockerd's.
+// logs=1 replays the log (both runs' output, the streams asked for) and
+// without stream=1 the attach ends there, on a running or a stopped
+// container; with stream=1 the replay is followed by the live output,
+// nothing twice and nothing missed between them. docker-py's
+// AttachContainerTest::test_attach_no_stream. Before: both were
+// ignored, so attach(stream=False, logs=True) of a stopped container
+// never returned, and of a running one left out what was already logged.
+func TestServeAttachLogs(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	must := dockerMust(t, sock)
+	must("pull", "-q", e.ref)
+	must("run", "--name", "done", e.ref, "sh", "-c", "echo one; echo two >&2")
+	must("start", "-a", "done")
+	for _, c := range []struct{ query, stdout, stderr string }{
+		{"logs=1&stdout=1&stderr=1", "one\none\n", "two\ntwo\n"},
+		{"logs=1&stdout=1", "one\none\n", ""},
+		{"logs=1&stream=0&stderr=1", "", "two\ntwo\n"},
+		{"stdout=1&stderr=1", "", ""},
+	} {
+		conn, br := hijacked(t, sock, "/containers/done/attach?"+c.query, nil)
+		stdout, stderr, ended := readFrames(conn, br, 20*time.Second)
+		if !ended || stdout != c.stdout || stderr != c.stderr {
+			t.Errorf("attach?%s of a stopped container: stdout %q stderr %q, ended %v; want %q %q, ended", c.query, stdout, stderr, ended, c.stdout, c.stderr)
+		}
+	}
+
+	must("run", "-d", "--name", "live", e.ref, "sh", "-c",
+		"echo first; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo second")
+	waitFor(t, "the first line in live's log", func() bool {
+		out, _ := dockerCLI(t, debianDocker, sock, "", "logs", "live")
+		return out == "first\n"
+	})
+	conn, br := hijacked(t, sock, "/containers/live/attach?logs=1&stdout=1", nil)
+	if stdout, _, ended := readFrames(conn, br, 20*time.Second); !ended || stdout != "first\n" {
+		t.Errorf("attach?logs=1 of a running container: %q, ended %v; want \"first\\n\", ended", stdout, ended)
+	}
+	conn, br = hijacked(t, sock, "/containers/live/attach?logs=1&stream=1&stdout=1", nil)
+	must("exec", "live", "touch", "/tmp/go")
+	if stdout, _, ended := readFrames(conn, br, 30*time.Second); !ended || stdout != "first\nsecond\n" {
+		t.Errorf("attach?logs=1&stream=1: %q, ended %v; want \"first\\nsecond\\n\", ended at the command's end", stdout, ended)
+	}
+}
