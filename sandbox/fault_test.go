@@ -421,3 +421,73 @@ func TestCommandThatCannotBeForkedFailsToStart(t *testing.T) {
 		t.Errorf("run -d: %v; want a StartError with code 126", err)
 	}
 }
+
+// TestRemovalOutlastsALateWriter: as root, removing a sandbox whose
+// directory a process its record does not name still fills (the
+// sandbox's own spawn server finishing the claim of a `run` killed
+// half-way, or a monitor its starter did not live to record: prune failed
+// with "directory not empty" in run 33) kills that process, found by its
+// mark or its command line, and removes the directory, rather than
+// failing and leaving it. Without the retry the removal fails with
+// ENOTEMPTY.
+func TestRemovalOutlastsALateWriter(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("root only: rootless, a directory is removed by the user's one spawn server, and no sandbox has a server of its own")
+	}
+	b, err := New(filepath.Join(searchableTempDir(t), "root"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	for _, c := range []struct {
+		name, sub string
+		writer    func(dir, id string) *exec.Cmd
+	}{
+		{"the sandbox's spawn server", "upper", func(dir, id string) *exec.Cmd {
+			w := exec.Command("sh", "-c", `i=0; while :; do i=$((i+1)); : > "$1/upper/f$i" || exit 0; done`, "sh", dir)
+			w.Env = append(os.Environ(), spawnServerMarker+id)
+			return w
+		}},
+		{"an unrecorded monitor", "", func(dir, id string) *exec.Cmd {
+			// A monitor's command line (slopbox-monitor ROOT ID): bash
+			// runs $BASH_ENV, the loop, before its "script" (ROOT).
+			script := filepath.Join(t.TempDir(), "writer.sh")
+			os.WriteFile(script, []byte(`i=0; while :; do i=$((i+1)); : > "$W/f$i" || exit 0; done`), 0o600)
+			w := &exec.Cmd{Path: "/bin/bash", Args: []string{"slopbox-monitor", b.root, id}}
+			w.Env = append(os.Environ(), "BASH_ENV="+script, "W="+dir)
+			return w
+		}},
+	} {
+		gone := exec.Command("true")
+		if err := gone.Run(); err != nil {
+			t.Fatal(err)
+		}
+		rec := &record{ID: "0a1b2c3d4e5f6a7b", Pid: gone.Process.Pid, PidStart: 1, Created: time.Now()}
+		dir := b.state.sandboxDir(rec.ID)
+		if err := os.MkdirAll(filepath.Join(dir, "upper"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.state.write(rec); err != nil {
+			t.Fatal(err)
+		}
+		w := c.writer(dir, rec.ID)
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- w.Wait() }()
+		fixtures.Eventually(t, c.name+"'s first files", func() (bool, string) {
+			ents, _ := os.ReadDir(filepath.Join(dir, c.sub))
+			return len(ents) > 100, fmt.Sprintf("%d files", len(ents))
+		})
+		if err := b.destroy(rec); err != nil {
+			t.Errorf("destroy beside %s: %v", c.name, err)
+		}
+		if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("beside %s, the sandbox directory is still there: %v", c.name, err)
+		}
+		w.Process.Kill()
+		<-waited
+		os.RemoveAll(dir)
+	}
+}

@@ -361,6 +361,24 @@ func killMarked(kv string) []int {
 	return killed
 }
 
+// killCmdline SIGKILLs every process whose command line begins with
+// prefix (its arguments, each ended by a NUL).
+func killCmdline(prefix string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var killed []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if strings.HasPrefix(string(cmdline), prefix) && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed = append(killed, pid)
+		}
+	}
+	return killed
+}
+
 // waitKilled waits, bounded, until the killed processes of sandbox id
 // have gone.
 func waitKilled(id string, killed []int) error {
