@@ -1071,6 +1071,16 @@ func (s *Sandbox) FollowOutput() (*OutputFollower, error) {
 		f.Close()
 		return nil, err
 	}
+	// From the end of the last whole record: one the monitor is writing
+	// (in pieces, up to 16 KiB) is Copy's, read whole, not half Replay's.
+	_, end, err = lastLines(f, end, 0)
+	if err == nil {
+		_, err = f.Seek(end, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
 	var base time.Time
 	if e, ok := readExit(s.dir); ok {
 		base = e.FinishedAt
@@ -1080,24 +1090,44 @@ func (s *Sandbox) FollowOutput() (*OutputFollower, error) {
 
 // Replay writes the log as it stood when following began, the output of
 // earlier runs included (docker attach's logs=1): what Copy goes on from,
-// so that nothing is written twice or left out between them.
+// so that nothing is written twice or left out between them. Its error is
+// a failed write (the client has gone); a part of the log it cannot read
+// is said on stderr, and the rest is still written.
 func (o *OutputFollower) Replay(stdout, stderr io.Writer) error {
+	var werr error
 	emit := streamWriter(stdout, stderr)
+	write := func(l logLine) error {
+		werr = emit(l)
+		return werr
+	}
+	unread := func(err error) error {
+		if werr != nil {
+			return werr
+		}
+		_, err = fmt.Fprintf(stderr, "slopbox: part of the log could not be read: %v\n", err)
+		return err
+	}
 	if f, err := openLog(o.tail.path + ".1"); err == nil {
 		// A rotation since FollowOutput made the followed file the one
 		// before: its part up to the follower's start is read below.
-		var err error
 		if cur, serr := o.tail.f.Stat(); serr != nil || !sameFile(f, cur) {
-			err = emitRecords(f, emit)
+			err = emitRecords(f, write)
 		}
 		f.Close()
 		if err != nil {
-			return err
+			if err := unread(err); err != nil {
+				return err
+			}
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return err
+		if err := unread(err); err != nil {
+			return err
+		}
 	}
-	return emitRecords(io.NewSectionReader(o.tail.f, 0, o.tail.off), emit)
+	if err := emitRecords(io.NewSectionReader(o.tail.f, 0, o.tail.off), write); err != nil {
+		return unread(err)
+	}
+	return nil
 }
 
 // sameFile says whether f is the file fi describes.

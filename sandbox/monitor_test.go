@@ -585,12 +585,23 @@ func TestMonitorReapedWhenDone(t *testing.T) {
 
 // TestReplayThenFollow: an attach with logs=1 replays the rotated log and
 // the current one up to where following begins, then follows from there:
-// each record once, in order, the streams apart; and a rotation after
+// each record once, in order, the streams apart. A record half written
+// when following begins is the follower's, whole; a rotation after
 // FollowOutput does not replay the followed file twice.
 func TestReplayThenFollow(t *testing.T) {
 	rec := func(stream, s string) string {
 		b, _ := json.Marshal(logLine{Log: s, Stream: stream, Time: time.Now()})
 		return string(b) + "\n"
+	}
+	appendTo := func(path, s string) {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, rotateAfter := range []bool{false, true} {
 		dir := t.TempDir()
@@ -598,7 +609,8 @@ func TestReplayThenFollow(t *testing.T) {
 		if err := os.WriteFile(path+".1", []byte(rec("stdout", "a\n")+rec("stderr", "b\n")), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(path, []byte(rec("stdout", "c\n")), 0o600); err != nil {
+		half := rec("stdout", "e\n")
+		if err := os.WriteFile(path, []byte(rec("stdout", "c\n")+half[:10]), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		s := &Sandbox{dir: dir}
@@ -606,13 +618,10 @@ func TestReplayThenFollow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Written after following began: Copy's, not Replay's.
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.WriteString(rec("stdout", "d\n"))
-		f.Close()
+		t.Cleanup(o.Close)
+		// The rest of the record being written, and one written after
+		// following began: the follower's, not Replay's.
+		appendTo(path, half[10:]+rec("stdout", "d\n"))
 		if rotateAfter {
 			if err := os.Rename(path, path+".1"); err != nil {
 				t.Fatal(err)
@@ -625,13 +634,19 @@ func TestReplayThenFollow(t *testing.T) {
 		if err := o.Replay(&stdout, &stderr); err != nil {
 			t.Fatal(err)
 		}
-		o.Close()
-		want := "a\nc\n"
+		wantOut, wantErr := "a\nc\n", "b\n"
 		if rotateAfter {
-			want = "c\n" // the rotation dropped a and b, as it would for a reader then
+			wantOut, wantErr = "c\n", "" // the rotation dropped a and b, as it would for any reader then
 		}
-		if stdout.String() != want || stderr.String() != map[bool]string{false: "b\n", true: ""}[rotateAfter] {
-			t.Errorf("rotated after following began %v: replayed stdout %q stderr %q, want %q", rotateAfter, stdout.String(), stderr.String(), want)
+		if stdout.String() != wantOut || stderr.String() != wantErr {
+			t.Errorf("rotated after following began %v: replayed stdout %q stderr %q, want %q %q", rotateAfter, stdout.String(), stderr.String(), wantOut, wantErr)
+		}
+		var followed, followedErr strings.Builder
+		if err := o.tail.poll(streamWriter(&followed, &followedErr)); err != nil {
+			t.Fatal(err)
+		}
+		if followed.String() != "e\nd\n" || followedErr.String() != "" {
+			t.Errorf("rotated after following began %v: followed %q %q, want \"e\\nd\\n\"", rotateAfter, followed.String(), followedErr.String())
 		}
 	}
 }

@@ -98,33 +98,42 @@ func (a *attachment) close() {
 func (s *Server) containerAttach(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
 	info := sb.Info()
 	tty := info.Tty
-	follow, err := sb.FollowOutput()
+	// The detach keys (detachKeys, ctrl-p,ctrl-q by default) end an
+	// attach with stdin and leave the container running; a bad sequence
+	// is refused whatever else is asked, as dockerd's.
+	keys, err := parseDetachKeys(r.URL.Query().Get("detachKeys"))
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	if !boolParam(r, "stream") {
-		defer follow.Close()
+	if !boolParam(r, "stdin") {
+		keys = nil
+	}
+	logs, stream := boolParam(r, "logs"), boolParam(r, "stream")
+	if !stream {
+		var follow *sandbox.OutputFollower
+		if logs {
+			if follow, err = sb.FollowOutput(); err != nil {
+				fail(w, err)
+				return
+			}
+			defer follow.Close()
+		}
 		conn, _, err := hijack(w, r, tty)
 		if err != nil {
 			return
 		}
 		defer conn.Close()
-		if boolParam(r, "logs") {
+		if follow != nil {
 			stdout, stderr := outputStreams(r, conn, tty)
 			follow.Replay(stdout, stderr)
 		}
 		return
 	}
-	// With stdin, the detach keys (detachKeys, ctrl-p,ctrl-q by default)
-	// end the attach and leave the container running, as dockerd's.
-	var keys []byte
-	if boolParam(r, "stdin") {
-		if keys, err = parseDetachKeys(r.URL.Query().Get("detachKeys")); err != nil {
-			follow.Close()
-			fail(w, err)
-			return
-		}
+	follow, err := sb.FollowOutput()
+	if err != nil {
+		fail(w, err)
+		return
 	}
 	a := &attachment{tty: tty}
 	var stdinW *os.File
@@ -172,9 +181,9 @@ func (s *Server) containerAttach(w http.ResponseWriter, r *request, sb *sandbox.
 		go watchClient(ctx, conn, in, io.Discard, nil, cancel)
 	}
 	stdout, stderr := outputStreams(r, conn, tty)
-	if boolParam(r, "logs") {
+	if logs {
 		if err := follow.Replay(stdout, stderr); err != nil {
-			follow.Close()
+			follow.Close() // the client has gone
 			return
 		}
 	}

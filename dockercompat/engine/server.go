@@ -387,8 +387,13 @@ func fail(w http.ResponseWriter, err error) {
 	writeError(w, statusOf(err), err.Error())
 }
 
-// boolParam reads a docker boolean query parameter (1, true, True).
+// boolParam reads a docker boolean query parameter as dockerd's
+// httputils.BoolValue: false when absent, empty, 0, no, false or none (in
+// any case), true otherwise.
 func boolParam(r *request, name string) bool {
-	v := r.URL.Query().Get(name)
-	return v == "1" || strings.EqualFold(v, "true")
+	switch strings.ToLower(strings.TrimSpace(r.URL.Query().Get(name))) {
+	case "", "0", "no", "false", "none":
+		return false
+	}
+	return true
 }
