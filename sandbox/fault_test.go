@@ -452,8 +452,15 @@ func TestRemovalOutlastsALateWriter(t *testing.T) {
 			// A monitor's command line (slopbox-monitor ROOT ID): bash
 			// runs $BASH_ENV, the loop, before its "script" (ROOT).
 			script := filepath.Join(t.TempDir(), "writer.sh")
-			os.WriteFile(script, []byte(`i=0; while :; do i=$((i+1)); : > "$W/f$i" || exit 0; done`), 0o600)
-			w := &exec.Cmd{Path: "/bin/bash", Args: []string{"slopbox-monitor", b.root, id}}
+			if err := os.WriteFile(script, []byte(`i=0; while :; do i=$((i+1)); : > "$W/f$i" || exit 0; done`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			bash, err := exec.LookPath("bash")
+			if err != nil {
+				t.Fatalf("bash (Debian's essential package) plays the monitor: %v", err)
+			}
+			// Its root spelled with a trailing slash: the same directory.
+			w := &exec.Cmd{Path: bash, Args: []string{"slopbox-monitor", b.root + "/", id}}
 			w.Env = append(os.Environ(), "BASH_ENV="+script, "W="+dir)
 			return w
 		}},
@@ -462,7 +469,7 @@ func TestRemovalOutlastsALateWriter(t *testing.T) {
 		if err := gone.Run(); err != nil {
 			t.Fatal(err)
 		}
-		rec := &record{ID: "0a1b2c3d4e5f6a7b", Pid: gone.Process.Pid, PidStart: 1, Created: time.Now()}
+		rec := &record{ID: newID(), Pid: gone.Process.Pid, PidStart: 1, Created: time.Now()}
 		dir := b.state.sandboxDir(rec.ID)
 		if err := os.MkdirAll(filepath.Join(dir, "upper"), 0o700); err != nil {
 			t.Fatal(err)
@@ -471,11 +478,16 @@ func TestRemovalOutlastsALateWriter(t *testing.T) {
 			t.Fatal(err)
 		}
 		w := c.writer(dir, rec.ID)
+		w.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := w.Start(); err != nil {
 			t.Fatal(err)
 		}
 		waited := make(chan error, 1)
 		go func() { waited <- w.Wait() }()
+		t.Cleanup(func() {
+			w.Process.Kill()
+			<-waited
+		})
 		fixtures.Eventually(t, c.name+"'s first files", func() (bool, string) {
 			ents, _ := os.ReadDir(filepath.Join(dir, c.sub))
 			return len(ents) > 100, fmt.Sprintf("%d files", len(ents))
@@ -486,8 +498,6 @@ func TestRemovalOutlastsALateWriter(t *testing.T) {
 		if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("beside %s, the sandbox directory is still there: %v", c.name, err)
 		}
-		w.Process.Kill()
-		<-waited
 		os.RemoveAll(dir)
 	}
 }

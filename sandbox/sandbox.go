@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -451,31 +451,38 @@ func (b *Backend) removeSandboxDir(rec *record) error {
 	if err == nil || os.Geteuid() != 0 || !errors.Is(err, syscall.ENOTEMPTY) {
 		return err
 	}
-	kerr := errors.Join(killStragglers(rec.ID, dir),
-		waitKilled(rec.ID, killCmdline("slopbox-monitor\x00"+b.root+"\x00"+rec.ID+"\x00")))
+	kerr := errors.Join(killStragglers(rec.ID, dir), waitKilled(rec.ID, killMonitorsOf(b.root, rec.ID)))
 	if err = b.removeDir(dir); err != nil {
 		return errors.Join(fmt.Errorf("%w (it still holds %s)", err, dirEvidence(dir)), kerr)
 	}
-	return nil
+	// What did not die keeps its id slice: the caller frees it only
+	// without an error.
+	return kerr
 }
 
-// dirEvidence names up to 8 paths under dir, for an error that it could
-// not be removed.
+// dirEvidence names what dir holds (up to 8 entries, a directory's with a
+// slash), for an error that it could not be removed.
 func dirEvidence(dir string) string {
-	var names []string
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if p == dir || err != nil {
-			return nil
-		}
-		if len(names) == 8 {
-			names = append(names, "…")
-			return filepath.SkipAll
-		}
-		names = append(names, strings.TrimPrefix(p, dir+"/"))
-		return nil
-	})
-	if len(names) == 0 {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	ents, _ := f.ReadDir(9)
+	if len(ents) == 0 {
 		return "nothing now"
+	}
+	var names []string
+	for i, e := range ents {
+		if i == 8 {
+			names = append(names, "…")
+			break
+		}
+		n := strconv.Quote(e.Name())
+		if e.IsDir() {
+			n += "/"
+		}
+		names = append(names, n)
 	}
 	return strings.Join(names, ", ")
 }

@@ -361,9 +361,15 @@ func killMarked(kv string) []int {
 	return killed
 }
 
-// killCmdline SIGKILLs every process whose command line begins with
-// prefix (its arguments, each ended by a NUL).
-func killCmdline(prefix string) []int {
+// killMonitorsOf SIGKILLs every monitor of sandbox id in the store at
+// root (its command line: slopbox-monitor ROOT ID ...), however ROOT was
+// spelled when it was started (relative to its working directory, with a
+// trailing slash): one its starter did not live to record.
+func killMonitorsOf(root, id string) []int {
+	rootFi, err := os.Stat(root)
+	if err != nil {
+		return nil
+	}
 	ents, _ := os.ReadDir("/proc")
 	var killed []int
 	for _, e := range ents {
@@ -372,7 +378,15 @@ func killCmdline(prefix string) []int {
 			continue
 		}
 		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if strings.HasPrefix(string(cmdline), prefix) && syscall.Kill(pid, syscall.SIGKILL) == nil {
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) < 3 || args[0] != "slopbox-monitor" || args[2] != id {
+			continue
+		}
+		p := args[1]
+		if !filepath.IsAbs(p) {
+			p = filepath.Join("/proc", e.Name(), "cwd", p)
+		}
+		if fi, err := os.Stat(p); err == nil && os.SameFile(fi, rootFi) && syscall.Kill(pid, syscall.SIGKILL) == nil {
 			killed = append(killed, pid)
 		}
 	}
@@ -380,20 +394,34 @@ func killCmdline(prefix string) []int {
 }
 
 // waitKilled waits, bounded, until the killed processes of sandbox id
-// have gone.
+// have gone: every thread of each (a pidfd is readable only then), not
+// only its leader, which shows as a zombie while another thread of a
+// multi-threaded process (a spawn server, a monitor once it runs the Go
+// program) may still finish a write.
 func waitKilled(id string, killed []int) error {
 	deadline := time.Now().Add(5 * time.Second)
 	for _, pid := range killed {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue // gone and reaped
+		}
 		for {
-			_, zombie, ok := procStart(pid)
-			if !ok || zombie {
+			left := time.Until(deadline)
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, err := unix.Poll(fds, int(max(left, 0)/time.Millisecond))
+			if n > 0 {
 				break
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("process %d of sandbox %s did not exit after SIGKILL", pid, id)
+			if err == unix.EINTR {
+				continue
 			}
-			time.Sleep(time.Millisecond)
+			unix.Close(fd)
+			if err != nil {
+				return fmt.Errorf("wait for process %d of sandbox %s: %w", pid, id, err)
+			}
+			return fmt.Errorf("process %d of sandbox %s did not exit after SIGKILL", pid, id)
 		}
+		unix.Close(fd)
 	}
 	return nil
 }
