@@ -436,23 +436,32 @@ func (b *Backend) destroy(rec *record) error {
 	return errors.Join(errs...)
 }
 
-// removeSandboxDir removes rec's directory. As root, a removal that finds
-// the directory filled again while it emptied it met a process its record
-// does not name, still writing there: the sandbox's own spawn server
+// removeSandboxDir removes rec's directory. A removal that finds the
+// directory filled again while it emptied it met a process its record does
+// not name, still writing there: the sandbox's own spawn server (as root)
 // finishing the request of a create or start that was killed half-way, or
 // a monitor whose starter was killed before it recorded it (run 33 of
 // docs/testing.md: prune's "directory not empty" right after a run killed
 // mid-create). Those are found by their marks and command lines, killed,
-// waited for, and the removal is tried again; what then still fails names
-// what the directory holds.
+// waited for, and the removal is tried again, a few times: rootless, the
+// writer can be the user's one spawn server, which is not killed, ending
+// the request within moments. What then still fails names what the
+// directory holds.
 func (b *Backend) removeSandboxDir(rec *record) error {
 	dir := b.state.sandboxDir(rec.ID)
 	err := b.removeDir(dir)
-	if err == nil || os.Geteuid() != 0 || !errors.Is(err, syscall.ENOTEMPTY) {
+	if err == nil || !errors.Is(err, syscall.ENOTEMPTY) {
 		return err
 	}
 	kerr := errors.Join(killStragglers(rec.ID, dir), waitKilled(rec.ID, killMonitorsOf(b.root, rec.ID)))
-	if err = b.removeDir(dir); err != nil {
+	for try := 0; ; try++ {
+		err = b.removeDir(dir)
+		if err == nil || !errors.Is(err, syscall.ENOTEMPTY) || try == 4 {
+			break
+		}
+		time.Sleep(time.Duration(50<<try) * time.Millisecond)
+	}
+	if err != nil {
 		return errors.Join(fmt.Errorf("%w (it still holds %s)", err, dirEvidence(dir)), kerr)
 	}
 	// What did not die keeps its id slice: the caller frees it only

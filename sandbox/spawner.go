@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -111,7 +112,7 @@ func (s *spawner) call(ctx context.Context, m userns.Mapping, req *spawnd.Reques
 		resp, err := sc.call(ctx, req, fds)
 		if err == nil {
 			if resp.Error != "" {
-				return resp, errors.New(resp.Error)
+				return resp, &serverError{msg: resp.Error, errno: resp.Errno}
 			}
 			return resp, nil
 		}
@@ -312,4 +313,21 @@ func (sc *serverConn) call(ctx context.Context, req *spawnd.Request, fds []int) 
 func (sc *serverConn) stop() {
 	sc.conn.Close()
 	sc.cmd.Process.Kill()
+}
+
+// serverError is an error the spawn server replied with: its message, and
+// its errno when it had one.
+type serverError struct {
+	msg   string
+	errno syscall.Errno
+}
+
+func (e *serverError) Error() string { return e.msg }
+
+// Unwrap gives the errno, if any, to errors.Is.
+func (e *serverError) Unwrap() error {
+	if e.errno == 0 {
+		return nil
+	}
+	return e.errno
 }

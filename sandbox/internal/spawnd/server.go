@@ -134,6 +134,9 @@ type Response struct {
 	Seq   uint64 `json:"seq"`
 	Pid   int    `json:"pid,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Errno is the error's errno, when it has one (a removal that met
+	// ENOTEMPTY): the caller's errors.Is sees it.
+	Errno syscall.Errno `json:"errno,omitempty"`
 }
 
 // ReadFrame reads one u32-length-prefixed frame.
@@ -261,6 +264,7 @@ func (s *server) handle(req *Request, files []*os.File) *Response {
 	}
 	if err != nil {
 		resp.Error = err.Error()
+		errors.As(err, &resp.Errno)
 	}
 	return &resp
 }
