@@ -151,9 +151,14 @@ func TestPruneAfterSpawnKilledMidway(t *testing.T) {
 	if b.slices != nil && len(heldSlices(t, b)) > 0 {
 		t.Errorf("the killed spawn's id slice is still held after prune: %v", heldSlices(t, b))
 	}
-	if left := processesUnder(b.state.dir); len(left) > 0 {
-		t.Errorf("left running after prune: %v", left)
-	}
+	// Rootless, the killed process's own spawn server may still be
+	// ending the request it was serving (its init, killed by prune, no
+	// longer answers): it holds the entry's files until it exits, within
+	// moments (run 34: seen once, holding the entry's exec.fifo).
+	fixtures.Eventually(t, "nothing of the killed spawn running after prune", func() (bool, string) {
+		left := processesUnder(b.state.dir)
+		return len(left) == 0, fmt.Sprintf("left running: %v", left)
+	})
 	if _, err := os.Lstat(filepath.Join(b.state.dir, namesDir, "victim")); err == nil {
 		t.Error("the name of the killed spawn is left dangling")
 	}
