@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -508,4 +509,69 @@ func TestRemovalOutlastsALateWriter(t *testing.T) {
 		}
 		os.RemoveAll(dir)
 	}
+}
+
+// TestProcessesLeaveOutEndedSessions: an exec's session (PID 1's fork,
+// named slopbox-exec) that has ended but that PID 1 has not reaped yet is
+// slopbox's, not the container's: docker top does not list it. PID 1 is
+// stopped so that it cannot reap the session, which then stays a zombie
+// with no exe to compare. Run 35's TestServeExecStreams listed one as
+// "[slopbox-exec]" beside sleep.
+func TestProcessesLeaveOutEndedSessions(t *testing.T) {
+	b, ref := testBackend(t)
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref})
+	pid1 := sb.rec.Pid
+	done := make(chan error, 1)
+	go func() {
+		_, err := sb.Exec(context.Background(), backend.ExecRequest{Argv: []string{"sleep", "0.3"}})
+		done <- err
+	}()
+	// The session is there once the exec runs; PID 1 then stops.
+	var session int
+	fixtures.Eventually(t, "the exec's session", func() (bool, string) {
+		session = childNamed(pid1, sessionComm)
+		return session > 0, "none yet"
+	})
+	if err := syscall.Kill(pid1, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(pid1, syscall.SIGCONT) })
+	fixtures.Eventually(t, "the session ended and left unreaped", func() (bool, string) {
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", session))
+		i := bytes.LastIndexByte(st, ')')
+		return i > 0 && i+2 < len(st) && st[i+2] == 'Z', string(st)
+	})
+	procs, err := sb.Processes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		if p.PID == session || strings.Contains(p.Command, sessionComm) {
+			t.Errorf("top lists slopbox's ended session: %+v (all: %+v)", p, procs)
+		}
+	}
+	syscall.Kill(pid1, syscall.SIGCONT)
+	if err := <-done; err != nil {
+		t.Errorf("the exec after PID 1 went on: %v", err)
+	}
+}
+
+// childNamed returns a child of pid whose name (comm) is name, or 0.
+func childNamed(pid int, name string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
+		i, j := bytes.IndexByte(st, '('), bytes.LastIndexByte(st, ')')
+		if i < 0 || j < i || string(st[i+1:j]) != name {
+			continue
+		}
+		if f := strings.Fields(string(st[j+1:])); len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			return c
+		}
+	}
+	return 0
 }

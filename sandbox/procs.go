@@ -51,6 +51,9 @@ type Process struct {
 	Command   string
 }
 
+// sessionComm is the name PID 1 gives each exec's session (agent.c).
+const sessionComm = "slopbox-exec"
+
 // Processes lists the sandbox's processes (docker top): the descendants
 // of its PID 1 that are not slopbox's own init or sessions, host pids,
 // oldest first.
@@ -60,7 +63,8 @@ func (s *Sandbox) Processes() ([]Process, error) {
 	}
 	all := map[int]Process{}
 	children := map[int][]int{}
-	noArgs := map[int]bool{} // not a zombie, no command line (yet)
+	noArgs := map[int]bool{}       // not a zombie, no command line (yet)
+	endedSession := map[int]bool{} // an exec session of PID 1's, ended
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
@@ -95,8 +99,14 @@ func (s *Sandbox) Processes() ([]Process, error) {
 		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
 		p.Command = strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
 		if p.Command == "" {
-			p.Command = "[" + string(b[bytes.IndexByte(b, '(')+1:i]) + "]"
-			if f[0] != "Z" {
+			comm := string(b[bytes.IndexByte(b, '(')+1 : i])
+			p.Command = "[" + comm + "]"
+			switch {
+			case comm == sessionComm && ppid == s.rec.Pid:
+				// A live session has PID 1's command line (a fork of
+				// it): this one is exiting, or exited.
+				endedSession[pid] = true
+			case f[0] != "Z":
 				noArgs[pid] = true
 			}
 		}
@@ -114,7 +124,10 @@ func (s *Sandbox) Processes() ([]Process, error) {
 		if !ok {
 			return
 		}
-		if exe, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid)); agentErr != nil || err != nil || !os.SameFile(agent, exe) {
+		// An exec's session that has ended and PID 1 has not reaped yet
+		// (the exec's result comes first) has no exe left to compare: it
+		// is known by its name (agent.c's supervise) and parent.
+		if exe, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid)); !endedSession[pid] && (agentErr != nil || err != nil || !os.SameFile(agent, exe)) {
 			out = append(out, p)
 		}
 		for _, c := range children[pid] {
