@@ -63,8 +63,8 @@ func (s *Sandbox) Processes() ([]Process, error) {
 	}
 	all := map[int]Process{}
 	children := map[int][]int{}
-	noArgs := map[int]bool{}       // not a zombie, no command line (yet)
-	endedSession := map[int]bool{} // an exec session of PID 1's, ended
+	noArgs := map[int]bool{}  // not a zombie, no command line (yet)
+	session := map[int]bool{} // named as PID 1's exec sessions, its children
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
@@ -98,15 +98,11 @@ func (s *Sandbox) Processes() ([]Process, error) {
 		}
 		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
 		p.Command = strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
+		comm := string(b[bytes.IndexByte(b, '(')+1 : i])
+		session[pid] = comm == sessionComm && ppid == s.rec.Pid
 		if p.Command == "" {
-			comm := string(b[bytes.IndexByte(b, '(')+1 : i])
 			p.Command = "[" + comm + "]"
-			switch {
-			case comm == sessionComm && ppid == s.rec.Pid:
-				// A live session has PID 1's command line (a fork of
-				// it): this one is exiting, or exited.
-				endedSession[pid] = true
-			case f[0] != "Z":
+			if f[0] != "Z" && !session[pid] {
 				noArgs[pid] = true
 			}
 		}
@@ -124,10 +120,13 @@ func (s *Sandbox) Processes() ([]Process, error) {
 		if !ok {
 			return
 		}
-		// An exec's session that has ended and PID 1 has not reaped yet
-		// (the exec's result comes first) has no exe left to compare: it
-		// is known by its name (agent.c's supervise) and parent.
-		if exe, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid)); !endedSession[pid] && (agentErr != nil || err != nil || !os.SameFile(agent, exe)) {
+		// An exec's session that is ending, or has ended and PID 1 has
+		// not reaped yet (the exec's result comes first), has no exe left
+		// to compare: it is known by its name (agent.c's supervise) and
+		// parent, whenever its exe went (before or after the scan).
+		exe, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid))
+		ours := agentErr == nil && (err == nil && os.SameFile(agent, exe) || err != nil && session[pid])
+		if !ours {
 			out = append(out, p)
 		}
 		for _, c := range children[pid] {
