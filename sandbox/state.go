@@ -344,21 +344,10 @@ const helperMarker = "_SLOPBOX_HELPER_OF="
 // killMarked SIGKILLs every process with the environment entry kv.
 func killMarked(kv string) []int {
 	marker := []byte(kv + "\x00")
-	ents, _ := os.ReadDir("/proc")
-	var killed []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if bytes.HasPrefix(env, marker) || bytes.Contains(env, append([]byte{0}, marker...)) {
-			if syscall.Kill(pid, syscall.SIGKILL) == nil {
-				killed = append(killed, pid)
-			}
-		}
-	}
-	return killed
+	return killWhere(func(proc string) bool {
+		env, _ := os.ReadFile(proc + "/environ")
+		return bytes.HasPrefix(env, marker) || bytes.Contains(env, append([]byte{0}, marker...))
+	})
 }
 
 // killMonitorsOf SIGKILLs every monitor of sandbox id in the store at
@@ -370,6 +359,24 @@ func killMonitorsOf(root, id string) []int {
 	if err != nil {
 		return nil
 	}
+	return killWhere(func(proc string) bool {
+		cmdline, _ := os.ReadFile(proc + "/cmdline")
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) < 3 || args[0] != "slopbox-monitor" || args[2] != id {
+			return false
+		}
+		p := args[1]
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(proc, "cwd", p)
+		}
+		fi, err := os.Stat(p)
+		return err == nil && os.SameFile(fi, rootFi)
+	})
+}
+
+// killWhere SIGKILLs every process (other than this one) that match,
+// given its /proc directory, picks, and returns the pids it killed.
+func killWhere(match func(proc string) bool) []int {
 	ents, _ := os.ReadDir("/proc")
 	var killed []int
 	for _, e := range ents {
@@ -377,16 +384,7 @@ func killMonitorsOf(root, id string) []int {
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		args := strings.Split(string(cmdline), "\x00")
-		if len(args) < 3 || args[0] != "slopbox-monitor" || args[2] != id {
-			continue
-		}
-		p := args[1]
-		if !filepath.IsAbs(p) {
-			p = filepath.Join("/proc", e.Name(), "cwd", p)
-		}
-		if fi, err := os.Stat(p); err == nil && os.SameFile(fi, rootFi) && syscall.Kill(pid, syscall.SIGKILL) == nil {
+		if match("/proc/"+e.Name()) && syscall.Kill(pid, syscall.SIGKILL) == nil {
 			killed = append(killed, pid)
 		}
 	}
