@@ -231,7 +231,7 @@ if [[ -n ${SLOPBOX_SKIP_VM:-} ]]; then
 	echo "== VM suite LEFT OUT (SLOPBOX_SKIP_VM is set)" >&2
 	echo "== LEFT OUT: the VM suite (SLOPBOX_SKIP_VM is set)" >>"$summary"
 else
-	checked_bg vm "$logs/vm.out" checked vm 20m scripts/vm-test.sh
+	checked_bg vm "$logs/vm.out" checked vm 30m scripts/vm-test.sh
 fi
 
 # docker-py's own integration suite against serve, client and server as

@@ -22,6 +22,9 @@ export SLOPBOX_VM_PREFIX
 DOMAIN="$SLOPBOX_VM_PREFIX$MACHINE"
 WORK=$PWD/.work/vm
 RESULTS=$WORK/results
+# The guest's serial console (Vagrantfile), kept for the record.
+CONSOLE=$WORK/console.log
+export SLOPBOX_VM_CONSOLE=$CONSOLE
 TAGS="seccomp netgo osusergo slopbox_helper vmsuite"
 # Tests that need root by nature (root opens the login sessions).
 ROOT_ONLY='TestExecFromAnotherSession'
@@ -41,7 +44,7 @@ scripts/vm-deps.sh
 scripts/vm-box.sh
 phase "box (make vm-box)"
 
-mkdir -p "$WORK" && rm -rf "$RESULTS" && mkdir -p "$RESULTS"
+mkdir -p "$WORK" && rm -rf "$RESULTS" "$CONSOLE" && mkdir -p "$RESULTS"
 go test -c -tags "$TAGS" -ldflags "-extldflags -static" -o "$WORK/vm.test" ./test/vm/
 [[ -x bin/slopbox ]] || make -s build
 # The package of bin/slopbox, as make deb builds it.
@@ -96,7 +99,7 @@ stop_started() {
 		for qp in /var/lib/libvirt/qemu/qmp-*/qmp.pid; do
 			[[ -f $qp ]] || continue
 			pid=$(cat "$qp")
-			if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "-qmp unix:${qp%/qmp.pid}/"; then
+			if tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -q -- "-qmp unix:${qp%/qmp.pid}/"; then
 				kill -9 "$pid" 2>/dev/null || true
 			fi
 		done
@@ -196,20 +199,46 @@ fi
 tail -1 "$RESULTS/apt-install.txt" >&2
 phase "apt-get install of the package"
 
-# -test.v output of each pass goes to the results; the pass fails on any
-# failing test. A pass is bounded, so a hang fails it rather than CI.
+# Each pass writes its -test.v output to a file in the guest, fetched
+# afterwards with a command of its own: vagrant holds what ssh gives it in
+# a buffer until it exits, so output streamed through it is lost when its
+# bound kills it. The bounds nest so that the innermost fires first and
+# says most: the test binary's own timeout (its goroutines' stacks), the
+# guest's timeout, then this host's bound on the ssh session. Each ssh
+# session sends keepalives, so a connection that died ends in a minute.
+# A pass that fails leaves the guest's evidence (its processes, the
+# kernel's last words) in the results and on stderr, and the serial
+# console's tail shows what the guest's kernel said when ssh could not.
+# VM_PASS_TIMEOUT (a Go duration, 6m) is the test binary's own limit per pass.
+PASS_TIMEOUT=${VM_PASS_TIMEOUT:-6m}
+SSH_ALIVE=(-- -o ServerAliveInterval=15 -o ServerAliveCountMax=4)
 status=0
 run_pass() {
-	local name=$1 cmd=$2
+	local name=$1 cmd=$2 rc=0
 	echo "== VM suite as $name" >&2
-	if ! bounded 1000 vagrant ssh "$MACHINE" -c "cd /tmp/slopbox-vm && $cmd" >"$RESULTS/$name.txt" 2>&1; then
-		status=1
-	fi
+	bounded 480 vagrant ssh "$MACHINE" -c "cd /tmp/slopbox-vm && { $cmd; } >$name.txt 2>&1" "${SSH_ALIVE[@]}" >"$RESULTS/$name.ssh.txt" 2>&1 || rc=$?
+	bounded 120 vagrant ssh "$MACHINE" -c "cat /tmp/slopbox-vm/$name.txt" "${SSH_ALIVE[@]}" >"$RESULTS/$name.txt" 2>&1 ||
+		echo "vm-test: could not fetch the pass's output from the guest" >>"$RESULTS/$name.txt"
 	grep -E '^(=== RUN|--- (PASS|FAIL)|PASS|FAIL|ok|panic:)|vm_test.go' "$RESULTS/$name.txt" >&2 || true
+	if ((rc)); then
+		status=1
+		echo "vm-test: the suite as $name failed (exit $rc); its output: $RESULTS/$name.txt" >&2
+		tail -5 "$RESULTS/$name.ssh.txt" >&2
+		evidence "$name"
+	fi
 	phase "suite as $name"
 }
-run_pass vagrant "echo '(left out as vagrant, root only: $ROOT_ONLY)'; SLOPBOX_BIN=/usr/bin/slopbox timeout 900 ./vm.test -test.v -test.timeout 14m -test.skip '^($ROOT_ONLY)\$' 2>&1"
-run_pass root "sudo SLOPBOX_BIN=/usr/bin/slopbox timeout 900 ./vm.test -test.v -test.timeout 14m 2>&1"
+# evidence NAME: what the guest looked like after a failed pass.
+evidence() {
+	bounded 120 vagrant ssh "$MACHINE" -c 'uptime; free -m; ps -eo pid,ppid,user,stat,wchan:32,etimes,args --forest; sudo dmesg | tail -60' "${SSH_ALIVE[@]}" >"$RESULTS/$1.evidence.txt" 2>&1 ||
+		echo "vm-test: the guest did not answer for its evidence" >&2
+	echo "--- the guest after the failed pass ($RESULTS/$1.evidence.txt):" >&2
+	tail -80 "$RESULTS/$1.evidence.txt" >&2
+	echo "--- the guest's serial console, last lines ($CONSOLE):" >&2
+	tail -30 "$CONSOLE" 2>/dev/null | tr -d '\r' >&2 || true
+}
+run_pass vagrant "echo '(left out as vagrant, root only: $ROOT_ONLY)'; SLOPBOX_BIN=/usr/bin/slopbox timeout -k 10 420 ./vm.test -test.v -test.timeout $PASS_TIMEOUT -test.skip '^($ROOT_ONLY)\$'"
+run_pass root "sudo SLOPBOX_BIN=/usr/bin/slopbox timeout -k 10 420 ./vm.test -test.v -test.timeout $PASS_TIMEOUT"
 # What the guest's kernel and cgroups looked like, for the record.
 bounded 120 vagrant ssh "$MACHINE" -c 'uname -r; stat -fc %T /sys/fs/cgroup; cat /sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/cgroup.controllers' >"$RESULTS/guest.txt" 2>&1 || true
 echo "vm-test: results in $RESULTS" >&2

@@ -85,7 +85,10 @@ func (e *env) run(args ...string) (string, int) {
 }
 
 // runAs runs slopbox behind prefix (e.g. su -l USER -c), with a 3-minute
-// bound: a command of this suite that takes longer has hung.
+// bound: a command of this suite that takes longer has hung. A hung
+// command leaves its evidence: the guest's processes, and, run without a
+// prefix, its goroutines' stacks (Go prints them on SIGQUIT, then exits;
+// it is killed 10 s later if it has not).
 func (e *env) runAs(prefix []string, args ...string) (string, int) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -96,6 +99,11 @@ func (e *env) runAs(prefix []string, args ...string) (string, int) {
 		cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
 	} else {
 		cmd = exec.CommandContext(ctx, prefix[0], append(prefix[1:], shellQuote(argv))...)
+	}
+	cmd.Cancel = func() error {
+		ps, _ := exec.Command("ps", "-eo", "pid,ppid,user,stat,wchan:32,etimes,args", "--forest").CombinedOutput()
+		e.t.Logf("slopbox %v still running after 3 min; the guest's processes:\n%s", args, ps)
+		return cmd.Process.Signal(unix.SIGQUIT)
 	}
 	cmd.WaitDelay = 10 * time.Second
 	var out bytes.Buffer
