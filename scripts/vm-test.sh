@@ -230,12 +230,12 @@ run_pass() {
 }
 # evidence NAME: what the guest looked like after a failed pass.
 evidence() {
-	bounded 120 vagrant ssh "$MACHINE" -c 'uptime; free -m; ps -eo pid,ppid,user,stat,wchan:32,etimes,args --forest; sudo dmesg | tail -60' "${SSH_ALIVE[@]}" >"$RESULTS/$1.evidence.txt" 2>&1 ||
+	bounded 120 vagrant ssh "$MACHINE" -c 'uptime; free -m; ps -eo pid,ppid,user,stat,wchan:32,etimes,args --forest; echo "--- dmesg"; sudo dmesg | tail -100' "${SSH_ALIVE[@]}" >"$RESULTS/$1.evidence.txt" 2>&1 ||
 		echo "vm-test: the guest did not answer for its evidence" >&2
-	echo "--- the guest after the failed pass ($RESULTS/$1.evidence.txt):" >&2
-	tail -80 "$RESULTS/$1.evidence.txt" >&2
+	echo "--- the guest after the failed pass (its dmesg too: $RESULTS/$1.evidence.txt):" >&2
+	sed '/^--- dmesg$/q' "$RESULTS/$1.evidence.txt" | head -150 >&2
 	echo "--- the guest's serial console, last lines ($CONSOLE):" >&2
-	tail -30 "$CONSOLE" 2>/dev/null | tr -d '\r' >&2 || true
+	tail -20 "$CONSOLE" 2>/dev/null | tr -d '\r' >&2 || true
 }
 run_pass vagrant "echo '(left out as vagrant, root only: $ROOT_ONLY)'; SLOPBOX_BIN=/usr/bin/slopbox timeout -k 10 420 ./vm.test -test.v -test.timeout $PASS_TIMEOUT -test.skip '^($ROOT_ONLY)\$'"
 run_pass root "sudo SLOPBOX_BIN=/usr/bin/slopbox timeout -k 10 420 ./vm.test -test.v -test.timeout $PASS_TIMEOUT"
