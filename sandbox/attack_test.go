@@ -934,7 +934,7 @@ func TestSandboxInotifyNotChargedToHostRoot(t *testing.T) {
 	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true,
 		Mounts: []backend.Mount{{Source: exe, Target: "/probe", ReadOnly: true}}})
 	res := run(t, sb, "("+reexec.Env+"="+inotifyProbe+" /probe 3 > /tmp/n 2>&1 &); "+
-		"for i in $(seq 50); do grep -q got= /tmp/n && break; sleep 0.1; done; cat /tmp/n")
+		"for i in $(seq 250); do grep -q got= /tmp/n && break; sleep 0.1; done; cat /tmp/n")
 	if !strings.Contains(res.Stdout, "err=EMFILE") {
 		t.Fatalf("the probe did not exhaust its inotify instances: %+v", res)
 	}
@@ -1106,7 +1106,7 @@ func TestSandboxInotifyNotSharedBetweenSandboxes(t *testing.T) {
 		Mounts: []backend.Mount{{Source: exe, Target: "/probe", ReadOnly: true}}}
 	a, c := spawnT(t, b, spec), spawnT(t, b, spec)
 	res := run(t, a, "("+reexec.Env+"="+inotifyProbe+" /probe 10 > /tmp/n 2>&1 &); "+
-		"for i in $(seq 50); do grep -q got= /tmp/n && break; sleep 0.1; done; cat /tmp/n")
+		"for i in $(seq 250); do grep -q got= /tmp/n && break; sleep 0.1; done; cat /tmp/n")
 	if !strings.Contains(res.Stdout, "err=EMFILE") {
 		t.Fatalf("the probe did not exhaust its inotify instances: %+v", res)
 	}

@@ -61,7 +61,9 @@ func TestFifoPasswdImageSpawns(t *testing.T) {
 		t.Fatalf("spawn: %v", err)
 	}
 	defer sb.Cleanup()
-	res, err := sb.Exec(ctx, backend.ExecRequest{Shell: "echo hi; test -p /etc/passwd && echo p; id", Timeout: 2 * time.Second})
+	// id blocks on the FIFO, so the timeout always ends it; it is long
+	// enough for the echoes before it on a loaded machine.
+	res, err := sb.Exec(ctx, backend.ExecRequest{Shell: "echo hi; test -p /etc/passwd && echo p; id", Timeout: 8 * time.Second})
 	if err != nil || !strings.HasPrefix(res.Stdout, "hi\np\n") || !res.TimedOut {
 		t.Errorf("exec: %+v %v (id reads the FIFO and is killed on time)", res, err)
 	}

@@ -313,15 +313,21 @@ func TestMonitorLogWriteFails(t *testing.T) {
 	}
 	r.out.WriteString(strings.Repeat("x", 10000) + "\n")
 	path := filepath.Join(r.dir, logFile)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if fi, err := os.Stat(path); err == nil && fi.Size() == 4096 {
-			break
+	fixtures.Eventually(t, "the log at the file size limit", func() (bool, string) {
+		fi, err := os.Stat(path)
+		return err == nil && fi.Size() == 4096, fmt.Sprintf("%v; the monitor's stderr: %s", err, r.stderr.String())
+	})
+	// Its write has failed once it waits in poll again (state S): the
+	// limit is lifted only then, however long load keeps it from its
+	// retry.
+	fixtures.Eventually(t, "the monitor back in its poll", func() (bool, string) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the log never reached the file size limit; the monitor's stderr: %s", r.stderr.String())
-		}
-	}
-	time.Sleep(50 * time.Millisecond) // its write has failed
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		return len(f) > 0 && f[0] == "S", "stat: " + string(b)
+	})
 	if err := unix.Prlimit(pid, unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -150,7 +150,9 @@ func TestServeRefusesPlantedSymlinks(t *testing.T) {
 	sock := filepath.Join(dir, "s.sock")
 	serve := func(what string) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// A serve that refuses ends at once; one that started serves on:
+		// the bound tells them apart, with room for a loaded machine.
+		ctx, cancel := context.WithTimeout(context.Background(), fixtures.Patience()/2)
 		defer cancel()
 		out, err := exec.CommandContext(ctx, e.bin, "--root", e.root, "serve", "--socket", sock).CombinedOutput()
 		if ctx.Err() != nil {
@@ -223,7 +225,7 @@ func TestRunDetachedKilledBeforeCommand(t *testing.T) {
 		if out := e.must("ps", "-a", "--format", "{{.Names}} {{.State}}"); !strings.Contains(out, "victim exited") && !strings.Contains(out, "victim created") {
 			t.Errorf("%s: ps -a after the kill: %q, want victim created or exited", what, out)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), fixtures.Patience())
 		defer cancel()
 		if out, err := exec.CommandContext(ctx, e.bin, "--root", e.root, "wait", "victim").CombinedOutput(); ctx.Err() != nil {
 			t.Errorf("%s: wait hung", what)

@@ -243,12 +243,16 @@ func TestSandboxAcrossProcesses(t *testing.T) {
 	}
 	start := time.Now()
 	out, code := e.run("", "exec", "--timeout", "0.5", "box", "sh", "-c", "sleep 1000 & sleep 1000")
-	if code != 137 || time.Since(start) > 5*time.Second {
+	// Not timed out, it would run 1000 s.
+	if code != 137 || time.Since(start) > 30*time.Second {
 		t.Errorf("exec --timeout: exit %d after %v: %s", code, time.Since(start), out)
 	}
-	if ps := e.must("exec", "box", "ps", "-o", "args"); strings.Contains(ps, "sleep 1000") {
-		t.Errorf("a timed-out command's background child survived:\n%s", ps)
-	}
+	// The kill is sent when the timeout answers; the kernel ends the
+	// background child a moment later.
+	fixtures.Eventually(t, "a timed-out command's background child gone", func() (bool, string) {
+		ps := e.must("exec", "box", "ps", "-o", "args")
+		return !strings.Contains(ps, "sleep 1000"), ps
+	})
 	var res map[string]any
 	out, code = e.run("", "exec", "--json", "box", "sh", "-c", "echo out; echo err >&2; exit 4")
 	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 4 || res["exit_code"].(float64) != 4 || res["stdout"] != "out\n" || res["stderr"] != "err\n" {

@@ -654,7 +654,7 @@ while True:
 		t.Errorf("-p with none: exit %d %q", code, out)
 	}
 	// As Docker's: -p without --network gives the sandbox bridge networking.
-	if out, code := e.run("", "run", "--rm", "-p", "8080:80", e.ref, "sh", "-c", "ip -o link | grep -vc ' lo:'"); code != 0 || strings.TrimSpace(out) == "0" {
+	if out, code := e.run("", "run", "--rm", "-p", fmt.Sprintf("%d:80", freePort(t)), e.ref, "sh", "-c", "ip -o link | grep -vc ' lo:'"); code != 0 || strings.TrimSpace(out) == "0" {
 		t.Errorf("-p without --network: exit %d %q, want a bridge-networked sandbox", code, out)
 	}
 	if out, code := e.run("", "run", "--rm", "--network", "host", "-p", "8080:80", e.ref, "true"); code != 0 || !strings.Contains(out, "discarded") {

@@ -632,9 +632,13 @@ state = %q
 			<-done
 		}
 		logf.Close()
-		// Shims outlive containerd by design; those of a test that
-		// failed half-way are this test's to end.
-		if out, _ := exec.Command("pgrep", "-f", "containerd-shim.* -address "+sock).Output(); len(out) > 0 {
+		// Shims outlive containerd by design, and end a moment after
+		// their Shutdown; those of a test that failed half-way are this
+		// test's to end.
+		if ok, out := fixtures.Wait(func() (bool, string) {
+			out, _ := exec.Command("pgrep", "-a", "-f", "containerd-shim.* -address "+sock).Output()
+			return len(out) == 0, string(out)
+		}); !ok {
 			exec.Command("pkill", "-KILL", "-f", "containerd-shim.* -address "+sock).Run()
 			t.Errorf("containerd shims left running: %s", out)
 		}

@@ -379,8 +379,8 @@ func TestServeDetachKeys(t *testing.T) {
 			t.Errorf("attach%s: ended before its detach keys", c.query)
 		}
 		conn.Write(c.keys)
-		if !endsWithin(conn, br, 5*time.Second) {
-			t.Errorf("attach%s: still attached 5s after its detach keys", c.query)
+		if !endsWithin(conn, br, fixtures.Patience()) {
+			t.Errorf("attach%s: still attached %v after its detach keys", c.query, fixtures.Patience())
 		}
 	}
 	if out := must("inspect", "-f", "{{.State.Running}}", "cat"); out != "true\n" {
@@ -400,8 +400,8 @@ func TestServeDetachKeys(t *testing.T) {
 			t.Errorf("exec with keys %q: ended before its detach keys", keys)
 		}
 		conn.Write([]byte{0x10, 0x11})
-		if !endsWithin(conn, br, 5*time.Second) {
-			t.Errorf("exec with keys %q: still attached 5s after its detach keys", keys)
+		if !endsWithin(conn, br, fixtures.Patience()) {
+			t.Errorf("exec with keys %q: still attached %v after its detach keys", keys, fixtures.Patience())
 		}
 		var st struct{ Running bool }
 		engineJSON(t, sock, http.MethodGet, "/exec/"+r.Id+"/json", nil, http.StatusOK, &st)
