@@ -150,7 +150,12 @@ func (s *Server) watchRun(sb *sandbox.Sandbox, base time.Time, restart chan stru
 				return
 			}
 			info := cur.Info()
-			last = info
+			if info.Broken == "" {
+				// A record read as it is being removed (rm -f) is broken:
+				// what the events say of the container stays its last
+				// whole reading (image, labels).
+				last = info
+			}
 			switch {
 			case died:
 				// An AutoRemove container goes once its command has
@@ -237,7 +242,11 @@ func (s *Server) emitContainer(action string, last sandbox.Info, extra map[strin
 	}
 	i := last
 	if cur, err := s.b.Open(last.ID); err == nil {
-		i = cur.Info()
+		// Read again: a rename since shows. Not a broken record (one
+		// being removed), which has lost the image and labels.
+		if ci := cur.Info(); ci.Broken == "" {
+			i = ci
+		}
 	}
 	attrs := maps.Clone(i.Labels)
 	if attrs == nil {
