@@ -28,9 +28,21 @@ func TestEventOfARecordBeingRemoved(t *testing.T) {
 	s.events.subs[events] = struct{}{}
 	s.events.mu.Unlock()
 	// As a removal leaves it for a moment: the directory, no state file.
-	if err := os.Remove(filepath.Join(before.StateDir, "state.json")); err != nil {
+	// The file comes back after, so that the server's cleanup finds the
+	// container (a created one has its PID 1 waiting) and removes it.
+	state := filepath.Join(before.StateDir, "state.json")
+	saved, err := os.ReadFile(state)
+	if err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Remove(state); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := os.WriteFile(state, saved, 0o600); err != nil {
+			t.Error(err)
+		}
+	}()
 	if now, err := s.b.Open("going"); err != nil || now.Info().Broken == "" {
 		t.Fatalf("the record without its state file: %v, want it read as broken", err)
 	}
