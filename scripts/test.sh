@@ -5,9 +5,10 @@
 # Test binaries are linked statically so that a sandbox can run its own
 # binary as the container's PID 1.
 #
-# Each phase has its own time limit (they add up to well under CI's 90
-# minutes) and prints its result as it ends; the failures and the tests
-# skipped are listed again at the end.
+# Each phase has its own time limit, cut to what is left of the run's
+# 80-minute budget (so together they stay under CI's 90 minutes), and
+# prints its result as it ends; the failures and the tests skipped are
+# listed again at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
