@@ -58,21 +58,28 @@ trap '[[ -z $fuzz_tmp ]] || sweep "$fuzz_tmp"; [[ -n $keep_logs ]] || rm -rf "$l
 
 # sweep DIR: removes the sandboxes that a phase's tests left in state
 # roots under DIR (the phase's TMPDIR, so t.TempDir's home; a state root
-# is ROOT in ROOT/c/ID/state.json) when its time limit killed them before
-# their cleanups ran. A sandbox needs no daemon: its PID 1 outlives the
-# test binary that started it. Each state root there is emptied by
-# slopbox itself (rm -f kills, unmounts and frees what a sandbox holds),
-# and each one found is said in the summary; then DIR goes.
+# is ROOT in ROOT/c/ID/state.json, owned by root) when its time limit
+# killed them before their cleanups ran. A sandbox needs no daemon: its
+# PID 1 outlives the test binary that started it. Each state root there
+# is emptied by slopbox itself (rm -f kills, unmounts and frees what a
+# sandbox holds), and each one found is said in the summary. DIR goes
+# only when every root in it is empty: a sandbox that would not go keeps
+# its state (and its id slice) and fails the run.
 sweep() {
-	local dir=$1 root ids
+	local dir=$1 root ids rc=0
 	[[ -d $dir ]] || return 0
 	while IFS= read -r -d '' root; do
-		ids=$(bin/slopbox --root "$root" ps -aq 2>/dev/null) || continue
+		ids=$(timeout 60 bin/slopbox --root "$root" ps -aq) || { rc=1; continue; }
 		[[ -n $ids ]] || continue
 		echo "== swept $(wc -w <<<"$ids") sandboxes left in $root" | tee -a "$summary" >&2
 		# shellcheck disable=SC2086 # one id per word
-		bin/slopbox --root "$root" rm -f $ids >&2 || true
-	done < <(find "$dir" -xdev -regex '.*/c/[^/]*/state\.json' -printf '%h\0' | xargs -0r -n1 dirname -z | xargs -0r -n1 dirname -z | sort -zu)
+		timeout 60 bin/slopbox --root "$root" rm -f $ids >&2 || true
+		ids=$(timeout 60 bin/slopbox --root "$root" ps -aq) && [[ -z $ids ]] || rc=1
+	done < <(find "$dir" -xdev -user 0 -regex '.*/c/[^/]*/state\.json' -printf '%h\0' | xargs -0r -n1 dirname -z | xargs -0r -n1 dirname -z | sort -zu)
+	if ((rc != 0)); then
+		echo "== FAILED: sweep: sandboxes left in $dir could not be removed; it is kept" | tee -a "$summary" >&2
+		return 1
+	fi
 	rm -rf --one-file-system "$dir" || true
 }
 
@@ -222,12 +229,15 @@ fuzz() {
 	return "$rc"
 }
 export -f fuzz
-# In a TMPDIR of its own, swept when the phase ends: in run 42 the time
-# limit killed FuzzAgentRequest, and its sandboxes' PID 1s stayed.
+# In a TMPDIR of its own (t.TempDir's home: GOTMPDIR too), swept when the
+# phase ends: in run 42 the time limit killed FuzzAgentRequest, and its
+# sandboxes' PID 1s stayed. Only root may write in it (no one else can
+# plant a state file there for the sweep to act on), and its path is
+# short: an agent socket's path under it must fit sun_path.
 fuzz_tmp=$(mktemp -d /tmp/slopbox-fuzz.XXXXXX)
-chmod 1777 "$fuzz_tmp"
-TMPDIR=$fuzz_tmp checked fuzz 12m bash -c fuzz || status=1
-sweep "$fuzz_tmp"
+chmod 711 "$fuzz_tmp"
+GOTMPDIR=$fuzz_tmp TMPDIR=$fuzz_tmp checked fuzz 12m bash -c fuzz || status=1
+sweep "$fuzz_tmp" || status=1
 fuzz_tmp=""
 
 [[ $(id -u) -eq 0 ]] || { echo "not root: the rootless run needs root to switch to $TEST_USER" >&2; exit 1; }
