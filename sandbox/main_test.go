@@ -34,10 +34,15 @@ func searchableTempDir(t testing.TB) string {
 // fixture image, and the image's name.
 func testBackend(t testing.TB) (*Backend, string) {
 	t.Helper()
+	return testBackendAt(t, filepath.Join(searchableTempDir(t), "root"))
+}
+
+// testBackendAt is testBackend with its store and state at root.
+func testBackendAt(t testing.TB, root string) (*Backend, string) {
+	t.Helper()
 	reg := fixtures.Registry(t, nil)
 	ref := reg + "/test/busybox:latest"
 	fixtures.Push(t, ref, fixtures.Busybox(t, image.HostPlatform()))
-	root := filepath.Join(searchableTempDir(t), "root")
 	b, err := New(root, image.WithLogger(t.Logf))
 	if err != nil {
 		t.Fatal(err)

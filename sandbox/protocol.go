@@ -6,10 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Wire constants shared with agent.c; TestProtocolMatchesAgent reads
@@ -92,11 +96,32 @@ type agentConn struct {
 var errAgentGone = errors.New("sandbox is not running")
 
 func dialAgent(sock string) (*agentConn, error) {
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
+	var c *net.UnixConn
+	err := viaShortPath(sock, func(addr string) (err error) {
+		c, err = net.DialUnix("unix", nil, &net.UnixAddr{Name: addr, Net: "unix"})
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%w (%v)", errAgentGone, err)
 	}
 	return &agentConn{c: c}, nil
+}
+
+// viaShortPath calls f with an address for the socket at path that fits
+// sun_path (108 bytes with its NUL): path itself, or, when path is longer
+// (a deep --root), the socket's name under an O_PATH descriptor of its
+// directory, /proc/self/fd/N/NAME, as runc and podman reach theirs. Both
+// ends of PID 1's socket go through it, so a state root of any depth works.
+func viaShortPath(path string, f func(addr string) error) error {
+	if len(path) < len(unix.RawSockaddrUnix{}.Path) {
+		return f(path)
+	}
+	d, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: filepath.Dir(path), Err: err}
+	}
+	defer unix.Close(d)
+	return f(fmt.Sprintf("/proc/self/fd/%d/%s", d, filepath.Base(path)))
 }
 
 // start sends req with the three stdio files and waits for PID 1's answer:

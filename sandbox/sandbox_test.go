@@ -24,6 +24,26 @@ func TestSpawnExecSmoke(t *testing.T) {
 	}
 }
 
+// TestDeepStateRoot: a state root deeper than a unix socket's path allows
+// (sun_path, 108 bytes) still runs sandboxes: PID 1's socket is bound and
+// dialled through its directory's descriptor. Before, every exec failed
+// with "sandbox is not running" once --root passed about 80 bytes.
+func TestDeepStateRoot(t *testing.T) {
+	root := filepath.Join(searchableTempDir(t), strings.Repeat("d", 100), "root")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, ref := testBackendAt(t, root)
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true})
+	if sock := filepath.Join(sb.dir, socketFile); len(sock) < 108 {
+		t.Fatalf("the agent socket's path is %d bytes: not deep enough to test", len(sock))
+	}
+	res, err := sb.Exec(context.Background(), backend.ExecRequest{Shell: "echo deep"})
+	if err != nil || res.ExitCode != 0 || res.Stdout != "deep\n" {
+		t.Fatalf("exec in a sandbox under a deep root: %+v, %v", res, err)
+	}
+}
+
 // TestDisposableLayerIsVolatile: a sandbox that goes with its command (run
 // --rm, AutoRemove) has its writable layer mounted volatile, so neither its
 // copy-ups nor its removal wait for the disk; Keep overrides that, and any

@@ -987,19 +987,14 @@ func hostname(name string) string {
 	return h[:min(len(h), 63)]
 }
 
-// listenAgent binds PID 1's socket. A path longer than sun_path is reached
-// through a directory fd.
+// listenAgent binds PID 1's socket (through viaShortPath when its path is
+// longer than sun_path).
 func listenAgent(path string) (*net.UnixListener, error) {
-	addr := path
-	if len(path) > 100 {
-		d, err := os.Open(filepath.Dir(path))
-		if err != nil {
-			return nil, err
-		}
-		defer d.Close()
-		addr = fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), filepath.Base(path))
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	var ln *net.UnixListener
+	err := viaShortPath(path, func(addr string) (err error) {
+		ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
