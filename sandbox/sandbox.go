@@ -109,6 +109,12 @@ func New(root string, opts ...image.Option) (*Backend, error) {
 	if !reexec.Initialized() {
 		return nil, errors.New("sandbox: call sandbox.Init() first thing in main (and in TestMain): slopbox re-executes the program for its user-namespace and spawn helpers")
 	}
+	// Absolute: helpers (the port forwarder) run in a sandbox's directory
+	// and are given the root.
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
 	s, err := image.Open(root, opts...)
 	if err != nil {
 		return nil, err

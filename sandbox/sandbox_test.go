@@ -3,6 +3,9 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,6 +44,32 @@ func TestDeepStateRoot(t *testing.T) {
 	res, err := sb.Exec(context.Background(), backend.ExecRequest{Shell: "echo deep"})
 	if err != nil || res.ExitCode != 0 || res.Stdout != "deep\n" {
 		t.Fatalf("exec in a sandbox under a deep root: %+v, %v", res, err)
+	}
+}
+
+// TestRelativeStateRoot: a backend opened on a relative root (slopbox
+// --root DIR) publishes ports: its port forwarder, which runs in the
+// sandbox's directory, is given the root as an absolute path.
+func TestRelativeStateRoot(t *testing.T) {
+	t.Chdir(searchableTempDir(t))
+	b, ref := testBackendAt(t, "root")
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, Network: backend.NetworkBridge,
+		Ports: []backend.PortMapping{{HostIP: "127.0.0.1", ContainerPort: 80}}})
+	res, err := sb.Exec(context.Background(), backend.ExecRequest{Shell: "mkdir /w && echo hello > /w/index.html && httpd -p 80 -h /w"})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("httpd: %+v %v", res, err)
+	}
+	bound := sb.rec.Bound
+	if len(bound) != 1 || bound[0].HostPort == 0 {
+		t.Fatalf("bound ports %+v", bound)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/index.html", bound[0].HostPort))
+	if err != nil {
+		t.Fatalf("GET through the published port: %v", err)
+	}
+	defer resp.Body.Close()
+	if body, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || string(body) != "hello\n" {
+		t.Fatalf("GET through the published port: %s %q", resp.Status, body)
 	}
 }
 
