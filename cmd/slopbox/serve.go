@@ -154,6 +154,9 @@ func defaultSocket() string {
 // there would have this process (root, often) create or chmod a file
 // elsewhere.
 func listenUnix(path string) (_ net.Listener, lock *os.File, err error) {
+	if max := len(unix.RawSockaddrUnix{}.Path) - 1; len(path) > max {
+		return nil, nil, fmt.Errorf("serve: the socket path %s is %d bytes, over the %d a unix socket's may have (and a Docker client could not reach it): give --socket a shorter path (the default is $XDG_RUNTIME_DIR/slopbox.sock, else ROOT/slopbox.sock)", path, len(path), max)
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, nil, fmt.Errorf("serve: %w", err)
 	}

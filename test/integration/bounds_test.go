@@ -137,6 +137,23 @@ func TestEtcFilesBoundedUnderReadOnlyAndSize(t *testing.T) {
 	}
 }
 
+// serve on a socket path longer than a unix socket's may be (the default
+// under a deep --root without XDG_RUNTIME_DIR) refuses at once, naming the
+// path and the way out, rather than failing in bind with EINVAL.
+func TestServeRefusesTooLongSocketPath(t *testing.T) {
+	e := newEnv(t)
+	sock := filepath.Join(searchable(t, t.TempDir()), strings.Repeat("s", 110), "slopbox.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), fixtures.Patience()/2)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, e.bin, "--root", e.root, "serve", "--socket", sock).CombinedOutput()
+	if ctx.Err() != nil || err == nil || !strings.Contains(string(out), "give --socket a shorter path") {
+		t.Errorf("serve --socket <%d bytes>: %v, want a refusal naming --socket:\n%s", len(sock), err, out)
+	}
+	if _, err := os.Stat(filepath.Dir(sock)); err == nil {
+		t.Errorf("serve created %s before refusing", filepath.Dir(sock))
+	}
+}
+
 // serve --socket in a directory others can write: a .lock or socket name
 // planted there as a symlink is refused, and nothing is created where it
 // points (the old code created the lock's target, as root anywhere).
