@@ -55,7 +55,10 @@ func TestNetworkNoneHasOnlyLoopback(t *testing.T) {
 		t.Errorf("interfaces with --network none:\n%s%s", res.Stdout, res.Stderr)
 	}
 	// Loopback works: a listener inside is reachable inside.
-	res = run(t, sb, "nc -l -p 8080 -e echo pong & sleep 0.2; echo ping | nc 127.0.0.1 8080")
+	// The client connects once the listener is in /proc/net/tcp6 (or tcp:
+	// port 0x1F90, state 0A, listening), not after a guess at how long
+	// that takes.
+	res = run(t, sb, "nc -l -p 8080 -e echo pong & i=0; until cat /proc/net/tcp* | grep -qE ':1F90 0+:0000 0A' || [ $i -ge 400 ]; do sleep 0.05; i=$((i+1)); done; echo ping | nc 127.0.0.1 8080")
 	if !strings.Contains(res.Stdout, "pong") {
 		t.Errorf("loopback inside the sandbox: %q %q", res.Stdout, res.Stderr)
 	}

@@ -327,11 +327,23 @@ func (s *suite) stdoutStderr(t *testing.T) {
 	})
 }
 
+// interleaving: stdout and stderr events come in the order written. Each
+// line is written only once the test has received the one before (a
+// handshake through waitFile), so the order checked is the streams', not
+// the scheduler's.
 func (s *suite) interleaving(t *testing.T) {
-	sb, _ := s.spawn(t, nil)
-	evs, res := streamOK(t, sb, backend.ExecRequest{
-		Shell: "echo o1; sleep 0.3; echo e1 >&2; sleep 0.3; echo o2; sleep 0.3; echo e2 >&2",
-	}, 20*time.Second)
+	sb, spec := s.spawn(t, nil)
+	ch, err := sb.Stream(context.Background(), backend.ExecRequest{
+		Shell: waitFile + "echo o1; w go1; echo e1 >&2; w go2; echo o2; w go3; echo e2 >&2",
+	})
+	if err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	seen := 0
+	evs, res := collectWith(t, ch, 2*time.Minute, func(backend.Event) {
+		seen++
+		writeHost(t, filepath.Join(spec.Workspace, fmt.Sprintf("go%d", seen)), nil, 0o644)
+	})
 	var order []string
 	for _, ev := range evs {
 		order = append(order, string(ev.Kind)+":"+strings.TrimSpace(ev.Data))
@@ -567,7 +579,7 @@ func (s *suite) timeoutKillsBackground(t *testing.T) {
 			Timeout: time.Second,
 		})
 		wall := time.Since(start)
-		if !res.TimedOut || wall > 5*time.Second || res.ElapsedSecs > 5 {
+		if !res.TimedOut || wall > hangBound || res.ElapsedSecs > hangBound.Seconds() {
 			t.Errorf("timed_out=%v after %v (elapsed %.2f)", res.TimedOut, wall, res.ElapsedSecs)
 		}
 		if res.ExitCode == 0 {
@@ -587,7 +599,7 @@ func (s *suite) timeoutSilent(t *testing.T) {
 	sb, _ := s.spawn(t, nil)
 	start := time.Now()
 	res := execOK(t, sb, backend.ExecRequest{Shell: "sleep 30", Timeout: time.Second})
-	if wall := time.Since(start); !res.TimedOut || wall > 5*time.Second || wall < 900*time.Millisecond {
+	if wall := time.Since(start); !res.TimedOut || wall > hangBound || wall < 900*time.Millisecond {
 		t.Errorf("timed_out=%v after %v", res.TimedOut, wall)
 	}
 	res = execOK(t, sb, backend.ExecRequest{Shell: "echo quick", Timeout: 10 * time.Second})
@@ -605,7 +617,7 @@ func (s *suite) timeoutStream(t *testing.T) {
 			Shell:   fmt.Sprintf("echo hi; sleep %d & sleep %d", n, n),
 			Timeout: time.Second,
 		}, 10*time.Second)
-		if wall := time.Since(start); !res.TimedOut || wall > 5*time.Second {
+		if wall := time.Since(start); !res.TimedOut || wall > hangBound {
 			t.Errorf("timed_out=%v after %v", res.TimedOut, wall)
 		}
 		if got := joined(evs, backend.EventStdout); got != m.prefix+"hi\n" || res.Stdout != got {
@@ -614,6 +626,17 @@ func (s *suite) timeoutStream(t *testing.T) {
 		waitNoSleepers(t, sb, n)
 	})
 }
+
+// waitFile is a shell function for handshakes: `w NAME` returns once the
+// workspace file NAME exists (the test creates it when it has seen what
+// came before), or says "NAME never came" after 600 sleeps of 0.05 s.
+const waitFile = `w() { i=0; while [ ! -e "$1" ]; do if [ $i -ge 600 ]; then echo "$1 never came"; return; fi; sleep 0.05; i=$((i+1)); done; }
+`
+
+// hangBound is how long an operation that should end at once (a timeout's
+// kill, Kill, Cleanup) may take before the test calls it a hang: far above
+// what load adds, far below the sleeps it ends (1000 s or more).
+const hangBound = 30 * time.Second
 
 // streamingIncremental: a stream delivers output while the command runs,
 // shown by a handshake that no timing can fake (or break under load): the
@@ -624,9 +647,7 @@ func (s *suite) streamingIncremental(t *testing.T) {
 	s.forModes(t, func(t *testing.T, m mode) {
 		sb, spec := s.spawnMode(t, m, nil)
 		ch, err := sb.Stream(context.Background(), backend.ExecRequest{
-			// Each wait gives up after 600 sleeps of 0.05 s (30 s or more).
-			Shell: `w() { i=0; while [ ! -e "$1" ]; do if [ $i -ge 600 ]; then echo "$1 never came"; return; fi; sleep 0.05; i=$((i+1)); done; }
-echo tick1; w go1; echo tick2; w go2; echo tick3`,
+			Shell: waitFile + "echo tick1; w go1; echo tick2; w go2; echo tick3",
 		})
 		if err != nil {
 			t.Fatalf("stream: %v", err)
@@ -889,7 +910,7 @@ func (s *suite) killRunning(t *testing.T) {
 			res, err := sb.Exec(context.Background(), backend.ExecRequest{Shell: fmt.Sprintf("sleep %d & sleep %d", n, n)})
 			done <- out{res, err}
 		}()
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(hangBound); ; time.Sleep(20 * time.Millisecond) {
 			if running, _ := sb.Poll(); running {
 				break
 			}
@@ -910,10 +931,10 @@ func (s *suite) killRunning(t *testing.T) {
 			if o.res.ExitCode != 128+9 || o.res.TimedOut {
 				t.Errorf("killed exec: exit %d timed_out %v", o.res.ExitCode, o.res.TimedOut)
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("exec did not return within 5 s of Kill")
+		case <-time.After(hangBound):
+			t.Fatalf("exec did not return within %v of Kill", hangBound)
 		}
-		if d := time.Since(start); d > 5*time.Second {
+		if d := time.Since(start); d > hangBound {
 			t.Errorf("kill took %v", d)
 		}
 		waitNoSleepers(t, sb, n)
@@ -973,7 +994,7 @@ func (s *suite) useAfterCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Cleanup while a command runs stops it.
-	ch, err := sb.Stream(context.Background(), backend.ExecRequest{Shell: "sleep 30", NoSetup: true})
+	ch, err := sb.Stream(context.Background(), backend.ExecRequest{Shell: "sleep 1000", NoSetup: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -981,8 +1002,8 @@ func (s *suite) useAfterCleanup(t *testing.T) {
 	if err := sb.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	collect(t, ch, 10*time.Second)
-	if d := time.Since(start); d > 5*time.Second {
+	collect(t, ch, 2*hangBound)
+	if d := time.Since(start); d > hangBound {
 		t.Errorf("cleanup with a running command took %v", d)
 	}
 	if _, err := sb.Exec(context.Background(), backend.ExecRequest{Shell: "true"}); !errors.Is(err, backend.ErrClosed) {
