@@ -873,7 +873,7 @@ func (s *suite) setupStreaming(t *testing.T) {
 }
 
 func (s *suite) poll(t *testing.T) {
-	sb, _ := s.spawn(t, nil)
+	sb, spec := s.spawn(t, nil)
 	if running, code := sb.Poll(); running || code != nil {
 		t.Errorf("fresh sandbox: running=%v code=%v", running, code)
 	}
@@ -881,14 +881,17 @@ func (s *suite) poll(t *testing.T) {
 	if running, code := sb.Poll(); running || code == nil || *code != 5 {
 		t.Errorf("after exit 5: running=%v code=%v", running, code)
 	}
-	ch, err := sb.Stream(context.Background(), backend.ExecRequest{Shell: "sleep 1"})
+	// The command runs until the test lets it end (a file it waits for),
+	// however slow the machine.
+	ch, err := sb.Stream(context.Background(), backend.ExecRequest{Shell: waitFile + "w done"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if running, _ := sb.Poll(); !running {
 		t.Error("poll during a command: not running")
 	}
-	collect(t, ch, 10*time.Second)
+	writeHost(t, filepath.Join(spec.Workspace, "done"), nil, 0o644)
+	collect(t, ch, 2*time.Minute)
 	if running, code := sb.Poll(); running || code == nil || *code != 0 {
 		t.Errorf("after the stream: running=%v code=%v", running, code)
 	}
@@ -945,15 +948,17 @@ func (s *suite) killRunning(t *testing.T) {
 }
 
 func (s *suite) busy(t *testing.T) {
-	sb, _ := s.spawn(t, nil)
-	ch, err := sb.Stream(context.Background(), backend.ExecRequest{Shell: "sleep 1"})
+	sb, spec := s.spawn(t, nil)
+	// The command runs until the test lets it end (a file it waits for).
+	ch, err := sb.Stream(context.Background(), backend.ExecRequest{Shell: waitFile + "w done"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sb.Exec(context.Background(), backend.ExecRequest{Shell: "true"}); !errors.Is(err, backend.ErrBusy) {
 		t.Errorf("second command while one runs: %v, want ErrBusy", err)
 	}
-	collect(t, ch, 10*time.Second)
+	writeHost(t, filepath.Join(spec.Workspace, "done"), nil, 0o644)
+	collect(t, ch, 2*time.Minute)
 	if res := sh(t, sb, "echo free"); res.Stdout != "free\n" {
 		t.Errorf("after the stream: %+v", res)
 	}
