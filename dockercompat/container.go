@@ -1,6 +1,7 @@
 package dockercompat
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"sync"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/slopbox/slopbox/internal/atomicfile"
 )
 
 // CreateRecord is what a create request asked for that the sandbox does
@@ -111,12 +114,20 @@ func RestartCount(dir string) int {
 	return c.RestartCount
 }
 
-// SetRestartCount records it.
+// SetRestartCount records it, whole: inspect may read it at any moment.
 func SetRestartCount(dir string, n int) error {
 	b, _ := json.Marshal(map[string]int{"RestartCount": n})
-	return os.WriteFile(filepath.Join(dir, RestartCountFile), b, 0o600)
+	return atomicfile.WriteVolatile(filepath.Join(dir, RestartCountFile), bytes.NewReader(b), 0o600)
 }
 
 // HealthFile holds State.Health, as serve's healthcheck records it (in
 // the sandbox's state directory).
 const HealthFile = "engine-health.json"
+
+// SaveHealth records State.Health (JSON) in dir whole, replacing what was
+// there: an inspect that reads it meanwhile gets the old or the new, never
+// an empty file (run 46: docker-py's wait on the health status met one,
+// and inspect had no State.Health).
+func SaveHealth(dir string, health []byte) error {
+	return atomicfile.WriteVolatile(filepath.Join(dir, HealthFile), bytes.NewReader(health), 0o600)
+}

@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -64,7 +62,7 @@ func (s *Server) startHealth(i sandbox.Info) func(done <-chan struct{}) {
 	st := healthState{Status: "starting", Log: []healthResult{}}
 	save := func() {
 		b, _ := json.Marshal(st)
-		os.WriteFile(filepath.Join(i.StateDir, dockercompat.HealthFile), b, 0o600)
+		dockercompat.SaveHealth(i.StateDir, b)
 	}
 	save()
 	return func(done <-chan struct{}) { s.runHealth(i, h, argv, &st, save, done) }
