@@ -68,7 +68,9 @@ func (c CreateRecord) save(dir string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, createdFile), b, 0o600)
+	// Whole: it is rewritten (update, a link's removal) while inspect,
+	// ps and the restart policy read it.
+	return atomicfile.WriteVolatile(filepath.Join(dir, createdFile), bytes.NewReader(b), 0o600)
 }
 
 // LoadCreated reads it back, with Docker's defaults where the create said

@@ -9,7 +9,7 @@ import (
 )
 
 // TestRecordsReadWhole: the records serve rewrites while a container runs
-// (its health, its restart count) are read whole by an inspect at any
+// (its health, its restart count, its create record on update) are read whole by an inspect at any
 // moment, never empty or cut (os.WriteFile truncates first: run 46's
 // docker-py found State.Health missing between a truncate and its write).
 func TestRecordsReadWhole(t *testing.T) {
@@ -18,6 +18,9 @@ func TestRecordsReadWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := SetRestartCount(dir, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := (CreateRecord{Entrypoint: []string{"sh"}}).save(dir); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -39,12 +42,20 @@ func TestRecordsReadWhole(t *testing.T) {
 				t.Error(err)
 				return
 			}
+			if err := (CreateRecord{Entrypoint: []string{"sh"}, Binds: []string{"/a:/b"}}).save(dir); err != nil {
+				t.Error(err)
+				return
+			}
 		}
 	}()
 	for range 20000 {
 		b, err := os.ReadFile(filepath.Join(dir, HealthFile))
 		if err != nil || !json.Valid(b) {
 			t.Errorf("health read while it was rewritten: %q, %v", b, err)
+			break
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, createdFile)); err != nil || !json.Valid(b) {
+			t.Errorf("create record read while it was rewritten: %q, %v", b, err)
 			break
 		}
 		if n := RestartCount(dir); n < 1 {

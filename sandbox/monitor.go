@@ -249,7 +249,7 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 		return fmt.Errorf("start the sandbox's monitor: %w (%s)", err, fdEvidence(mon))
 	}
 	if start, _, ok := procStart(m.Process.Pid); ok {
-		os.WriteFile(filepath.Join(s.dir, monitorFile), fmt.Appendf(nil, "%d %d\n", m.Process.Pid, start), 0o600)
+		writePidFile(filepath.Join(s.dir, monitorFile), m.Process.Pid, start)
 	}
 	reapWhenDone(m.Process) // a long-lived caller (serve) reaps it
 	touch(filepath.Join(s.dir, socketFile))

@@ -112,7 +112,7 @@ func (b *Backend) startNetHelper(rec *record, pid int) (wait func() error, err e
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	if st, _, ok := procStart(cmd.Process.Pid); ok {
-		os.WriteFile(filepath.Join(dir, netHelperFile), fmt.Appendf(nil, "%d %d\n", cmd.Process.Pid, st), 0o600)
+		writePidFile(filepath.Join(dir, netHelperFile), cmd.Process.Pid, st)
 	}
 	ready := make(chan error, 1)
 	go func() {

@@ -145,7 +145,7 @@ func (b *Backend) publish(rec *record, pid int) error {
 		return fmt.Errorf("start the port forwarder: %w", err)
 	}
 	if st, _, ok := procStart(cmd.Process.Pid); ok {
-		os.WriteFile(filepath.Join(b.state.sandboxDir(rec.ID), portsFile), fmt.Appendf(nil, "%d %d\n", cmd.Process.Pid, st), 0o600)
+		writePidFile(filepath.Join(b.state.sandboxDir(rec.ID), portsFile), cmd.Process.Pid, st)
 	}
 	reapWhenDone(cmd.Process) // a long-lived caller (serve) reaps it
 	return nil

@@ -52,6 +52,10 @@ func TestDeepStateRoot(t *testing.T) {
 // sandbox's directory, is given the root as an absolute path.
 func TestRelativeStateRoot(t *testing.T) {
 	t.Chdir(searchableTempDir(t))
+	// No root at all is an error, not the current directory.
+	if _, err := New(""); err == nil {
+		t.Error("New(\"\") opened a store")
+	}
 	b, ref := testBackendAt(t, "root")
 	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, Network: backend.NetworkBridge,
 		Ports: []backend.PortMapping{{HostIP: "127.0.0.1", ContainerPort: 80}}})

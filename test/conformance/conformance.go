@@ -339,10 +339,15 @@ func (s *suite) interleaving(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stream: %v", err)
 	}
-	seen := 0
-	evs, res := collectWith(t, ch, 2*time.Minute, func(backend.Event) {
-		seen++
-		writeHost(t, filepath.Join(spec.Workspace, fmt.Sprintf("go%d", seen)), nil, 0o644)
+	// Each file is created once the line before it has come, whatever
+	// else comes (and however the lines are cut into events).
+	var got strings.Builder
+	next := 0
+	evs, res := collectWith(t, ch, 2*time.Minute, func(ev backend.Event) {
+		got.WriteString(ev.Data)
+		for ; next < 3 && strings.Contains(got.String(), []string{"o1\n", "e1\n", "o2\n"}[next]); next++ {
+			writeHost(t, filepath.Join(spec.Workspace, fmt.Sprintf("go%d", next+1)), nil, 0o644)
+		}
 	})
 	var order []string
 	for _, ev := range evs {
@@ -370,7 +375,7 @@ func (s *suite) stdinBytes(t *testing.T) {
 			t.Errorf("wc -c: %q", res.Stdout)
 		}
 		// Stdin the command never reads must not block it.
-		res = execOK(t, sb, backend.ExecRequest{Shell: "echo ignored", Stdin: [][]byte{big}, Timeout: 10 * time.Second})
+		res = execOK(t, sb, backend.ExecRequest{Shell: "echo ignored", Stdin: [][]byte{big}, Timeout: hangBound})
 		if res.TimedOut || res.Stdout != m.prefix+"ignored\n" {
 			t.Errorf("unread stdin: %+v", res)
 		}
@@ -388,7 +393,7 @@ func (s *suite) stdinChunks(t *testing.T) {
 		if res.Stdout != m.prefix+"line1\nline2\nline3\n" {
 			t.Errorf("lines: %q", res.Stdout)
 		}
-		res = execOK(t, sb, backend.ExecRequest{Shell: "cat", Stdin: [][]byte{}, Timeout: 10 * time.Second})
+		res = execOK(t, sb, backend.ExecRequest{Shell: "cat", Stdin: [][]byte{}, Timeout: hangBound})
 		if res.TimedOut || res.Stdout != m.prefix {
 			t.Errorf("empty stdin list must give EOF at once: %+v", res)
 		}
@@ -420,7 +425,7 @@ func (s *suite) envPrecedence(t *testing.T) {
 	if res.Stdout != "spec spawn spawn\n" {
 		t.Errorf("exec env must not persist: %q", res.Stdout)
 	}
-	evs, res := streamOK(t, sb, backend.ExecRequest{Shell: show, Env: map[string]string{"C": "exec"}}, 10*time.Second)
+	evs, res := streamOK(t, sb, backend.ExecRequest{Shell: show, Env: map[string]string{"C": "exec"}}, hangBound)
 	if got := joined(evs, backend.EventStdout); got != "spec spawn exec\n" || res.Stdout != got {
 		t.Errorf("stream env: events %q result %q", got, res.Stdout)
 	}
@@ -447,7 +452,7 @@ func (s *suite) cwd(t *testing.T) {
 			t.Errorf("cwd %q: pwd %q, want %q", c.cwd, res.Stdout, c.want)
 		}
 	}
-	evs, _ := streamOK(t, sb, backend.ExecRequest{Shell: "pwd", Cwd: "sub"}, 10*time.Second)
+	evs, _ := streamOK(t, sb, backend.ExecRequest{Shell: "pwd", Cwd: "sub"}, hangBound)
 	if got := strings.TrimSpace(joined(evs, backend.EventStdout)); got != path.Join(wd, "sub") {
 		t.Errorf("stream cwd: %q", got)
 	}
@@ -555,7 +560,7 @@ func sleepersLeft(t *testing.T, sb backend.Sandbox, n int) []string {
 func waitNoSleepers(t *testing.T, sb backend.Sandbox, n int) {
 	t.Helper()
 	var left []string
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(hangBound); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if left = sleepersLeft(t, sb, n); len(left) == 0 {
 			return
 		}
@@ -602,7 +607,7 @@ func (s *suite) timeoutSilent(t *testing.T) {
 	if wall := time.Since(start); !res.TimedOut || wall > hangBound || wall < 900*time.Millisecond {
 		t.Errorf("timed_out=%v after %v", res.TimedOut, wall)
 	}
-	res = execOK(t, sb, backend.ExecRequest{Shell: "echo quick", Timeout: 10 * time.Second})
+	res = execOK(t, sb, backend.ExecRequest{Shell: "echo quick", Timeout: hangBound})
 	if res.TimedOut || res.Stdout != "quick\n" {
 		t.Errorf("a command within its timeout: %+v", res)
 	}
@@ -616,7 +621,7 @@ func (s *suite) timeoutStream(t *testing.T) {
 		evs, res := streamOK(t, sb, backend.ExecRequest{
 			Shell:   fmt.Sprintf("echo hi; sleep %d & sleep %d", n, n),
 			Timeout: time.Second,
-		}, 10*time.Second)
+		}, hangBound)
 		if wall := time.Since(start); !res.TimedOut || wall > hangBound {
 			t.Errorf("timed_out=%v after %v", res.TimedOut, wall)
 		}
@@ -652,11 +657,16 @@ func (s *suite) streamingIncremental(t *testing.T) {
 		if err != nil {
 			t.Fatalf("stream: %v", err)
 		}
+		// goN is created once tickN has come (in the stdout so far, however
+		// it is cut into events).
+		var stdout strings.Builder
+		next := 1
 		evs, res := collectWith(t, ch, 2*time.Minute, func(ev backend.Event) {
-			for _, n := range []string{"1", "2"} {
-				if ev.Kind == backend.EventStdout && strings.Contains(ev.Data, "tick"+n) {
-					writeHost(t, filepath.Join(spec.Workspace, "go"+n), nil, 0o644)
-				}
+			if ev.Kind == backend.EventStdout {
+				stdout.WriteString(ev.Data)
+			}
+			for ; next <= 2 && strings.Contains(stdout.String(), fmt.Sprintf("tick%d\n", next)); next++ {
+				writeHost(t, filepath.Join(spec.Workspace, fmt.Sprintf("go%d", next)), nil, 0o644)
 			}
 		})
 		var ticks []timedEvent
@@ -685,7 +695,7 @@ func (s *suite) streamingIncremental(t *testing.T) {
 func (s *suite) twoStreams(t *testing.T) {
 	sb, _ := s.spawn(t, nil)
 	for _, word := range []string{"first", "second"} {
-		evs, res := streamOK(t, sb, backend.ExecRequest{Shell: "echo " + word}, 10*time.Second)
+		evs, res := streamOK(t, sb, backend.ExecRequest{Shell: "echo " + word}, hangBound)
 		if res.ExitCode != 0 || res.Stdout != word+"\n" || joined(evs, backend.EventStdout) != word+"\n" {
 			t.Errorf("stream %s: %+v", word, res)
 		}
@@ -701,7 +711,7 @@ func (s *suite) statePersists(t *testing.T) {
 	if res.Stdout != "in-workspace\nin-tmp\n" {
 		t.Errorf("state lost between execs: %q %q", res.Stdout, res.Stderr)
 	}
-	evs, _ := streamOK(t, sb, backend.ExecRequest{Shell: "cat state.txt " + tmp}, 10*time.Second)
+	evs, _ := streamOK(t, sb, backend.ExecRequest{Shell: "cat state.txt " + tmp}, hangBound)
 	if got := joined(evs, backend.EventStdout); got != "in-workspace\nin-tmp\n" {
 		t.Errorf("state lost for a stream: %q", got)
 	}
@@ -763,7 +773,7 @@ func (s *suite) invalidUTF8(t *testing.T) {
 	if res.Stdout != "€\n" {
 		t.Errorf("split character: %q", res.Stdout)
 	}
-	evs, _ := streamOK(t, sb, backend.ExecRequest{Shell: `printf '\342\202'; sleep 0.2; printf '\254\n'`}, 10*time.Second)
+	evs, _ := streamOK(t, sb, backend.ExecRequest{Shell: `printf '\342\202'; sleep 0.2; printf '\254\n'`}, hangBound)
 	if got := joined(evs, backend.EventStdout); got != "€\n" {
 		t.Errorf("split character streamed as %q", got)
 	}
@@ -839,7 +849,7 @@ func (s *suite) setupDisabled(t *testing.T) {
 	if res.Stdout != "cmd-out\n" || res.Stderr != "" || res.SetupStdout != "" {
 		t.Errorf("NoSetup: %+v", res)
 	}
-	evs, res := streamOK(t, sb, backend.ExecRequest{Shell: "echo cmd-out"}, 10*time.Second)
+	evs, res := streamOK(t, sb, backend.ExecRequest{Shell: "echo cmd-out"}, hangBound)
 	if got := joined(evs, backend.EventStdout); got != "cmd-out\n" || strings.Contains(res.Stdout+res.Stderr, backend.SplitMarker) {
 		t.Errorf("disable_setup stream: %q %+v", got, res)
 	}
@@ -850,7 +860,7 @@ func (s *suite) setupStreaming(t *testing.T) {
 		spec.DisableSetup = false
 		spec.Setup.Commands = []string{"echo setup-out", "echo setup-err >&2"}
 	})
-	evs, res := streamOK(t, sb, backend.ExecRequest{Shell: "echo cmd-out; echo cmd-err >&2"}, 10*time.Second)
+	evs, res := streamOK(t, sb, backend.ExecRequest{Shell: "echo cmd-out; echo cmd-err >&2"}, hangBound)
 	for _, ev := range evs {
 		if strings.Contains(ev.Data, "setup-") || strings.Contains(ev.Data, backend.SplitMarker) {
 			t.Errorf("setup output streamed: %+v", ev.Event)
@@ -866,7 +876,7 @@ func (s *suite) setupStreaming(t *testing.T) {
 		t.Errorf("setup_stdout %q setup_stderr %q", res.SetupStdout, res.SetupStderr)
 	}
 	// Streaming splits at the first marker.
-	evs, res = streamOK(t, sb, backend.ExecRequest{Shell: "echo " + backend.SplitMarker + "; echo late"}, 10*time.Second)
+	evs, res = streamOK(t, sb, backend.ExecRequest{Shell: "echo " + backend.SplitMarker + "; echo late"}, hangBound)
 	if got := joined(evs, backend.EventStdout); got != "\n\n"+backend.SplitMarker+"\nlate\n" || res.Stdout != got {
 		t.Errorf("marker in streamed output: events %q result %q", got, res.Stdout)
 	}
