@@ -331,7 +331,7 @@ func killStragglers(id, dir string) error {
 	}
 	killed := killMarked(sandboxMarker + id)
 	// libcontainer's init ("<binary> init") before it became PID 1.
-	killed = append(killed, spawnd.KillHolders(dir+"/", "init")...)
+	killed = append(killed, spawnd.KillInits(dir)...)
 	errs = append(errs, waitKilled(id, killed))
 	return errors.Join(errs...)
 }

@@ -510,18 +510,53 @@ func runBounded(c *libcontainer.Container, p *libcontainer.Process, mark *os.Fil
 	var st unix.Stat_t
 	if err := unix.Fstat(int(mark.Fd()), &st); err == nil {
 		// Only the init holds this pipe (it may be re-parented by now).
-		KillHolders(fmt.Sprintf("pipe:[%d]", st.Ino), "")
+		KillLinked(fmt.Sprintf("pipe:[%d]", st.Ino))
 	}
 	err := <-done
 	return fmt.Errorf("it did not start within %v and was killed (does the image hold a FIFO or device where a file is read?): %v", deadline, err)
 }
 
-// KillHolders SIGKILLs every process (other than this one) that has an
-// open file whose /proc/PID/fd link reads target, or, when target ends in
-// "/", lies below that directory; with arg1 set, only processes whose
-// first argument it is. It returns the pids killed. Processes it may not
-// inspect are passed over.
-func KillHolders(target, arg1 string) []int {
+// KillLinked SIGKILLs every process (other than this one) with an open
+// file whose /proc/PID/fd link reads target (a pipe:[INODE], which reads
+// the same in every mount namespace), and returns the pids killed.
+func KillLinked(target string) []int {
+	return killHolding("", func(link string, _ os.FileInfo) bool { return link == target })
+}
+
+// KillInits SIGKILLs every libcontainer init (a process whose first
+// argument is "init") that holds a file below dir, and returns the pids
+// killed. The link of a file opened in another mount namespace reads a
+// path relative to that namespace's mount (/lc/ID/exec.fifo, not
+// DIR/lc/ID/exec.fifo): so a held file is also matched by its identity
+// with a file of libcontainer's state below dir (lc/ID/*; every init
+// holds its exec.fifo from its fork until it execs the command).
+func KillInits(dir string) []int {
+	prefix := filepath.Clean(dir) + "/"
+	var state []os.FileInfo
+	files, _ := filepath.Glob(filepath.Join(dir, "lc", "*", "*"))
+	for _, f := range files {
+		if fi, err := os.Lstat(f); err == nil && !fi.IsDir() {
+			state = append(state, fi)
+		}
+	}
+	return killHolding("init", func(link string, fi os.FileInfo) bool {
+		if strings.HasPrefix(link, prefix) {
+			return true
+		}
+		for _, s := range state {
+			if fi != nil && os.SameFile(fi, s) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// killHolding SIGKILLs every process (other than this one; with arg1 set,
+// only those whose first argument it is) with an open file that match
+// picks, given its fd link and what the fd refers to (nil when it cannot
+// be stat'ed). Processes it may not inspect are passed over.
+func killHolding(arg1 string, match func(link string, fi os.FileInfo) bool) []int {
 	ents, _ := os.ReadDir("/proc")
 	var killed []int
 	for _, e := range ents {
@@ -537,8 +572,13 @@ func KillHolders(target, arg1 string) []int {
 		}
 		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 		for _, fd := range fds {
-			link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
-			if err == nil && (link == target || strings.HasSuffix(target, "/") && strings.HasPrefix(link, target)) {
+			fdPath := fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())
+			link, err := os.Readlink(fdPath)
+			if err != nil {
+				continue
+			}
+			fi, _ := os.Stat(fdPath) // the file itself, whatever its link reads
+			if match(link, fi) {
 				if unix.Kill(pid, unix.SIGKILL) == nil {
 					killed = append(killed, pid)
 				}
