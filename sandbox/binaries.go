@@ -230,10 +230,3 @@ func (b *Backend) openMonitor(path string) (*os.File, error) {
 
 // monitorExec is the path that runs the program open as f.
 func monitorExec(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
-
-// writePidFile records a helper's pid and start time ("PID START\n") in
-// path, whole: an rm that reads it meanwhile (to kill what the sandbox
-// still runs) gets the old record or the new, never an empty file.
-func writePidFile(path string, pid int, start uint64) error {
-	return atomicfile.WriteVolatile(path, strings.NewReader(fmt.Sprintf("%d %d\n", pid, start)), 0o600)
-}

@@ -509,6 +509,13 @@ func monitorPid(dir string) (int, bool) {
 // not this process), and waits, bounded, until it is gone.
 func killMonitor(dir string) error { return killRecorded(dir, monitorFile, "the monitor") }
 
+// writePidFile records a helper's pid and start time ("PID START\n") in
+// path, whole: an rm that reads it meanwhile (to kill what the sandbox
+// still runs) gets the old record or the new, never an empty file.
+func writePidFile(path string, pid int, start uint64) error {
+	return atomicfile.WriteVolatile(path, strings.NewReader(fmt.Sprintf("%d %d\n", pid, start)), 0o600)
+}
+
 // killRecorded kills the process recorded ("pid start-time") in dir/file,
 // if it still runs, and waits until it has gone.
 func killRecorded(dir, file, what string) error {

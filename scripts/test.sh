@@ -53,29 +53,58 @@ chmod 755 "$logs"
 summary=$logs/summary
 : >"$summary"
 work=""
-fuzz_tmp=""
-trap '[[ -z $fuzz_tmp ]] || sweep "$fuzz_tmp"; [[ -n $keep_logs ]] || rm -rf "$logs"; rm -rf ${work:+"$work"}' EXIT
+phase_tmps=()
+fuzz_tmp="" race_tmp="" root_tmp="" stress_tmp="" cli_tmp=""
+trap 'for d in "${phase_tmps[@]}"; do sweep "$d" || true; done; [[ -n $keep_logs ]] || rm -rf "$logs"; rm -rf ${work:+"$work"}' EXIT
 
-# sweep DIR: removes the sandboxes that a phase's tests left in state
-# roots under DIR (the phase's TMPDIR, so t.TempDir's home; a state root
-# is ROOT in ROOT/c/ID/state.json, owned by root) when its time limit
-# killed them before their cleanups ran. A sandbox needs no daemon: its
-# PID 1 outlives the test binary that started it. Each state root there
-# is emptied by slopbox itself (rm -f kills, unmounts and frees what a
-# sandbox holds), and each one found is said in the summary. DIR goes
-# only when every root in it is empty: a sandbox that would not go keeps
-# its state (and its id slice) and fails the run.
+# phase_tmp VAR [USER]: makes a TMPDIR for a phase (t.TempDir's home, and
+# GOTMPDIR's), sets VAR to it and has it swept when the run ends, at the
+# latest. Only root (or USER, for a phase run as USER) may write in it, so
+# no one else can plant a state root for the sweep to act on; its path is
+# short: a socket's path under it must fit sun_path (108 bytes).
+phase_tmp() {
+	local d
+	d=$(mktemp -d /tmp/sbt.XXXXXX)
+	[[ -z ${2:-} ]] || chown "$2" "$d"
+	chmod 711 "$d"
+	phase_tmps+=("$d")
+	printf -v "$1" %s "$d"
+}
+
+# sweep DIR [USER]: removes what a phase's tests left in DIR (the phase's
+# TMPDIR) when its time limit killed them before their cleanups ran. A
+# sandbox needs no daemon: its PID 1 outlives the test binary that started
+# it, and so does a serve or monitor the tests started. First every
+# process that names a path in DIR in its arguments (serve --root, a
+# monitor, a spawn server and its inits: ROOT/bin/spawn-*) is killed; then
+# each state root there (ROOT in ROOT/c/ID/state.json, owned by root, or
+# by USER for a phase run as USER) is emptied by slopbox itself (rm -f
+# unmounts and frees what a sandbox holds), and each one found is said in
+# the summary. DIR goes only when every root in it is empty: a sandbox
+# that would not go keeps its state (and its id slice) and fails the run.
 sweep() {
-	local dir=$1 root ids rc=0
+	local dir=$1 user=${2:-} root ids rc=0 p killed=0
 	[[ -d $dir ]] || return 0
+	local -a as=() slopbox=(bin/slopbox)
+	if [[ -n $user ]]; then
+		as=(setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups -- env HOME="$(getent passwd "$user" | cut -d: -f6)")
+		slopbox=("$work/bin/slopbox")
+	fi
+	for p in /proc/[0-9]*; do
+		[[ ${p#/proc/} != "$$" ]] || continue
+		if tr '\0' '\n' 2>/dev/null <"$p/cmdline" | grep -q -e "^$dir/" -e "=$dir/"; then
+			kill -9 "${p#/proc/}" 2>/dev/null && killed=$((killed + 1))
+		fi
+	done
+	((killed == 0)) || echo "== swept $killed processes naming $dir" | tee -a "$summary" >&2
 	while IFS= read -r -d '' root; do
-		ids=$(timeout 60 bin/slopbox --root "$root" ps -aq) || { rc=1; continue; }
+		ids=$(timeout 60 "${as[@]}" "${slopbox[@]}" --root "$root" ps -aq) || { rc=1; continue; }
 		[[ -n $ids ]] || continue
 		echo "== swept $(wc -w <<<"$ids") sandboxes left in $root" | tee -a "$summary" >&2
 		# shellcheck disable=SC2086 # one id per word
-		timeout 60 bin/slopbox --root "$root" rm -f $ids >&2 || true
-		ids=$(timeout 60 bin/slopbox --root "$root" ps -aq) && [[ -z $ids ]] || rc=1
-	done < <(find "$dir" -xdev -user 0 -regex '.*/c/[^/]*/state\.json' -printf '%h\0' | xargs -0r -n1 dirname -z | xargs -0r -n1 dirname -z | sort -zu)
+		timeout 60 "${as[@]}" "${slopbox[@]}" --root "$root" rm -f $ids >&2 || true
+		ids=$(timeout 60 "${as[@]}" "${slopbox[@]}" --root "$root" ps -aq) && [[ -z $ids ]] || rc=1
+	done < <(find "$dir" -xdev -user "${user:-0}" -regex '.*/c/[^/]*/state\.json' -printf '%h\0' | xargs -0r -n1 dirname -z | xargs -0r -n1 dirname -z | sort -zu)
 	if ((rc != 0)); then
 		echo "== FAILED: sweep: sandboxes left in $dir could not be removed; it is kept" | tee -a "$summary" >&2
 		return 1
@@ -151,15 +180,18 @@ gotest() {
 # $TEST_USER in its package's copy, its output turned into go test's JSON
 # for gotestsum.
 asuser() {
-	local name=$1 limit=$2 pkg=$3 bin=$4 script
+	local name=$1 limit=$2 pkg=$3 bin=$4 script tmp rc=0
 	shift 4
+	phase_tmp tmp "$TEST_USER"
 	script=$work/$name.sh
-	printf '#!/bin/sh\ncd %q && HOME=%q exec %q -test.v=test2json -test.count=1' "$work/$pkg" "$(getent passwd "$TEST_USER" | cut -d: -f6)" "$bin" >"$script"
+	printf '#!/bin/sh\ncd %q && HOME=%q TMPDIR=%q exec %q -test.v=test2json -test.count=1' "$work/$pkg" "$(getent passwd "$TEST_USER" | cut -d: -f6)" "$tmp" "$bin" >"$script"
 	printf ' %q' "$@" >>"$script"
 	printf ' 2>&1\n' >>"$script"
 	chmod 755 "$script"
 	checked "$name" "$limit" "$GOTESTSUM" --format pkgname-and-test-fails --jsonfile "$logs/$name.json" --raw-command -- \
-		bash -o pipefail -c "su '$TEST_USER' -s /bin/sh '$script' | go tool test2json -t -p '$pkg'"
+		bash -o pipefail -c "su '$TEST_USER' -s /bin/sh '$script' | go tool test2json -t -p '$pkg'" || rc=1
+	sweep "$tmp" "$TEST_USER" || rc=1
+	return "$rc"
 }
 
 # A fresh machine has no Go, or Debian's 1.19: the toolchain go.mod names
@@ -197,10 +229,18 @@ fi
 # instrumented binaries before the first input.
 mapfile -t race_pkgs < <(go list "${RACE_PKGS[@]}")
 mapfile -t plain_pkgs < <(go list ./... | grep -vxF -f <(printf '%s\n' "${race_pkgs[@]}"))
-checked_bg root-race "$logs/root-race.out" gotest root-race 25m -race -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 22m -skip "$STRESS" "${race_pkgs[@]}"
-gotest root 22m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 20m -skip "$STRESS|$RACE_CLI" "${plain_pkgs[@]}" || status=1
+# Each phase in a TMPDIR of its own (phase_tmp), swept when it ends: what
+# a phase its time limit killed left running goes, and only that.
+phase_tmp race_tmp
+phase_tmp root_tmp
+TMPDIR=$race_tmp GOTMPDIR=$race_tmp checked_bg root-race "$logs/root-race.out" gotest root-race 25m -race -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 22m -skip "$STRESS" "${race_pkgs[@]}"
+TMPDIR=$root_tmp GOTMPDIR=$root_tmp gotest root 22m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 20m -skip "$STRESS|$RACE_CLI" "${plain_pkgs[@]}" || status=1
+sweep "$root_tmp" || status=1
 wait_bg root-race || status=1
-gotest root-stress 6m -p 1 -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 5m -run "$STRESS" "${STRESS_PKGS[@]}" || status=1
+sweep "$race_tmp" || status=1
+phase_tmp stress_tmp
+TMPDIR=$stress_tmp GOTMPDIR=$stress_tmp gotest root-stress 6m -p 1 -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 5m -run "$STRESS" "${STRESS_PKGS[@]}" || status=1
+sweep "$stress_tmp" || status=1
 
 # The CLI and serve under the race detector: a -race slopbox drives the
 # integration tests named in RACE_CLI, in the background while fuzzing and
@@ -211,7 +251,8 @@ go build -race -tags "$TAGS" -o "$logs/slopbox-race" ./cmd/slopbox
 # its old 14 min test timeout in run 46 (burners, and an engineer's builds
 # beside it). It runs beside fuzzing and the rootless packages, which take
 # longer (about 1200 s), so the room costs a passing run nothing.
-SLOPBOX_BIN=$logs/slopbox-race checked_bg race-cli "$logs/race-cli.out" gotest race-cli 24m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 22m -run "$RACE_CLI" ./test/integration/
+phase_tmp cli_tmp
+TMPDIR=$cli_tmp GOTMPDIR=$cli_tmp SLOPBOX_BIN=$logs/slopbox-race checked_bg race-cli "$logs/race-cli.out" gotest race-cli 24m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 22m -run "$RACE_CLI" ./test/integration/
 
 # Each fuzz target for a bounded time (its seeds and testdata/fuzz corpus
 # also ran above, as tests).
@@ -233,16 +274,11 @@ fuzz() {
 	return "$rc"
 }
 export -f fuzz
-# In a TMPDIR of its own (t.TempDir's home: GOTMPDIR too), swept when the
-# phase ends: in run 42 the time limit killed FuzzAgentRequest, and its
-# sandboxes' PID 1s stayed. Only root may write in it (no one else can
-# plant a state file there for the sweep to act on), and its path is
-# short: an agent socket's path under it must fit sun_path.
-fuzz_tmp=$(mktemp -d /tmp/slopbox-fuzz.XXXXXX)
-chmod 711 "$fuzz_tmp"
+# In a TMPDIR of its own, swept when the phase ends: in run 42 the time
+# limit killed FuzzAgentRequest, and its sandboxes' PID 1s stayed.
+phase_tmp fuzz_tmp
 GOTMPDIR=$fuzz_tmp TMPDIR=$fuzz_tmp checked fuzz 12m bash -c fuzz || status=1
 sweep "$fuzz_tmp" || status=1
-fuzz_tmp=""
 
 [[ $(id -u) -eq 0 ]] || { echo "not root: the rootless run needs root to switch to $TEST_USER" >&2; exit 1; }
 work=$(mktemp -d /tmp/slopbox-rootless.XXXXXX)
@@ -265,6 +301,7 @@ for pkg in "${ROOTLESS_PKGS[@]}"; do
 	fi
 done
 wait_bg race-cli || status=1
+sweep "$cli_tmp" || status=1
 for step in "${stress_bins[@]}"; do
 	read -r name pkg bin <<<"$step"
 	asuser "$name" 6m "$pkg" "$bin" -test.timeout=5m -test.run "$STRESS" || status=1

@@ -339,16 +339,7 @@ func (s *suite) interleaving(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stream: %v", err)
 	}
-	// Each file is created once the line before it has come, whatever
-	// else comes (and however the lines are cut into events).
-	var got strings.Builder
-	next := 0
-	evs, res := collectWith(t, ch, 2*time.Minute, func(ev backend.Event) {
-		got.WriteString(ev.Data)
-		for ; next < 3 && strings.Contains(got.String(), []string{"o1\n", "e1\n", "o2\n"}[next]); next++ {
-			writeHost(t, filepath.Join(spec.Workspace, fmt.Sprintf("go%d", next+1)), nil, 0o644)
-		}
-	})
+	evs, res := collectWith(t, ch, 2*time.Minute, handshakes(t, spec.Workspace, "o1\n", "e1\n", "o2\n"))
 	var order []string
 	for _, ev := range evs {
 		order = append(order, string(ev.Kind)+":"+strings.TrimSpace(ev.Data))
@@ -638,6 +629,21 @@ func (s *suite) timeoutStream(t *testing.T) {
 const waitFile = `w() { i=0; while [ ! -e "$1" ]; do if [ $i -ge 600 ]; then echo "$1 never came"; return; fi; sleep 0.05; i=$((i+1)); done; }
 `
 
+// handshakes is collectWith's onOutput for a command that, after the
+// output marks[i], waits for workspace file go<i+1> (`w go1`, waitFile):
+// it creates that file once marks[i] has come, in the output so far
+// (however it is cut into events), and marks[i-1] before it.
+func handshakes(t *testing.T, workspace string, marks ...string) func(backend.Event) {
+	var got strings.Builder
+	next := 0
+	return func(ev backend.Event) {
+		got.WriteString(ev.Data)
+		for ; next < len(marks) && strings.Contains(got.String(), marks[next]); next++ {
+			writeHost(t, filepath.Join(workspace, fmt.Sprintf("go%d", next+1)), nil, 0o644)
+		}
+	}
+}
+
 // hangBound is how long an operation that should end at once (a timeout's
 // kill, Kill, Cleanup) may take before the test calls it a hang: far above
 // what load adds, far below the sleeps it ends (1000 s or more).
@@ -657,18 +663,7 @@ func (s *suite) streamingIncremental(t *testing.T) {
 		if err != nil {
 			t.Fatalf("stream: %v", err)
 		}
-		// goN is created once tickN has come (in the stdout so far, however
-		// it is cut into events).
-		var stdout strings.Builder
-		next := 1
-		evs, res := collectWith(t, ch, 2*time.Minute, func(ev backend.Event) {
-			if ev.Kind == backend.EventStdout {
-				stdout.WriteString(ev.Data)
-			}
-			for ; next <= 2 && strings.Contains(stdout.String(), fmt.Sprintf("tick%d\n", next)); next++ {
-				writeHost(t, filepath.Join(spec.Workspace, fmt.Sprintf("go%d", next)), nil, 0o644)
-			}
-		})
+		evs, res := collectWith(t, ch, 2*time.Minute, handshakes(t, spec.Workspace, "tick1\n", "tick2\n"))
 		var ticks []timedEvent
 		for _, ev := range evs {
 			if ev.Kind == backend.EventStdout && strings.Contains(ev.Data, "tick") {
