@@ -5,17 +5,18 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/slopbox/slopbox/internal/userns"
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // Hold: a build's writes (CommitDir, CommitTar with its tar passed over
@@ -109,13 +110,9 @@ func TestHoldServesBuildWritesInOneHelper(t *testing.T) {
 	}
 
 	release()
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(first, 0) == nil && !zombie(first) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the session's helper %d still runs after release", first)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	fixtures.Eventually(t, "the session's helper gone after release", func() (bool, string) {
+		return syscall.Kill(first, 0) != nil || zombie(first), fmt.Sprintf("pid %d still runs", first)
+	})
 	if _, err := s.CommitDir(ctx, dir, key1); err != nil {
 		t.Fatalf("CommitDir after release: %v", err)
 	}

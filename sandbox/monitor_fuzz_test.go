@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/slopbox/slopbox/internal/reexec"
+	"github.com/slopbox/slopbox/test/fixtures"
 
 	"golang.org/x/sys/unix"
 )
@@ -129,7 +130,7 @@ func startMonitor(t testing.TB, bin, root, exe, mode string, extra ...*os.File) 
 // waitReady waits until the monitor forwards signals (monitor.ready).
 func (r *monitorRun) waitReady() {
 	r.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+	for deadline := time.Now().Add(fixtures.Patience()); ; time.Sleep(2 * time.Millisecond) {
 		if b, err := os.ReadFile(filepath.Join(r.dir, monitorReady)); err == nil && string(b) == fmt.Sprint(r.cmd.Process.Pid) {
 			return
 		}
@@ -320,7 +321,7 @@ func writeSynced(t testing.TB, w *os.File, b []byte, sync bool) {
 	if !sync {
 		return
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Microsecond) {
+	for deadline := time.Now().Add(fixtures.Patience()); ; time.Sleep(50 * time.Microsecond) {
 		n, err := unix.IoctlGetInt(int(w.Fd()), unix.TIOCINQ) // FIONREAD: bytes in the pipe
 		if err != nil {
 			t.Fatal(err)
