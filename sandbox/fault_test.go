@@ -87,25 +87,53 @@ func processesUnder(dir string, known ...heldFile) []string {
 	return out
 }
 
-// processesOfSlice lists the processes (zombies aside) that run as a host uid of slice k
-// of b's id slices (as root, a sandbox's processes and its spawn server).
-func processesOfSlice(b *Backend, k int) []string {
-	lo := uint64(b.slices.mapping(k).UIDs[0].HostID)
+// seenProc is a process found by a test, known by its pid and start time
+// (so that a pid reused since is not it).
+type seenProc struct {
+	pid   int
+	start uint64
+	desc  string
+}
+
+// alive reports whether p still runs (a zombie runs nothing).
+func (p seenProc) alive() bool {
+	start, zombie, ok := procStart(p.pid)
+	return ok && !zombie && start == p.start
+}
+
+// procsOf records the processes (zombies aside) that hold a file below
+// dir (processesUnder, with known) or, with slices, run as a host uid of
+// one of b's id slices (as root, a sandbox's processes and its spawn
+// server run as its slice).
+func procsOf(b *Backend, dir string, known []heldFile, slices []int) []seenProc {
+	var out []seenProc
+	add := func(pid int, desc string) {
+		if start, zombie, ok := procStart(pid); ok && !zombie {
+			out = append(out, seenProc{pid, start, desc})
+		}
+	}
+	for _, desc := range processesUnder(dir, known...) {
+		var pid int
+		fmt.Sscan(desc, &pid)
+		add(pid, desc)
+	}
 	ents, _ := os.ReadDir("/proc")
-	var out []string
 	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
 		status, _ := os.ReadFile("/proc/" + e.Name() + "/status")
-		if strings.Contains(string(status), "\nState:\tZ") {
-			continue // a zombie runs nothing
-		}
 		for _, line := range strings.Split(string(status), "\n") {
-			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
-				if uid, err := strconv.ParseUint(f[1], 10, 64); err == nil && uid >= lo && uid < lo+SliceSize {
+			f := strings.Fields(line)
+			if len(f) < 2 || f[0] != "Uid:" {
+				continue
+			}
+			uid, _ := strconv.ParseUint(f[1], 10, 64)
+			for _, k := range slices {
+				if lo := uint64(b.slices.mapping(k).UIDs[0].HostID); uid >= lo && uid < lo+SliceSize {
 					cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-					out = append(out, fmt.Sprintf("%s %q runs as uid %d", e.Name(), cmd, uid))
+					add(pid, fmt.Sprintf("%d %q runs as uid %d of slice %d", pid, cmd, uid, k))
 				}
 			}
 		}
@@ -215,10 +243,11 @@ func TestPruneAfterSpawnKilledMidway(t *testing.T) {
 			t.Errorf("the killed spawn holds slices %v, want one", slices)
 		}
 	}
-	// What the killed spawn made, recorded before prune deletes it: its
-	// init holds libcontainer's exec.fifo, and reads it by a path of
-	// another mount namespace (run 48: such an init outlived prune).
-	known := filesUnder(b.state.dir)
+	// What the killed spawn left running, recorded before prune deletes
+	// its files: its init holds libcontainer's exec.fifo, by a link that
+	// reads a path of another mount namespace (until run 49, such an init
+	// outlived every prune, running as the slice prune had freed).
+	victims := procsOf(b, b.state.dir, filesUnder(b.state.dir), slices)
 	if _, err := b.Prune(false); err != nil {
 		t.Errorf("prune: %v", err)
 	}
@@ -234,19 +263,13 @@ func TestPruneAfterSpawnKilledMidway(t *testing.T) {
 	server := func(p string) bool {
 		return os.Geteuid() != 0 && strings.Contains(p, "/bin/spawn-") && !strings.Contains(p, `\x00init\x00`)
 	}
-	for _, p := range processesUnder(b.state.dir, known...) {
-		if !server(p) {
-			t.Errorf("left running after prune: %v", p)
+	for _, p := range victims {
+		if p.alive() && !server(p.desc) {
+			t.Errorf("left running after prune: %v", p.desc)
 		}
 	}
-	// As root, prune freed the slice: nothing may run as it any more.
-	for _, k := range slices {
-		if left := processesOfSlice(b, k); len(left) > 0 {
-			t.Errorf("prune freed slice %d while these run as it: %v", k, left)
-		}
-	}
-	fixtures.Eventually(t, "the killed spawn's server gone", func() (bool, string) {
-		left := processesUnder(b.state.dir, known...)
+	fixtures.Eventually(t, "the killed spawn's server done with the entry", func() (bool, string) {
+		left := processesUnder(b.state.dir)
 		return len(left) == 0, fmt.Sprintf("left running: %v", left)
 	})
 	if _, err := os.Lstat(filepath.Join(b.state.dir, namesDir, "victim")); err == nil {

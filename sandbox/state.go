@@ -331,7 +331,7 @@ func killStragglers(id, dir string) error {
 	}
 	killed := killMarked(sandboxMarker + id)
 	// libcontainer's init ("<binary> init") before it became PID 1.
-	killed = append(killed, spawnd.KillInits(dir)...)
+	killed = append(killed, spawnd.KillInits(dir, id)...)
 	errs = append(errs, waitKilled(id, killed))
 	return errors.Join(errs...)
 }

@@ -54,8 +54,18 @@ summary=$logs/summary
 : >"$summary"
 work=""
 phase_tmps=()
+declare -A phase_user=()
 fuzz_tmp="" race_tmp="" root_tmp="" stress_tmp="" cli_tmp=""
-trap 'for d in "${phase_tmps[@]}"; do sweep "$d" || true; done; [[ -n $keep_logs ]] || rm -rf "$logs"; rm -rf ${work:+"$work"}' EXIT
+trap 'sweep_all; [[ -n $keep_logs ]] || rm -rf "$logs"; rm -rf ${work:+"$work"}' EXIT
+
+# sweep_all: sweeps every phase's TMPDIR that is left (the EXIT trap's).
+# shellcheck disable=SC2317 # run by the EXIT trap
+sweep_all() {
+	local d
+	for d in "${phase_tmps[@]}"; do
+		sweep "$d" "${phase_user[$d]}" || true
+	done
+}
 
 # phase_tmp VAR [USER]: makes a TMPDIR for a phase (t.TempDir's home, and
 # GOTMPDIR's), sets VAR to it and has it swept when the run ends, at the
@@ -63,12 +73,12 @@ trap 'for d in "${phase_tmps[@]}"; do sweep "$d" || true; done; [[ -n $keep_logs
 # no one else can plant a state root for the sweep to act on; its path is
 # short: a socket's path under it must fit sun_path (108 bytes).
 phase_tmp() {
-	local d
-	d=$(mktemp -d /tmp/sbt.XXXXXX)
-	[[ -z ${2:-} ]] || chown "$2" "$d"
-	chmod 711 "$d"
-	phase_tmps+=("$d")
-	printf -v "$1" %s "$d"
+	local -n phase_tmp_var=$1
+	phase_tmp_var=$(mktemp -d /tmp/sbt.XXXXXX)
+	[[ -z ${2:-} ]] || chown "$2" "$phase_tmp_var"
+	chmod 711 "$phase_tmp_var"
+	phase_tmps+=("$phase_tmp_var")
+	phase_user[$phase_tmp_var]=${2:-}
 }
 
 # sweep DIR [USER]: removes what a phase's tests left in DIR (the phase's
@@ -87,12 +97,12 @@ sweep() {
 	[[ -d $dir ]] || return 0
 	local -a as=() slopbox=(bin/slopbox)
 	if [[ -n $user ]]; then
-		as=(setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups -- env HOME="$(getent passwd "$user" | cut -d: -f6)")
+		as=(setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups --reset-env -- env -C /)
 		slopbox=("$work/bin/slopbox")
 	fi
 	for p in /proc/[0-9]*; do
 		[[ ${p#/proc/} != "$$" ]] || continue
-		if tr '\0' '\n' 2>/dev/null <"$p/cmdline" | grep -q -e "^$dir/" -e "=$dir/"; then
+		if grep -qz -e "^$dir/" -e "=$dir/" "$p/cmdline" 2>/dev/null; then
 			kill -9 "${p#/proc/}" 2>/dev/null && killed=$((killed + 1))
 		fi
 	done
@@ -184,7 +194,7 @@ asuser() {
 	shift 4
 	phase_tmp tmp "$TEST_USER"
 	script=$work/$name.sh
-	printf '#!/bin/sh\ncd %q && HOME=%q TMPDIR=%q exec %q -test.v=test2json -test.count=1' "$work/$pkg" "$(getent passwd "$TEST_USER" | cut -d: -f6)" "$tmp" "$bin" >"$script"
+	printf '#!/bin/sh\ncd %q && HOME=%q TMPDIR=%q GOTMPDIR=%q exec %q -test.v=test2json -test.count=1' "$work/$pkg" "$(getent passwd "$TEST_USER" | cut -d: -f6)" "$tmp" "$tmp" "$bin" >"$script"
 	printf ' %q' "$@" >>"$script"
 	printf ' 2>&1\n' >>"$script"
 	chmod 755 "$script"

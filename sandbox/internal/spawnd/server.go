@@ -520,32 +520,54 @@ func runBounded(c *libcontainer.Container, p *libcontainer.Process, mark *os.Fil
 // file whose /proc/PID/fd link reads target (a pipe:[INODE], which reads
 // the same in every mount namespace), and returns the pids killed.
 func KillLinked(target string) []int {
-	return killHolding("", func(link string, _ os.FileInfo) bool { return link == target })
+	return killHolding("", func(link, _ string) bool { return link == target })
 }
 
 // KillInits SIGKILLs every libcontainer init (a process whose first
-// argument is "init") that holds a file below dir, and returns the pids
-// killed. The link of a file opened in another mount namespace reads a
-// path relative to that namespace's mount (/lc/ID/exec.fifo, not
-// DIR/lc/ID/exec.fifo): so a held file is also matched by its identity
-// with a file of libcontainer's state below dir (lc/ID/*; every init
-// holds its exec.fifo from its fork until it execs the command).
-func KillInits(dir string) []int {
+// argument is "init") of the container id whose state lies below dir (in
+// dir/lc/id, as Create makes it), and returns the pids killed. An init is
+// known by a file it holds below dir. But the link of a file opened
+// through a mount of the spawn server's mount namespace reads a path
+// relative to that mount once the namespace is gone (/lc/ID/exec.fifo,
+// not DIR/lc/ID/exec.fifo: as root the server is killed first), and one
+// of a file deleted since ends in " (deleted)": so an init is also known
+// by a link naming lc/ID/, or by its holding one of the files in dir/lc
+// (each init holds its exec.fifo from its fork until it execs the
+// command).
+func KillInits(dir, id string) []int {
 	prefix := filepath.Clean(dir) + "/"
-	var state []os.FileInfo
-	files, _ := filepath.Glob(filepath.Join(dir, "lc", "*", "*"))
-	for _, f := range files {
-		if fi, err := os.Lstat(f); err == nil && !fi.IsDir() {
-			state = append(state, fi)
+	type stateFile struct {
+		path string
+		fi   os.FileInfo
+	}
+	var state []stateFile
+	lc := filepath.Join(dir, "lc")
+	subs, _ := os.ReadDir(lc)
+	for _, sub := range subs {
+		files, _ := os.ReadDir(filepath.Join(lc, sub.Name()))
+		for _, f := range files {
+			p := filepath.Join(lc, sub.Name(), f.Name())
+			if fi, err := os.Lstat(p); err == nil && !fi.IsDir() {
+				state = append(state, stateFile{p, fi})
+			}
 		}
 	}
-	return killHolding("init", func(link string, fi os.FileInfo) bool {
-		if strings.HasPrefix(link, prefix) {
+	return killHolding("init", func(link, fdPath string) bool {
+		if strings.HasPrefix(link, prefix) || id != "" && strings.Contains(link, "/lc/"+id+"/") {
 			return true
 		}
+		if len(state) == 0 || !strings.HasPrefix(link, "/") {
+			return false // pipe:[...], socket:[...], anon_inode:...
+		}
+		fi, err := os.Stat(fdPath) // the file itself, whatever its link reads
+		if err != nil {
+			return false
+		}
 		for _, s := range state {
-			if fi != nil && os.SameFile(fi, s) {
-				return true
+			if os.SameFile(fi, s.fi) {
+				// Still that file (not a new one on a freed inode)?
+				now, err := os.Lstat(s.path)
+				return err == nil && os.SameFile(now, fi)
 			}
 		}
 		return false
@@ -554,9 +576,9 @@ func KillInits(dir string) []int {
 
 // killHolding SIGKILLs every process (other than this one; with arg1 set,
 // only those whose first argument it is) with an open file that match
-// picks, given its fd link and what the fd refers to (nil when it cannot
-// be stat'ed). Processes it may not inspect are passed over.
-func killHolding(arg1 string, match func(link string, fi os.FileInfo) bool) []int {
+// picks, given the link of its fd and the fd's /proc path. Processes it
+// may not inspect are passed over.
+func killHolding(arg1 string, match func(link, fdPath string) bool) []int {
 	ents, _ := os.ReadDir("/proc")
 	var killed []int
 	for _, e := range ents {
@@ -573,12 +595,7 @@ func killHolding(arg1 string, match func(link string, fi os.FileInfo) bool) []in
 		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 		for _, fd := range fds {
 			fdPath := fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())
-			link, err := os.Readlink(fdPath)
-			if err != nil {
-				continue
-			}
-			fi, _ := os.Stat(fdPath) // the file itself, whatever its link reads
-			if match(link, fi) {
+			if link, err := os.Readlink(fdPath); err == nil && match(link, fdPath) {
 				if unix.Kill(pid, unix.SIGKILL) == nil {
 					killed = append(killed, pid)
 				}
