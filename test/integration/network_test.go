@@ -604,15 +604,18 @@ while True:
 		t.Fatal(err)
 	}
 	defer uc.Close()
+	// Pinged until the server is up (a datagram sent before it has bound
+	// is lost), within the tests' patience.
 	got := ""
-	for i := 0; i < 50 && got == ""; i++ { // until the server is up
+	fixtures.Wait(func() (bool, string) {
 		uc.Write([]byte("ping"))
 		uc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 		buf := make([]byte, 64)
 		if n, err := uc.Read(buf); err == nil {
 			got = string(buf[:n])
 		}
-	}
+		return got != "", ""
+	})
 	if got != "echo:ping" {
 		t.Errorf("UDP through -p: %q", got)
 	}
