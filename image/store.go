@@ -285,6 +285,8 @@ type Summary struct {
 	Digest  string    `json:"digest"`
 	Created time.Time `json:"created"`
 	Size    int64     `json:"size"` // compressed bytes of the layers
+	// Labels are the image config's (docker images --filter label=).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // List returns the images in the store, sorted by name.
@@ -303,7 +305,7 @@ func (s *Store) List() ([]Summary, error) {
 		for _, l := range m.Layers {
 			size += l.Size
 		}
-		out = append(out, Summary{Name: d.Annotations[AnnotationRefName], ID: m.Config.Digest.String(), Digest: d.Digest.String(), Created: cfg.Created.Time, Size: size})
+		out = append(out, Summary{Name: d.Annotations[AnnotationRefName], ID: m.Config.Digest.String(), Digest: d.Digest.String(), Created: cfg.Created.Time, Size: size, Labels: cfg.Config.Labels})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

@@ -330,15 +330,26 @@ func (b *Backend) List() ([]Info, error) {
 // by a slopbox process that was killed), every one a foreground run's
 // slopbox process left running when it was killed, and half-created
 // state; with all, running ones too. It returns the removed ids.
-func (b *Backend) Prune(all bool) ([]string, error) {
+func (b *Backend) Prune(all bool) ([]string, error) { return b.PruneMatching(all, nil) }
+
+// PruneMatching is Prune limited to the sandboxes match takes (docker
+// container prune's filters); with a match, half-created state, which has
+// no labels or times to match, is left for a prune without one.
+func (b *Backend) PruneMatching(all bool, match func(Info) bool) ([]string, error) {
 	recs, broken, err := b.state.list()
 	if err != nil {
 		return nil, err
+	}
+	if match != nil {
+		broken = nil
 	}
 	var removed []string
 	var errs []error
 	for _, r := range recs {
 		if r.Pid > 0 && r.running() && !all && !r.orphaned() {
+			continue
+		}
+		if match != nil && !match(b.info(r)) {
 			continue
 		}
 		if err := b.destroy(r); err != nil {

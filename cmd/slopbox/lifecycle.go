@@ -17,6 +17,7 @@ import (
 
 	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/dockercompat/dockerview"
+	"github.com/slopbox/slopbox/dockercompat/filters"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -180,16 +181,26 @@ func rmCmd() *cobra.Command {
 }
 
 func pruneCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "prune",
+	var filterFlags []string
+	var yes bool
+	c := &cobra.Command{
+		Use:   "prune [--filter KEY=VALUE]...",
 		Short: "Remove stopped sandboxes and what killed slopbox processes left behind",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := filters.FromFlags(filterFlags)
+			if err != nil {
+				return err
+			}
+			match, err := dockerview.PruneFilter(f)
+			if err != nil {
+				return err
+			}
 			b, err := openBackend()
 			if err != nil {
 				return err
 			}
-			ids, err := b.Prune(false)
+			ids, err := b.PruneMatching(false, match)
 			for _, id := range ids {
 				fmt.Println("Deleted:", id)
 			}
@@ -199,18 +210,21 @@ func pruneCmd() *cobra.Command {
 			return err
 		},
 	}
+	c.Flags().StringArrayVar(&filterFlags, "filter", nil, "only sandboxes matching (Docker's prune filters): until=TIME, label=KEY[=VALUE], label!=KEY[=VALUE]")
+	c.Flags().BoolVarP(&yes, "force", "f", false, "do not prompt for confirmation (slopbox never prompts)")
+	return c
 }
 
 func psCmd() *cobra.Command {
 	var all, quiet, asJSON, noTrunc bool
-	var filters []string
+	var filterFlags []string
 	var format string
 	c := &cobra.Command{
 		Use:   "ps [-a] [--filter KEY=VALUE]... [--format TEMPLATE]",
 		Short: "List sandboxes with their age and idle time",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			match, err := psFilter(filters)
+			f, err := filters.FromFlags(filterFlags)
 			if err != nil {
 				return err
 			}
@@ -226,9 +240,13 @@ func psCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			match, err := dockerview.Filter(f, list)
+			if err != nil {
+				return err
+			}
 			var shown []sandbox.Info
 			for _, i := range list {
-				if (all || i.Running || len(filters) > 0 && hasStatusFilter(filters)) && match(i) {
+				if (all || i.Running || dockerview.ListsStopped(f)) && match(i) {
 					shown = append(shown, i)
 				}
 			}
@@ -273,7 +291,7 @@ func psCmd() *cobra.Command {
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "only ids")
 	c.Flags().BoolVar(&noTrunc, "no-trunc", false, "whole ids and commands")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.Flags().StringArrayVarP(&filters, "filter", "f", nil, "only sandboxes matching: name=, id=, label=KEY[=VALUE], status=created|running|paused|exited, ancestor=IMAGE")
+	c.Flags().StringArrayVarP(&filterFlags, "filter", "f", nil, "only sandboxes matching (Docker's rules: one key's values OR, keys and labels AND): id=, name=, label=KEY[=VALUE], status=created|running|paused|exited|dead, exited=CODE, ancestor=IMAGE, before=, since=, network=, volume=, publish=, expose=")
 	c.Flags().StringVar(&format, "format", "", "Go template over .ID .Image .Command .CreatedAt .RunningFor .Status .State .Ports .Names .Labels (\"table …\" adds a header; \"json\": one object a line)")
 	return c
 }
@@ -358,29 +376,6 @@ func columns(r rune) int {
 		return 2
 	}
 	return 1
-}
-
-func hasStatusFilter(filters []string) bool {
-	for _, f := range filters {
-		if strings.HasPrefix(f, "status=") {
-			return true
-		}
-	}
-	return false
-}
-
-// psFilter reads --filter KEY=VALUE flags into docker's filters
-// (dockerview.Filter, which the Engine API uses too).
-func psFilter(filters []string) (func(sandbox.Info) bool, error) {
-	by := map[string][]string{}
-	for _, f := range filters {
-		k, v, ok := strings.Cut(f, "=")
-		if !ok {
-			return nil, fmt.Errorf("--filter %q: want KEY=VALUE", f)
-		}
-		by[k] = append(by[k], v)
-	}
-	return dockerview.Filter(by)
 }
 
 func human(d time.Duration) string {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/slopbox/slopbox/dockercompat/dockerview"
+	"github.com/slopbox/slopbox/dockercompat/filters"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -55,7 +57,7 @@ func volumeCmd() *cobra.Command {
 	create.Flags().StringVarP(&driver, "driver", "d", "local", "volume driver (local only)")
 
 	var quiet bool
-	var filters []string
+	var filterFlags []string
 	ls := &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"list"},
@@ -63,6 +65,14 @@ func volumeCmd() *cobra.Command {
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b, err := openBackend()
+			if err != nil {
+				return err
+			}
+			f, err := filters.FromFlags(filterFlags)
+			if err != nil {
+				return err
+			}
+			match, err := dockerview.VolumeFilter(f, func(v sandbox.Volume) int { return len(b.VolumeUsers(v)) })
 			if err != nil {
 				return err
 			}
@@ -75,9 +85,7 @@ func volumeCmd() *cobra.Command {
 				fmt.Fprintln(tw, "DRIVER\tVOLUME NAME")
 			}
 			for _, v := range list {
-				if ok, err := volumeFiltered(b, v, filters); err != nil {
-					return err
-				} else if !ok {
+				if !match(v) {
 					continue
 				}
 				if quiet {
@@ -90,7 +98,7 @@ func volumeCmd() *cobra.Command {
 		},
 	}
 	ls.Flags().BoolVarP(&quiet, "quiet", "q", false, "only display volume names")
-	ls.Flags().StringArrayVarP(&filters, "filter", "f", nil, "filter: name=, label=KEY[=VALUE], dangling=true|false, driver=local")
+	ls.Flags().StringArrayVarP(&filterFlags, "filter", "f", nil, "filter (Docker's rules): name=, label=KEY[=VALUE], label!=KEY, dangling=true|false, driver=local")
 
 	inspect := &cobra.Command{
 		Use:   "inspect VOLUME...",
@@ -153,16 +161,25 @@ func volumeCmd() *cobra.Command {
 	rm.Flags().BoolVarP(&force, "force", "f", false, "no error for a volume that does not exist")
 
 	var all, yes bool
+	var pruneFlags []string
 	prune := &cobra.Command{
-		Use:   "prune",
+		Use:   "prune [-a] [--filter KEY=VALUE]...",
 		Short: "Remove the anonymous volumes no sandbox uses (-a: every unused one)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := filters.FromFlags(pruneFlags)
+			if err != nil {
+				return err
+			}
+			match, err := dockerview.VolumePruneFilter(f, all)
+			if err != nil {
+				return err
+			}
 			b, err := openBackend()
 			if err != nil {
 				return err
 			}
-			removed, err := b.PruneVolumes(func(v sandbox.Volume) bool { return !all && !v.Anonymous })
+			removed, err := b.PruneVolumes(func(v sandbox.Volume) bool { return !match(v) })
 			if len(removed) > 0 {
 				fmt.Println("Deleted Volumes:")
 				for _, n := range removed {
@@ -175,37 +192,8 @@ func volumeCmd() *cobra.Command {
 		},
 	}
 	prune.Flags().BoolVarP(&all, "all", "a", false, "remove every unused volume, not only anonymous ones")
+	prune.Flags().StringArrayVar(&pruneFlags, "filter", nil, "only volumes matching (Docker's prune filters): label=KEY[=VALUE], label!=KEY[=VALUE]")
 	prune.Flags().BoolVarP(&yes, "force", "f", false, "do not prompt for confirmation (slopbox never prompts)")
 	c.AddCommand(create, ls, inspect, rm, prune)
 	return c
-}
-
-// volumeFiltered applies docker volume ls's --filter values.
-func volumeFiltered(b *sandbox.Backend, v sandbox.Volume, filters []string) (bool, error) {
-	for _, f := range filters {
-		k, want, _ := strings.Cut(f, "=")
-		switch k {
-		case "name":
-			if !strings.Contains(v.Name, want) {
-				return false, nil
-			}
-		case "driver":
-			if want != v.Driver {
-				return false, nil
-			}
-		case "label":
-			lk, lv, has := strings.Cut(want, "=")
-			got, present := v.Labels[lk]
-			if !present || has && got != lv {
-				return false, nil
-			}
-		case "dangling":
-			if (want == "true" || want == "1") != (len(b.VolumeUsers(v)) == 0) {
-				return false, nil
-			}
-		default:
-			return false, fmt.Errorf("invalid filter %q (name, label, dangling, driver)", k)
-		}
-	}
-	return true, nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat"
+	"github.com/slopbox/slopbox/dockercompat/filters"
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/oci"
 	"github.com/slopbox/slopbox/sandbox"
@@ -310,47 +311,128 @@ func Status(i sandbox.Info) string {
 	return fmt.Sprintf("Exited (%d) %s ago", i.ExitCode, units.HumanDuration(time.Since(i.FinishedAt)))
 }
 
-// psFilterKeys are the docker ps filters slopbox knows.
-var psFilterKeys = []string{"id", "name", "label", "status", "ancestor"}
+// psFilterKeys are the docker ps filters slopbox knows: Docker's, less
+// isolation (Windows) and health (serve's, not a sandbox's record).
+var psFilterKeys = []string{"ancestor", "before", "expose", "exited", "id", "is-task", "label", "name", "network", "publish", "since", "status", "volume"}
 
-// Filter reads docker ps's filters (KEY: VALUES; the same key ORs,
-// different keys AND) into a match; an unknown key or status is an error.
-func Filter(filters map[string][]string) (func(sandbox.Info) bool, error) {
-	for k, vs := range filters {
-		if !slices.Contains(psFilterKeys, k) {
-			return nil, backend.InvalidValue("invalid filter '%s' (id, name, label, status, ancestor)", k)
+// psStatuses are the states docker ps's status filter takes (broken is
+// slopbox's name for dead).
+var psStatuses = []string{"created", "restarting", "running", "removing", "paused", "exited", "dead", "broken"}
+
+// Filter reads docker ps's filters into a match, by Docker's rules
+// (package filters: values of one key OR, keys AND, every label must
+// hold); list is every sandbox, for before and since. An unknown key,
+// status or exit code is an error.
+func Filter(f filters.Args, list []sandbox.Info) (func(sandbox.Info) bool, error) {
+	if err := f.Validate(psFilterKeys...); err != nil {
+		return nil, err
+	}
+	for _, v := range f.Get("status") {
+		if !slices.Contains(psStatuses, v) {
+			return nil, backend.InvalidValue("invalid filter 'status=%s' (created, restarting, running, removing, paused, exited, dead)", v)
 		}
-		for _, v := range vs {
-			if k == "status" && !slices.Contains([]string{"created", "running", "paused", "exited", "dead", "broken"}, v) {
-				return nil, backend.InvalidValue("invalid filter 'status=%s' (created, running, paused, exited, dead)", v)
+	}
+	var exited []int
+	for _, v := range f.Get("exited") {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, backend.InvalidValue("invalid filter 'exited=%s': want an exit code", v)
+		}
+		exited = append(exited, n)
+	}
+	isTask, _, err := f.Bool("is-task")
+	if err != nil {
+		return nil, err
+	}
+	// before and since name a container; what is listed was created
+	// before the latest of before's, after the earliest of since's.
+	var before, since time.Time
+	for _, key := range []string{"before", "since"} {
+		for _, ref := range f.Get(key) {
+			i, ok := findInfo(list, ref)
+			if !ok {
+				return nil, backend.InvalidValue("invalid filter '%s=%s': no such container", key, ref)
+			}
+			if key == "before" && (before.IsZero() || i.Created.After(before)) {
+				before = i.Created
+			}
+			if key == "since" && (since.IsZero() || i.Created.Before(since)) {
+				since = i.Created
 			}
 		}
 	}
 	return func(i sandbox.Info) bool {
-		for k, vs := range filters {
-			ok := false
-			for _, v := range vs {
-				switch k {
-				case "id":
-					ok = ok || strings.HasPrefix(i.ID, v)
-				case "name":
-					ok = ok || strings.Contains(i.Name, strings.TrimPrefix(v, "/"))
-				case "label":
-					lk, lv, has := strings.Cut(v, "=")
-					got, present := i.Labels[lk]
-					ok = ok || present && (!has || got == lv)
-				case "status":
-					ok = ok || State(i) == v || v == "broken" && State(i) == "dead"
-				case "ancestor":
-					ok = ok || i.Image == v || strings.HasPrefix(i.ImageID, v) || strings.Contains(i.Image, "/"+v) || strings.HasSuffix(i.Image, "/"+v+":latest")
-				}
-			}
-			if !ok {
-				return false
-			}
+		state := State(i)
+		switch {
+		case isTask: // no sandbox is a swarm task
+			return false
+		case !f.Prefix("id", i.ID) && !f.Match("id", i.ID),
+			!f.Match("name", "/"+i.Name),
+			!f.Labels("label", i.Labels),
+			!f.Any("status", func(v string) bool { return v == state || v == "broken" && state == "dead" }),
+			!f.Any("ancestor", func(v string) bool { return ancestor(i, v) }),
+			!f.Exact("network", i.Network),
+			!f.Any("volume", func(v string) bool { return mountsVolume(i, v) }),
+			!f.Any("publish", func(v string) bool { return publishes(i, v) }),
+			!f.Any("expose", func(v string) bool { return publishes(i, v) }):
+			return false
+		case len(exited) > 0 && (state != "exited" || !slices.Contains(exited, i.ExitCode)):
+			return false
+		case !before.IsZero() && !i.Created.Before(before), !since.IsZero() && !i.Created.After(since):
+			return false
 		}
 		return true
 	}, nil
+}
+
+// findInfo is the sandbox a name, id or id prefix names.
+func findInfo(list []sandbox.Info, ref string) (sandbox.Info, bool) {
+	ref = strings.TrimPrefix(ref, "/")
+	for _, i := range list {
+		if i.Name == ref || i.ID == ref {
+			return i, true
+		}
+	}
+	for _, i := range list {
+		if len(ref) >= 3 && strings.HasPrefix(i.ID, ref) {
+			return i, true
+		}
+	}
+	return sandbox.Info{}, false
+}
+
+// ancestor is docker ps's ancestor filter: the image by name (with or
+// without the registry and the latest tag) or by id prefix.
+func ancestor(i sandbox.Info, v string) bool {
+	return i.Image == v || strings.HasPrefix(i.ImageID, v) || strings.HasPrefix(strings.TrimPrefix(i.ImageID, "sha256:"), v) ||
+		strings.HasSuffix(i.Image, "/"+v) || strings.HasSuffix(i.Image, "/"+v+":latest") || i.Image == v+":latest"
+}
+
+// mountsVolume is docker ps's volume filter: a volume's name, or a
+// mount's destination.
+func mountsVolume(i sandbox.Info, v string) bool {
+	for _, m := range i.BindMounts {
+		if m.Target == v || m.Volume != "" && m.Volume == v {
+			return true
+		}
+	}
+	return false
+}
+
+// publishes is docker ps's publish and expose filters: a container port,
+// PORT[/PROTO] (tcp when none is given), that the sandbox publishes (a
+// sandbox exposes only what it publishes).
+func publishes(i sandbox.Info, v string) bool {
+	port, proto, _ := strings.Cut(v, "/")
+	if proto == "" {
+		proto = "tcp"
+	}
+	for _, p := range i.Ports {
+		if cmp.Or(p.Protocol, "tcp") == proto && strconv.Itoa(p.ContainerPort) == port {
+			return true
+		}
+	}
+	return false
 }
 
 // Lookup is CreateOptions.Lookup over the sandboxes of b: a container's
@@ -370,4 +452,64 @@ func Lookup(b *sandbox.Backend) func(ref string) (dockercompat.Container, error)
 		sort.Strings(c.Env)
 		return c, nil
 	}
+}
+
+// ListsStopped reports whether filters list stopped sandboxes without
+// --all, as Docker's do: a status, exited, before or since filter.
+func ListsStopped(f filters.Args) bool {
+	return f.Has("status") || f.Has("exited") || f.Has("before") || f.Has("since")
+}
+
+// PruneFilter reads docker container prune's filters (until, label,
+// label!) into a match; nil when none is given, so that a prune without
+// filters also removes half-created state.
+func PruneFilter(f filters.Args) (func(sandbox.Info) bool, error) {
+	if len(f) == 0 {
+		return nil, nil
+	}
+	if err := f.Validate("until", "label", "label!"); err != nil {
+		return nil, err
+	}
+	until, hasUntil, err := f.Until("until", time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return func(i sandbox.Info) bool {
+		return f.LabelsMatch(i.Labels) && (!hasUntil || i.Created.Before(until))
+	}, nil
+}
+
+// VolumeFilter reads docker volume ls's filters (dangling, driver, label,
+// label!, name) into a match; used reports how many sandboxes use a
+// volume (for dangling).
+func VolumeFilter(f filters.Args, used func(sandbox.Volume) int) (func(sandbox.Volume) bool, error) {
+	if err := f.Validate("dangling", "driver", "label", "label!", "name"); err != nil {
+		return nil, err
+	}
+	dangling, hasDangling, err := f.Bool("dangling")
+	if err != nil {
+		return nil, err
+	}
+	return func(v sandbox.Volume) bool {
+		return f.Match("name", v.Name) && f.Exact("driver", v.Driver) && f.LabelsMatch(v.Labels) &&
+			(!hasDangling || dangling == (used(v) == 0))
+	}, nil
+}
+
+// VolumePruneFilter reads docker volume prune's filters (label, label!,
+// all) into a match of the volumes to remove among those no sandbox uses:
+// anonymous ones only unless all is true, or allByDefault (API before
+// 1.42, where prune took every unused volume).
+func VolumePruneFilter(f filters.Args, allByDefault bool) (func(sandbox.Volume) bool, error) {
+	if err := f.Validate("label", "label!", "all"); err != nil {
+		return nil, err
+	}
+	all, set, err := f.Bool("all")
+	if err != nil {
+		return nil, err
+	}
+	if !set {
+		all = allByDefault
+	}
+	return func(v sandbox.Volume) bool { return (all || v.Anonymous) && f.LabelsMatch(v.Labels) }, nil
 }

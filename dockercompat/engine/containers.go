@@ -728,24 +728,12 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 		fail(w, err)
 		return
 	}
-	var filters map[string][]string
-	if f := r.URL.Query().Get("filters"); f != "" {
-		if err := json.Unmarshal([]byte(f), &filters); err != nil {
-			// Older clients send {"key":{"value":true}}.
-			var old map[string]map[string]bool
-			if json.Unmarshal([]byte(f), &old) != nil {
-				writeError(w, http.StatusBadRequest, "invalid filters: "+err.Error())
-				return
-			}
-			filters = map[string][]string{}
-			for k, vs := range old {
-				for v := range vs {
-					filters[k] = append(filters[k], v)
-				}
-			}
-		}
+	f, err := filterParam(r)
+	if err != nil {
+		fail(w, err)
+		return
 	}
-	match, err := dockerview.Filter(filters)
+	match, err := dockerview.Filter(f, list)
 	if err != nil {
 		fail(w, err)
 		return
@@ -753,7 +741,7 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 	all := boolParam(r, "all")
 	out := []map[string]any{}
 	for _, i := range list {
-		if i.Broken != "" || (!all && !i.Running && len(filters["status"]) == 0) || !match(i) {
+		if i.Broken != "" || (!all && !i.Running && !dockerview.ListsStopped(f)) || !match(i) {
 			continue
 		}
 		st := dockerview.State(i)
@@ -773,6 +761,16 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 }
 
 func (s *Server) containerPrune(w http.ResponseWriter, r *request) {
+	f, err := filterParam(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	match, err := dockerview.PruneFilter(f)
+	if err != nil {
+		fail(w, err)
+		return
+	}
 	// What each stopped container wrote, measured before it goes: the
 	// space the prune reclaims, as dockerd reports it.
 	sizes := map[string]int64{}
@@ -786,7 +784,7 @@ func (s *Server) containerPrune(w http.ResponseWriter, r *request) {
 			}
 		}
 	}
-	removed, err := s.b.Prune(false)
+	removed, err := s.b.PruneMatching(false, match)
 	if err != nil {
 		fail(w, err)
 		return

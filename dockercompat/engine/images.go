@@ -17,6 +17,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/slopbox/slopbox/dockercompat/filters"
 	"github.com/slopbox/slopbox/image"
 )
 
@@ -105,16 +106,21 @@ func (s *Server) imageList(w http.ResponseWriter, r *request) {
 		fail(w, err)
 		return
 	}
-	filters, err := filterArgs(r)
+	f, err := filterParam(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		fail(w, err)
+		return
+	}
+	match, err := imageFilter(f, list)
+	if err != nil {
+		fail(w, err)
 		return
 	}
 	byID := map[string]map[string]any{}
 	var out []map[string]any
 	for _, i := range list {
 		name := image.DockerName(i.Name)
-		if refs, ok := filters["reference"]; ok && !slices.ContainsFunc(refs, func(p string) bool { return referenceMatch(p, name) }) {
+		if !match(i, name) {
 			continue
 		}
 		if e, ok := byID[i.ID]; ok {
@@ -125,10 +131,14 @@ func (s *Server) imageList(w http.ResponseWriter, r *request) {
 		if j := strings.LastIndexAny(repo, ":@"); j > strings.LastIndex(repo, "/") {
 			repo = repo[:j]
 		}
+		labels := i.Labels
+		if labels == nil {
+			labels = map[string]string{}
+		}
 		e := map[string]any{
 			"Id": i.ID, "ParentId": "", "RepoTags": []string{name}, "RepoDigests": []string{repo + "@" + i.Digest},
 			"Created": i.Created.Unix(), "Size": i.Size, "SharedSize": -1, "VirtualSize": i.Size,
-			"Labels": map[string]string{}, "Containers": -1,
+			"Labels": labels, "Containers": -1,
 		}
 		byID[i.ID] = e
 		out = append(out, e)
@@ -139,27 +149,54 @@ func (s *Server) imageList(w http.ResponseWriter, r *request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// filterArgs reads the filters query parameter: {"key":["value"]}, or the
-// older {"key":{"value":true}}.
-func filterArgs(r *request) (map[string][]string, error) {
-	f := r.URL.Query().Get("filters")
-	if f == "" {
-		return nil, nil
+// filterParam reads the filters query parameter (package filters: both
+// of its JSON forms, Docker's rules).
+func filterParam(r *request) (filters.Args, error) {
+	return filters.FromJSON(r.URL.Query().Get("filters"))
+}
+
+// imageFilter reads docker images' filters (Docker's rules, package
+// filters) into a match of an image and the name it is listed by.
+// Every image in the store has a name, so none is dangling.
+func imageFilter(f filters.Args, list []image.Summary) (func(i image.Summary, name string) bool, error) {
+	if err := f.Validate("before", "dangling", "label", "label!", "reference", "since", "until"); err != nil {
+		return nil, err
 	}
-	var filters map[string][]string
-	if err := json.Unmarshal([]byte(f), &filters); err != nil {
-		var old map[string]map[string]bool
-		if json.Unmarshal([]byte(f), &old) != nil {
-			return nil, fmt.Errorf("invalid filters: %v", err)
-		}
-		filters = map[string][]string{}
-		for k, vs := range old {
-			for v := range vs {
-				filters[k] = append(filters[k], v)
+	dangling, _, err := f.Bool("dangling")
+	if err != nil {
+		return nil, err
+	}
+	until, hasUntil, err := f.Until("until", time.Now())
+	if err != nil {
+		return nil, err
+	}
+	var before, since time.Time
+	for _, key := range []string{"before", "since"} {
+		for _, ref := range f.Get(key) {
+			j := slices.IndexFunc(list, func(i image.Summary) bool {
+				return image.DockerName(i.Name) == image.DockerName(ref) || i.Name == ref || strings.HasPrefix(strings.TrimPrefix(i.ID, "sha256:"), strings.TrimPrefix(ref, "sha256:"))
+			})
+			if j < 0 {
+				return nil, fmt.Errorf("%w: %s (filter '%s=%s')", image.ErrNotFound, ref, key, ref)
+			}
+			if key == "before" {
+				before = list[j].Created
+			} else {
+				since = list[j].Created
 			}
 		}
 	}
-	return filters, nil
+	return func(i image.Summary, name string) bool {
+		switch {
+		case dangling, !f.LabelsMatch(i.Labels),
+			!f.Any("reference", func(p string) bool { return referenceMatch(p, name) }),
+			hasUntil && !i.Created.Before(until),
+			!before.IsZero() && !i.Created.Before(before),
+			!since.IsZero() && !i.Created.After(since):
+			return false
+		}
+		return true
+	}, nil
 }
 
 // referenceMatch is dockerd's reference filter: the shell pattern matches

@@ -8,10 +8,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slopbox/slopbox/dockercompat/filters"
+	"github.com/slopbox/slopbox/image"
 )
 
 // hijack takes over the connection for attach and exec start: with the
@@ -178,6 +182,16 @@ func (h *eventHub) emit(typ, action, id string, attrs map[string]string) {
 // eventsStream is GET /events: events of this server as they happen, one
 // JSON object per line, until the client goes.
 func (s *Server) eventsStream(w http.ResponseWriter, r *request) {
+	f, err := filterParam(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	match, err := eventFilter(f)
+	if err != nil {
+		fail(w, err)
+		return
+	}
 	c := make(chan map[string]any, 64)
 	s.events.mu.Lock()
 	s.events.subs[c] = struct{}{}
@@ -199,12 +213,54 @@ func (s *Server) eventsStream(w http.ResponseWriter, r *request) {
 		case <-r.Context().Done():
 			return
 		case ev := <-c:
+			if !match(ev) {
+				continue
+			}
 			enc.Encode(ev)
 			if fl != nil {
 				fl.Flush()
 			}
 		}
 	}
+}
+
+// eventFilter reads docker events' filters into a match, by Docker's
+// rules: each key's values OR, keys AND, every label must hold among the
+// actor's attributes; container, image, volume and network name their
+// object by id or name.
+func eventFilter(f filters.Args) (func(ev map[string]any) bool, error) {
+	if err := f.Validate("config", "container", "daemon", "event", "image", "label", "network", "node", "plugin", "scope", "secret", "service", "type", "volume"); err != nil {
+		return nil, err
+	}
+	// Objects slopbox has no events of match nothing.
+	for _, k := range []string{"config", "daemon", "node", "plugin", "secret", "service"} {
+		if f.Has(k) {
+			return func(map[string]any) bool { return false }, nil
+		}
+	}
+	return func(ev map[string]any) bool {
+		typ, _ := ev["Type"].(string)
+		action, _ := ev["Action"].(string)
+		actor, _ := ev["Actor"].(map[string]any)
+		id, _ := actor["ID"].(string)
+		attrs, _ := actor["Attributes"].(map[string]string)
+		// this object, when the event is of its type: by id or name
+		object := func(key, ofType string) bool {
+			if !f.Has(key) {
+				return true
+			}
+			return typ == ofType && (f.Exact(key, id) || f.Exact(key, attrs["name"]) ||
+				f.Any(key, func(v string) bool { return len(v) >= 3 && strings.HasPrefix(id, v) }))
+		}
+		imageOK := f.Any("image", func(v string) bool {
+			return v == attrs["image"] || typ == "image" && (v == id || v == attrs["name"]) ||
+				image.DockerName(v) == image.DockerName(attrs["image"])
+		})
+		return f.Exact("type", typ) && f.Exact("scope", "local") && imageOK &&
+			f.Any("event", func(v string) bool { base, _, _ := strings.Cut(action, ":"); return v == action || v == base }) &&
+			object("container", "container") && object("volume", "volume") && object("network", "network") &&
+			f.Labels("label", attrs)
+	}, nil
 }
 
 // lazyWriter sends the 200 and its content type with the first write, so

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -86,63 +87,15 @@ func (s *Server) volumeRoute(w http.ResponseWriter, r *request, rest string) {
 	}
 }
 
-// volumeFilters reads the filters parameter in either of its JSON forms.
-func volumeFilters(r *request) (map[string][]string, error) {
-	f := r.URL.Query().Get("filters")
-	if f == "" {
-		return nil, nil
-	}
-	var filters map[string][]string
-	if err := json.Unmarshal([]byte(f), &filters); err == nil {
-		return filters, nil
-	}
-	var old map[string]map[string]bool
-	if err := json.Unmarshal([]byte(f), &old); err != nil {
-		return nil, fmt.Errorf("invalid filters: %v", err)
-	}
-	filters = map[string][]string{}
-	for k, vs := range old {
-		for v := range vs {
-			filters[k] = append(filters[k], v)
-		}
-	}
-	return filters, nil
-}
-
-// volumeMatches applies name, label, driver and dangling filters.
-func (s *Server) volumeMatches(v sandbox.Volume, filters map[string][]string) (bool, error) {
-	for k, vs := range filters {
-		ok := false
-		for _, want := range vs {
-			switch k {
-			case "name":
-				ok = ok || strings.Contains(v.Name, want)
-			case "driver":
-				ok = ok || want == v.Driver
-			case "label":
-				lk, lv, has := strings.Cut(want, "=")
-				got, present := v.Labels[lk]
-				ok = ok || present && (!has || got == lv)
-			case "dangling":
-				dangling := len(s.b.VolumeUsers(v)) == 0
-				ok = ok || (want == "true" || want == "1") == dangling
-			case "all": // prune's (API 1.42+)
-				ok = true
-			default:
-				return false, fmt.Errorf("invalid filter '%s'", k)
-			}
-		}
-		if !ok {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
 func (s *Server) volumeList(w http.ResponseWriter, r *request) {
-	filters, err := volumeFilters(r)
+	f, err := filterParam(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		fail(w, err)
+		return
+	}
+	match, err := dockerview.VolumeFilter(f, func(v sandbox.Volume) int { return len(s.b.VolumeUsers(v)) })
+	if err != nil {
+		fail(w, err)
 		return
 	}
 	list, err := s.b.Volumes()
@@ -152,12 +105,7 @@ func (s *Server) volumeList(w http.ResponseWriter, r *request) {
 	}
 	out := []map[string]any{}
 	for _, v := range list {
-		ok, err := s.volumeMatches(v, filters)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		if ok {
+		if match(v) {
 			out = append(out, volumeJSON(v))
 		}
 	}
@@ -167,30 +115,17 @@ func (s *Server) volumeList(w http.ResponseWriter, r *request) {
 // volumePrune removes the volumes no container uses: from API 1.42 on
 // only anonymous ones unless the all filter is true, as Docker's.
 func (s *Server) volumePrune(w http.ResponseWriter, r *request) {
-	filters, err := volumeFilters(r)
+	f, err := filterParam(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		fail(w, err)
 		return
 	}
-	all := !r.atLeast("1.42")
-	for _, v := range filters["all"] {
-		all = v == "true" || v == "1"
-	}
-	var bad error
-	removed, err := s.b.PruneVolumes(func(v sandbox.Volume) bool {
-		if !all && !v.Anonymous {
-			return true
-		}
-		ok, err := s.volumeMatches(v, filters)
-		if err != nil {
-			bad = err
-		}
-		return !ok
-	})
-	if bad != nil {
-		writeError(w, http.StatusBadRequest, bad.Error())
+	match, err := dockerview.VolumePruneFilter(f, !r.atLeast("1.42"))
+	if err != nil {
+		fail(w, err)
 		return
 	}
+	removed, err := s.b.PruneVolumes(func(v sandbox.Volume) bool { return !match(v) })
 	if err != nil {
 		fail(w, err)
 		return

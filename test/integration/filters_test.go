@@ -1,0 +1,140 @@
+package integration
+
+import (
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// TestServeFiltersDockerRules (issue 41 case 0): compose finds a
+// service's container with two label filters, project and service, and
+// Docker ANDs labels. slopbox ORed them, so `compose exec service_1`
+// landed in whichever container of the project came first. Every list
+// endpoint follows Docker's rules key by key (labels AND, other keys'
+// values OR, keys AND, unknown keys refused), and so do ps, prune and
+// volume ls on the CLI, which share the code.
+func TestServeFiltersDockerRules(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	must := dockerMust(t, sock)
+	must("pull", "-q", e.ref)
+	const p, s = "com.docker.compose.project", "com.docker.compose.service"
+	for _, c := range []struct{ name, project, service string }{
+		{"flt-one", "proj", "service_1"}, {"flt-two", "proj", "service_2"}, {"flt-else", "other", "service_1"},
+	} {
+		must("create", "--name", c.name, "--label", p+"="+c.project, "--label", s+"="+c.service, e.ref, "true")
+	}
+	must("run", "--name", "flt-ran", "--label", p+"=proj", "--label", s+"=service_3", e.ref, "true")
+
+	names := func(query string) []string {
+		t.Helper()
+		var list []struct{ Names []string }
+		engineJSON(t, sock, http.MethodGet, "/containers/json?all=1&filters="+url.QueryEscape(query), nil, http.StatusOK, &list)
+		var out []string
+		for _, c := range list {
+			out = append(out, strings.TrimPrefix(c.Names[0], "/"))
+		}
+		sort.Strings(out)
+		return out
+	}
+	for _, c := range []struct {
+		query string
+		want  []string
+	}{
+		// compose's query: both labels must hold
+		{`{"label":["` + p + `=proj","` + s + `=service_1"]}`, []string{"flt-one"}},
+		{`{"label":{"` + p + `=proj":true,"` + s + `=service_1":true}}`, []string{"flt-one"}},
+		{`{"label":["` + s + `=service_1"]}`, []string{"flt-else", "flt-one"}},
+		{`{"label":["` + p + `"]}`, []string{"flt-else", "flt-one", "flt-ran", "flt-two"}},
+		{`{"label":["` + p + `=proj","nobody"]}`, nil},
+		// names OR, and AND with labels
+		{`{"name":["flt-one","flt-two"]}`, []string{"flt-one", "flt-two"}},
+		{`{"name":["flt-one","flt-two"],"label":["` + s + `=service_2"]}`, []string{"flt-two"}},
+		{`{"name":["^/flt-o"]}`, []string{"flt-one"}},
+		// statuses OR
+		{`{"status":["created","exited"],"label":["` + p + `=proj"]}`, []string{"flt-one", "flt-ran", "flt-two"}},
+		{`{"status":["exited"]}`, []string{"flt-ran"}},
+		{`{"exited":["0"]}`, []string{"flt-ran"}},
+		{`{"exited":["1"]}`, nil},
+	} {
+		if got := names(c.query); !slices.Equal(got, c.want) {
+			t.Errorf("filters %s: %q, want %q", c.query, got, c.want)
+		}
+	}
+	// An unknown key is refused, never ignored (a list widened, a prune
+	// that removes more than asked).
+	for _, path := range []string{"/containers/json", "/images/json", "/volumes", "/events"} {
+		code, body := engineDo(t, sock, http.MethodGet, path+"?filters="+url.QueryEscape(`{"colour":["red"]}`), nil)
+		if code != http.StatusBadRequest || !strings.Contains(string(body), "invalid filter 'colour'") {
+			t.Errorf("GET %s with an unknown filter: %d %s, want 400 invalid filter", path, code, body)
+		}
+	}
+	// The CLI shares the code.
+	if out := e.must("ps", "-a", "--format", "{{.Names}}", "--filter", "label="+p+"=proj", "--filter", "label="+s+"=service_1"); strings.TrimSpace(out) != "flt-one" {
+		t.Errorf("slopbox ps with two labels: %q, want flt-one", out)
+	}
+	if out, code := e.run("", "ps", "-a", "--filter", "colour=red"); code == 0 || !strings.Contains(out, "invalid filter 'colour'") {
+		t.Errorf("slopbox ps --filter colour=red: exit %d %q", code, out)
+	}
+
+	// Images: an image without the label is not listed (the filter was
+	// ignored: every image came back).
+	var images []struct{ Id string }
+	engineJSON(t, sock, http.MethodGet, "/images/json?filters="+url.QueryEscape(`{"label":["nobody=here"]}`), nil, http.StatusOK, &images)
+	if len(images) != 0 {
+		t.Errorf("images with label nobody=here: %d listed, want none", len(images))
+	}
+	engineJSON(t, sock, http.MethodGet, "/images/json?filters="+url.QueryEscape(`{"dangling":["false"]}`), nil, http.StatusOK, &images)
+	if len(images) != 1 {
+		t.Errorf("images dangling=false: %d listed, want the one pulled", len(images))
+	}
+
+	// Volumes: labels AND, names OR.
+	must("volume", "create", "--label", "a=1", "--label", "b=2", "flt-vol-ab")
+	must("volume", "create", "--label", "a=1", "flt-vol-a")
+	vols := func(query string) []string {
+		t.Helper()
+		var r struct{ Volumes []struct{ Name string } }
+		engineJSON(t, sock, http.MethodGet, "/volumes?filters="+url.QueryEscape(query), nil, http.StatusOK, &r)
+		var out []string
+		for _, v := range r.Volumes {
+			out = append(out, v.Name)
+		}
+		sort.Strings(out)
+		return out
+	}
+	if got := vols(`{"label":["a=1","b=2"]}`); !slices.Equal(got, []string{"flt-vol-ab"}) {
+		t.Errorf("volumes with labels a=1 and b=2: %q", got)
+	}
+	if got := vols(`{"name":["flt-vol-ab","flt-vol-a$"]}`); !slices.Equal(got, []string{"flt-vol-a", "flt-vol-ab"}) {
+		t.Errorf("volumes named either: %q", got)
+	}
+	if out := e.must("volume", "ls", "-q", "--filter", "label=a=1", "--filter", "label=b=2"); strings.TrimSpace(out) != "flt-vol-ab" {
+		t.Errorf("slopbox volume ls with two labels: %q", out)
+	}
+
+	// Prune takes only what its filters name: label=proj with
+	// label!=service_2 removes flt-one and flt-ran, leaves flt-two and
+	// flt-else (the filter was ignored: every stopped container went).
+	var pruned struct{ ContainersDeleted []string }
+	engineJSON(t, sock, http.MethodPost, "/containers/prune?filters="+url.QueryEscape(`{"label":["`+p+`=proj"],"label!":["`+s+`=service_2"]}`), nil, http.StatusOK, &pruned)
+	if len(pruned.ContainersDeleted) != 2 {
+		t.Errorf("prune label=proj label!=service_2: deleted %q, want two", pruned.ContainersDeleted)
+	}
+	if got := names(`{}`); !slices.Equal(got, []string{"flt-else", "flt-two"}) {
+		t.Errorf("after the filtered prune: %q, want flt-else and flt-two", got)
+	}
+	if code, body := engineDo(t, sock, http.MethodPost, "/containers/prune?filters="+url.QueryEscape(`{"name":["flt-two"]}`), nil); code != http.StatusBadRequest {
+		t.Errorf("prune with a name filter (Docker's prune has none): %d %s, want 400", code, body)
+	}
+	if out := e.must("prune", "--filter", "label="+s+"=service_2"); !strings.Contains(out, "Deleted:") {
+		t.Errorf("slopbox prune --filter: %q", out)
+	}
+	if got := names(`{}`); !slices.Equal(got, []string{"flt-else"}) {
+		t.Errorf("after slopbox prune --filter: %q, want flt-else", got)
+	}
+	must("volume", "rm", "flt-vol-ab", "flt-vol-a")
+}
