@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/slopbox/slopbox/dockercompat/engine"
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/internal/userns"
 )
@@ -18,7 +19,8 @@ func versionCmd() *cobra.Command {
 		Short: "Show the slopbox version",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, args []string) {
-			fmt.Printf("slopbox version %s\n go: %s\n os/arch: %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Printf("slopbox version %s\n go: %s\n os/arch: %s/%s\n serve: Docker Engine API %s (as Docker %s), down to %s\n",
+				version, runtime.Version(), runtime.GOOS, runtime.GOARCH, engine.APIVersion, engine.EngineVersion, engine.MinAPIVersion)
 		},
 	}
 }

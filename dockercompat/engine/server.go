@@ -38,6 +38,12 @@ import (
 const (
 	APIVersion    = "1.44"
 	MinAPIVersion = "1.24"
+	// EngineVersion is the Docker engine release that serves APIVersion
+	// (Docker 25.0 shipped API 1.44): /version's Version and /info's
+	// ServerVersion, which clients check as semver (the docker CLI;
+	// Inspect AI's docker sandbox wants at least 24.0.6). slopbox's own
+	// version is its component's, in /version's Components.
+	EngineVersion = "25.0.0"
 )
 
 // Server answers Engine API requests.
@@ -295,12 +301,15 @@ func (s *Server) ping(w http.ResponseWriter, r *request) {
 func (s *Server) versionInfo(w http.ResponseWriter, r *request) {
 	kernel := kernelVersion()
 	writeJSON(w, http.StatusOK, map[string]any{
-		"Platform": map[string]string{"Name": "slopbox"},
+		"Platform": map[string]string{"Name": "slopbox " + s.version},
 		"Components": []map[string]any{{
-			"Name": "Engine", "Version": s.version,
-			"Details": map[string]string{"ApiVersion": APIVersion, "MinAPIVersion": MinAPIVersion, "Os": "linux", "Arch": runtime.GOARCH, "KernelVersion": kernel},
+			"Name": "Engine", "Version": EngineVersion,
+			"Details": map[string]string{"ApiVersion": APIVersion, "MinAPIVersion": MinAPIVersion, "Os": "linux", "Arch": runtime.GOARCH, "KernelVersion": kernel, "GitCommit": s.version},
+		}, {
+			"Name": "slopbox", "Version": s.version,
+			"Details": map[string]string{"GitCommit": s.version, "Runtime": "libcontainer (embedded)"},
 		}},
-		"Version": s.version, "ApiVersion": APIVersion, "MinAPIVersion": MinAPIVersion,
+		"Version": EngineVersion, "ApiVersion": APIVersion, "MinAPIVersion": MinAPIVersion,
 		"GitCommit": s.version, "GoVersion": runtime.Version(), "Os": "linux", "Arch": runtime.GOARCH,
 		"KernelVersion": kernel, "Experimental": false, "BuildTime": "",
 	})
@@ -329,7 +338,7 @@ func (s *Server) info(w http.ResponseWriter, r *request) {
 		"ContainersStopped": len(list) - running - paused, "Images": len(images), "Driver": "overlay",
 		"DockerRootDir": s.b.Store().Root(), "OperatingSystem": "slopbox", "OSType": "linux",
 		"Architecture": runtime.GOARCH, "KernelVersion": kernelVersion(), "NCPU": runtime.NumCPU(),
-		"Name": host, "ServerVersion": s.version, "Runtimes": map[string]any{"slopbox": map[string]string{"path": "libcontainer"}},
+		"Name": host, "ServerVersion": EngineVersion, "Runtimes": map[string]any{"slopbox": map[string]string{"path": "libcontainer"}},
 		"DefaultRuntime": "slopbox", "SecurityOptions": []string{"name=seccomp,profile=default", "name=rootless", "name=no-new-privileges"},
 		"LoggingDriver": "json-file", "CgroupDriver": "cgroupfs", "Swarm": map[string]any{"LocalNodeState": "inactive"},
 		"Labels": []string{}, "ExperimentalBuild": false, "Debug": false,

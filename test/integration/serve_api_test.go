@@ -737,3 +737,35 @@ func TestServeAttachLogs(t *testing.T) {
 		t.Errorf("attach?logs=1&stream=1: %q, ended %v; want \"first\\nsecond\\n\", ended at the command's end", stdout, ended)
 	}
 }
+
+// TestServeVersionIsDockers (issue 42 point 5): /version and /info answer
+// the Docker engine release of the API level served, as semver, so that
+// clients' version checks pass (Inspect AI's docker sandbox wants at
+// least 24.0.6; it refused slopbox's git hash), with slopbox's own
+// version among the components.
+func TestServeVersionIsDockers(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	var v struct {
+		Version, ApiVersion string
+		Components          []struct{ Name, Version string }
+	}
+	engineJSON(t, sock, http.MethodGet, "/version", nil, http.StatusOK, &v)
+	if v.Version != "25.0.0" || v.ApiVersion != "1.44" {
+		t.Errorf("/version: Version %q ApiVersion %q, want 25.0.0 and 1.44", v.Version, v.ApiVersion)
+	}
+	own := false
+	for _, c := range v.Components {
+		own = own || c.Name == "slopbox" && c.Version != ""
+	}
+	if !own {
+		t.Errorf("/version components %+v: no slopbox version", v.Components)
+	}
+	must := dockerMust(t, sock)
+	if out := strings.TrimSpace(must("version", "--format", "{{.Server.Version}}")); out != "25.0.0" {
+		t.Errorf("docker version Server.Version: %q", out)
+	}
+	if out := strings.TrimSpace(must("info", "--format", "{{.ServerVersion}}")); out != "25.0.0" {
+		t.Errorf("docker info ServerVersion: %q", out)
+	}
+}
