@@ -22,6 +22,7 @@ import (
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/dockercompat/filters"
+	"github.com/slopbox/slopbox/dockercompat/networks"
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/oci"
 	"github.com/slopbox/slopbox/sandbox"
@@ -239,15 +240,20 @@ func networkSettings(i sandbox.Info, cc dockercompat.CreateRecord) map[string]an
 // /containers/json: its one network by name, as inspect has it (so
 // docker ps --format '{{.Networks}}' names it).
 func Networks(i sandbox.Info) map[string]any {
-	return map[string]any{cmp.Or(i.Network, backend.NetworkNone): endpoint()}
+	name := cmp.Or(i.Network, backend.NetworkNone)
+	return map[string]any{name: endpoint(name, i)}
 }
 
 // endpoint is the sandbox's endpoint on its network: no address (see
 // networkSettings). Its MacAddress is empty: a --mac-address is echoed at
 // the top level (echoed.go), not given to the interface.
-func endpoint() map[string]any {
+func endpoint(network string, i sandbox.Info) map[string]any {
+	endpointID := ""
+	if i.Running {
+		endpointID = networks.ID(network + " " + i.ID) // as GET /networks/{id} lists it
+	}
 	return map[string]any{
-		"IPAMConfig": nil, "Links": nil, "Aliases": nil, "NetworkID": "", "EndpointID": "",
+		"IPAMConfig": nil, "Links": nil, "Aliases": nil, "NetworkID": networks.ID(network), "EndpointID": endpointID,
 		"Gateway": "", "IPAddress": "", "IPPrefixLen": 0, "IPv6Gateway": "", "GlobalIPv6Address": "", "GlobalIPv6PrefixLen": 0,
 		"MacAddress": "", "DriverOpts": nil,
 	}

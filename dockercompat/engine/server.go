@@ -27,6 +27,7 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/dockercompat/networks"
 	"github.com/slopbox/slopbox/oci"
 	"github.com/slopbox/slopbox/sandbox"
 
@@ -275,6 +276,8 @@ func (s *Server) route(w http.ResponseWriter, r *request) {
 		s.containerRoute(w, r, seg[1], strings.Join(seg[2:], "/"))
 	case seg[0] == "volumes":
 		s.volumeRoute(w, r, strings.Join(seg[1:], "/"))
+	case seg[0] == "networks":
+		s.networkRoute(w, r, strings.Join(seg[1:], "/"))
 	case len(seg) == 3 && seg[0] == "exec":
 		s.execRoute(w, r, seg[1], seg[2])
 	default:
@@ -371,8 +374,10 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, image.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, sandbox.ErrVolumeNotFound):
+	case errors.Is(err, sandbox.ErrVolumeNotFound), errors.Is(err, networks.ErrNotFound):
 		return http.StatusNotFound
+	case errors.Is(err, networks.ErrForbidden):
+		return http.StatusForbidden
 	case errors.Is(err, sandbox.ErrNameInUse), errors.Is(err, sandbox.ErrVolumeInUse):
 		return http.StatusConflict
 	case errors.Is(err, backend.ErrUnsafe), errors.Is(err, oci.ErrBadMount), errors.Is(err, oci.ErrMountNotAllowed),
@@ -380,7 +385,7 @@ func statusOf(err error) int {
 		errors.Is(err, backend.ErrInvalidLimit), errors.Is(err, backend.ErrInvalidTimeout), errors.Is(err, backend.ErrUnmappedUser),
 		errors.Is(err, sandbox.ErrVolumeName):
 		return http.StatusBadRequest
-	case errors.Is(err, errNotImplemented):
+	case errors.Is(err, errNotImplemented), errors.Is(err, networks.ErrNotImplemented):
 		return http.StatusNotImplemented
 	}
 	return http.StatusInternalServerError

@@ -138,3 +138,70 @@ func TestServeFiltersDockerRules(t *testing.T) {
 	}
 	must("volume", "rm", "flt-vol-ab", "flt-vol-a")
 }
+
+// TestServeNetworksPredefined (issue 42, the first calls): GET /networks
+// lists Docker's predefined networks (testcontainers-go and compose list
+// them before anything else; it was a 404), inspect names the running
+// containers on each with the ids that container inspect gives, filters
+// follow Docker's rules, and what slopbox cannot do yet (a user-defined
+// network) is refused at once with Docker's status and what works
+// instead; a predefined network cannot be removed (403).
+func TestServeNetworksPredefined(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	must := dockerMust(t, sock)
+	must("pull", "-q", e.ref)
+	must("run", "-d", "--name", "net-none", e.ref, "sleep", "1000")
+	t.Cleanup(func() { dockerCLI(t, debianDocker, sock, "", "rm", "-f", "net-none") })
+
+	if out := must("network", "ls", "--format", "{{.Name}} {{.Driver}}"); out != "bridge bridge\nhost host\nnone null\n" {
+		t.Errorf("docker network ls: %q", out)
+	}
+	var list []struct{ Name, Id string }
+	engineJSON(t, sock, http.MethodGet, "/networks?filters="+url.QueryEscape(`{"name":["bridge","none"],"type":["builtin"]}`), nil, http.StatusOK, &list)
+	if len(list) != 2 || list[0].Name != "bridge" || list[1].Name != "none" {
+		t.Errorf("networks named bridge or none: %+v", list)
+	}
+	engineJSON(t, sock, http.MethodGet, "/networks?filters="+url.QueryEscape(`{"type":["custom"]}`), nil, http.StatusOK, &list)
+	if len(list) != 0 {
+		t.Errorf("custom networks: %+v, want none", list)
+	}
+	var none struct {
+		Id         string
+		Containers map[string]struct{ Name, EndpointID string }
+	}
+	engineJSON(t, sock, http.MethodGet, "/networks/none", nil, http.StatusOK, &none)
+	var c struct {
+		Id              string
+		NetworkSettings struct {
+			Networks map[string]struct{ NetworkID, EndpointID string }
+		}
+	}
+	engineJSON(t, sock, http.MethodGet, "/containers/net-none/json", nil, http.StatusOK, &c)
+	ep, ok := none.Containers[c.Id]
+	if !ok || ep.Name != "net-none" || ep.EndpointID == "" {
+		t.Errorf("network none's containers %+v: no net-none (%s)", none.Containers, c.Id)
+	}
+	if got := c.NetworkSettings.Networks["none"]; got.NetworkID != none.Id || got.EndpointID != ep.EndpointID {
+		t.Errorf("container inspect's network %+v, the network's id %s and endpoint %s", got, none.Id, ep.EndpointID)
+	}
+	if code, body := engineDo(t, sock, http.MethodGet, "/networks/"+none.Id[:12], nil); code != http.StatusOK {
+		t.Errorf("network by short id: %d %s", code, body)
+	}
+	if code, body := engineDo(t, sock, http.MethodGet, "/networks/nosuch", nil); code != http.StatusNotFound {
+		t.Errorf("a missing network: %d %s, want 404", code, body)
+	}
+	// What is not done yet says so, with Docker's statuses.
+	if out, code := dockerCLI(t, debianDocker, sock, "", "network", "create", "proj_default"); code == 0 || !strings.Contains(out, "network_mode: bridge or none") {
+		t.Errorf("docker network create: exit %d %q, want a refusal saying what works", code, out)
+	}
+	if code, body := engineDo(t, sock, http.MethodPost, "/networks/create", map[string]any{"Name": "proj_default"}); code != http.StatusNotImplemented {
+		t.Errorf("POST /networks/create: %d %s, want 501", code, body)
+	}
+	if code, body := engineDo(t, sock, http.MethodDelete, "/networks/bridge", nil); code != http.StatusForbidden || !strings.Contains(string(body), "pre-defined") {
+		t.Errorf("DELETE /networks/bridge: %d %s, want 403", code, body)
+	}
+	if out := e.must("network", "ls", "-q", "--filter", "driver=null"); strings.TrimSpace(out) != none.Id[:12] {
+		t.Errorf("slopbox network ls --filter driver=null: %q", out)
+	}
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/slopbox/slopbox/dockercompat/filters"
+	"github.com/slopbox/slopbox/dockercompat/networks"
+)
+
+// networkCmd is docker's network group, over the same service as serve's
+// /networks (dockercompat/networks): flags → options → service → print.
+func networkCmd() *cobra.Command {
+	c := &cobra.Command{Use: "network", Short: "Manage networks (Docker's predefined bridge, host and none)"}
+	service := func() (*networks.Service, error) {
+		b, err := openBackend()
+		if err != nil {
+			return nil, err
+		}
+		return networks.New(b), nil
+	}
+
+	var quiet, noTrunc bool
+	var filterFlags []string
+	ls := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List networks",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := filters.FromFlags(filterFlags)
+			if err != nil {
+				return err
+			}
+			svc, err := service()
+			if err != nil {
+				return err
+			}
+			list, err := svc.List(f)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 8, 3, ' ', 0)
+			if !quiet {
+				fmt.Fprintln(tw, "NETWORK ID\tNAME\tDRIVER\tSCOPE")
+			}
+			for _, n := range list {
+				id := n.ID
+				if !noTrunc {
+					id = id[:12]
+				}
+				if quiet {
+					fmt.Fprintln(tw, id)
+				} else {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", id, n.Name, n.Driver, n.Scope)
+				}
+			}
+			return tw.Flush()
+		},
+	}
+	ls.Flags().BoolVarP(&quiet, "quiet", "q", false, "only display network ids")
+	ls.Flags().BoolVar(&noTrunc, "no-trunc", false, "do not truncate ids")
+	ls.Flags().StringArrayVarP(&filterFlags, "filter", "f", nil, "filter (Docker's rules): name=, id=, driver=, label=KEY[=VALUE], scope=local, type=builtin|custom, dangling=true|false")
+
+	inspect := &cobra.Command{
+		Use:   "inspect NETWORK...",
+		Short: "Show networks as JSON",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			svc, err := service()
+			if err != nil {
+				return err
+			}
+			var out []networks.Network
+			for _, ref := range args {
+				n, err := svc.Inspect(ref)
+				if err != nil {
+					return err
+				}
+				out = append(out, n)
+			}
+			b, _ := json.MarshalIndent(out, "", "    ")
+			fmt.Println(string(b))
+			return nil
+		},
+	}
+
+	var o networks.CreateOptions
+	var labels []string
+	create := &cobra.Command{
+		Use:   "create NETWORK",
+		Short: "Create a network (user-defined networks are not implemented yet)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Name, o.Labels = args[0], map[string]string{}
+			for _, l := range labels {
+				k, v, _ := strings.Cut(l, "=")
+				o.Labels[k] = v
+			}
+			svc, err := service()
+			if err != nil {
+				return err
+			}
+			res, err := svc.Create(o)
+			if err != nil {
+				return err
+			}
+			fmt.Println(res.ID)
+			return nil
+		},
+	}
+	create.Flags().StringVarP(&o.Driver, "driver", "d", "bridge", "driver")
+	create.Flags().BoolVar(&o.Internal, "internal", false, "no outbound access")
+	create.Flags().StringArrayVar(&labels, "label", nil, "set metadata KEY=VALUE")
+
+	rm := &cobra.Command{
+		Use:     "rm NETWORK...",
+		Aliases: []string{"remove"},
+		Short:   "Remove networks",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			svc, err := service()
+			if err != nil {
+				return err
+			}
+			for _, ref := range args {
+				if err := svc.Remove(ref); err != nil {
+					return err
+				}
+				fmt.Println(ref)
+			}
+			return nil
+		},
+	}
+
+	var pruneFlags []string
+	var yes bool
+	prune := &cobra.Command{
+		Use:   "prune [--filter KEY=VALUE]...",
+		Short: "Remove unused user-defined networks",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := filters.FromFlags(pruneFlags)
+			if err != nil {
+				return err
+			}
+			svc, err := service()
+			if err != nil {
+				return err
+			}
+			res, err := svc.Prune(f)
+			if err != nil {
+				return err
+			}
+			if len(res.NetworksDeleted) > 0 {
+				fmt.Println("Deleted Networks:")
+				for _, n := range res.NetworksDeleted {
+					fmt.Println(n)
+				}
+			}
+			return nil
+		},
+	}
+	prune.Flags().StringArrayVar(&pruneFlags, "filter", nil, "only networks matching: until=TIME, label=KEY[=VALUE], label!=KEY")
+	prune.Flags().BoolVarP(&yes, "force", "f", false, "do not prompt for confirmation (slopbox never prompts)")
+
+	connect := func(verb string) *cobra.Command {
+		return &cobra.Command{
+			Use:   verb + " NETWORK CONTAINER",
+			Short: "Connect a container to a network, or disconnect it (not implemented yet)",
+			Args:  cobra.ExactArgs(2),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				svc, err := service()
+				if err != nil {
+					return err
+				}
+				if verb == "connect" {
+					return svc.Connect(args[0], args[1])
+				}
+				return svc.Disconnect(args[0], args[1])
+			},
+		}
+	}
+	c.AddCommand(ls, inspect, create, rm, prune, connect("connect"), connect("disconnect"))
+	return c
+}
