@@ -26,8 +26,8 @@ import (
 	"time"
 
 	"github.com/slopbox/slopbox/backend"
-	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/dockercompat/networks"
+	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/oci"
 	"github.com/slopbox/slopbox/sandbox"
 
