@@ -55,7 +55,7 @@ summary=$logs/summary
 work=""
 phase_tmps=()
 declare -A phase_user=()
-fuzz_tmp="" race_tmp="" root_tmp="" stress_tmp="" cli_tmp=""
+fuzz_tmp="" race_tmp="" root_tmp="" stress_tmp="" cli_tmp="" clients_tmp=""
 trap 'sweep_all; [[ -n $keep_logs ]] || rm -rf "$logs"; rm -rf ${work:+"$work"}' EXIT
 
 # sweep_all: sweeps every phase's TMPDIR that is left (the EXIT trap's).
@@ -314,6 +314,23 @@ for step in "${stress_bins[@]}"; do
 	read -r name pkg bin <<<"$step"
 	asuser "$name" 6m "$pkg" "$bin" -test.timeout=5m -test.run "$STRESS" || status=1
 done
+
+# Real clients nobody here wrote, pinned in their own module (test/clients:
+# testcontainers-go), built from the Go module proxy: as root against a
+# root serve, and as $TEST_USER against a rootless one. Each test binary
+# starts its own serve on a state root of its own.
+clients_bin=$work/clients.test
+if (cd test/clients && go test -c -o "$clients_bin" .); then
+	chmod 755 "$clients_bin"
+	phase_tmp clients_tmp
+	checked clients-root 10m "$GOTESTSUM" --format pkgname-and-test-fails --jsonfile "$logs/clients-root.json" --raw-command -- \
+		bash -o pipefail -c "cd test/clients && TMPDIR='$clients_tmp' '$clients_bin' -test.v=test2json -test.count=1 -test.timeout=9m 2>&1 | go tool test2json -t -p ./test/clients/" || status=1
+	sweep "$clients_tmp" || status=1
+	asuser rootless-clients 10m ./test/clients/ "$clients_bin" -test.timeout=9m || status=1
+else
+	echo "== FAILED: clients: test/clients did not build" | tee -a "$summary" >&2
+	status=1
+fi
 
 # The cgroup v2 suite in a VM (Vagrantfile, test/vm): what a cgroup v1
 # host cannot show. It boots and runs (QEMU) while docker-py runs here.

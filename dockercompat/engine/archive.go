@@ -11,6 +11,7 @@ import (
 	"path"
 	"time"
 
+	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -32,13 +33,19 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 	running := sb.Running()
 	switch r.Method {
 	case http.MethodPut:
-		var err error
+		// Docker takes the tar compressed too (testcontainers' gzip).
+		body, done, err := image.DecompressStream(r.Body)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "the archive: "+err.Error())
+			return
+		}
+		defer done()
 		if running {
-			err = sb.CopyIn(r.Context(), r.Body, p, true)
+			err = sb.CopyIn(r.Context(), body, p, true)
 		} else {
 			// Created or stopped: below its mounts, written on the host
 			// (Sandbox.WriteFiles); its own filesystem only while it runs.
-			err = sb.WriteFiles(r.Body, p)
+			err = sb.WriteFiles(body, p)
 		}
 		switch {
 		case errors.Is(err, sandbox.ErrNotMounted):

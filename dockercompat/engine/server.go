@@ -340,12 +340,25 @@ func (s *Server) info(w http.ResponseWriter, r *request) {
 		"ID": "slopbox", "Containers": len(list), "ContainersRunning": running, "ContainersPaused": paused,
 		"ContainersStopped": len(list) - running - paused, "Images": len(images), "Driver": "overlay",
 		"DockerRootDir": s.b.Store().Root(), "OperatingSystem": "slopbox", "OSType": "linux",
-		"Architecture": runtime.GOARCH, "KernelVersion": kernelVersion(), "NCPU": runtime.NumCPU(),
+		"Architecture": runtime.GOARCH, "KernelVersion": kernelVersion(), "NCPU": runtime.NumCPU(), "MemTotal": memTotal(),
 		"Name": host, "ServerVersion": EngineVersion, "Runtimes": map[string]any{"slopbox": map[string]string{"path": "libcontainer"}},
 		"DefaultRuntime": "slopbox", "SecurityOptions": []string{"name=seccomp,profile=default", "name=rootless", "name=no-new-privileges"},
 		"LoggingDriver": "json-file", "CgroupDriver": "cgroupfs", "Swarm": map[string]any{"LocalNodeState": "inactive"},
 		"Labels": []string{}, "ExperimentalBuild": false, "Debug": false,
 	})
+}
+
+// memTotal is the host's memory in bytes (/proc/meminfo), as dockerd's
+// info reports it.
+func memTotal() int64 {
+	b, _ := os.ReadFile("/proc/meminfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "MemTotal:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 func kernelVersion() string {

@@ -1,0 +1,117 @@
+package clients
+
+import (
+	"archive/tar"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The serve every test of the package talks to, on a state root of its
+// own with a busybox image imported as busybox:latest (no registry is
+// reachable here; clients find the image in the store and pull nothing).
+var (
+	slopbox string // the binary
+	root    string // serve's state root
+	sock    string // serve's socket
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	slopbox = os.Getenv("SLOPBOX_BIN")
+	if slopbox == "" {
+		slopbox, _ = filepath.Abs("../../bin/slopbox")
+	}
+	if _, err := os.Stat(slopbox); err != nil {
+		fmt.Fprintf(os.Stderr, "the client tests need the slopbox binary (make build, or SLOPBOX_BIN): %v\n", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "clients.")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o711)
+	root, sock = filepath.Join(dir, "root"), filepath.Join(dir, "s.sock")
+	if err := importBusybox(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	serve := exec.Command(slopbox, "--root", root, "serve", "--socket", sock)
+	var log bytes.Buffer
+	serve.Stdout, serve.Stderr = &log, &log
+	if err := serve.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() {
+		serve.Process.Signal(syscall.SIGTERM)
+		serve.Wait()
+		// What a failed test left: every sandbox goes with the root.
+		if out, _ := exec.Command(slopbox, "--root", root, "ps", "-aq").Output(); len(bytes.TrimSpace(out)) > 0 {
+			fmt.Fprintf(os.Stderr, "sandboxes left behind: %s", out)
+			exec.Command(slopbox, append([]string{"--root", root, "rm", "-f"}, strings.Fields(string(out))...)...).Run()
+		}
+	}()
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Since(start) > time.Minute {
+			fmt.Fprintf(os.Stderr, "slopbox serve did not listen on %s:\n%s", sock, log.String())
+			return 1
+		}
+	}
+	// The clients find the engine as they would find dockerd's.
+	os.Setenv("DOCKER_HOST", "unix://"+sock)
+	os.Setenv("DOCKER_CONFIG", filepath.Join(dir, "docker-config"))
+	// Ryuk, testcontainers' reaper, is an image from Docker Hub; the
+	// tests terminate what they start themselves.
+	os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	// On a machine that looks like a container (/.dockerenv, as these
+	// VMs have) testcontainers asks the bridge network's gateway for
+	// the host; slopbox publishes ports on the host's 127.0.0.1.
+	os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "localhost")
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "serve log:\n%s", log.String())
+	}
+	return code
+}
+
+// importBusybox imports Debian's static busybox as busybox:latest.
+func importBusybox(dir string) error {
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		return fmt.Errorf("the client tests need busybox-static's /bin/busybox: %v", err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, d := range []string{"bin/", "tmp/", "etc/"} {
+		tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: 0o755})
+	}
+	tw.WriteHeader(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bb))})
+	tw.Write(bb)
+	for _, applet := range []string{"sh", "cat", "echo", "ls", "sleep", "httpd", "nc", "mkdir", "true", "test", "grep", "awk", "wc", "id", "pwd", "env"} {
+		tw.WriteHeader(&tar.Header{Name: "bin/" + applet, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777})
+	}
+	tw.Close()
+	tarball := filepath.Join(dir, "busybox.tar")
+	if err := os.WriteFile(tarball, buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	if out, err := exec.Command(slopbox, "--root", root, "import", tarball, "busybox:latest").CombinedOutput(); err != nil {
+		return fmt.Errorf("slopbox import: %v\n%s", err, out)
+	}
+	return nil
+}
