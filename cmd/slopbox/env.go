@@ -265,8 +265,8 @@ func envShellCmd() *cobra.Command {
 // file: the config's directory and the workspace) narrowed by the
 // config's allowed_mount_roots, with default_timeout_seconds as the
 // timeout. Every bind but the workspace's is the config's and keeps its
-// host owners. What only the operator may allow (operatorOnly, :U) is
-// refused in extra_args.
+// host owners. What only the operator may allow (operatorOnly, a name
+// without a value for -e, :U) is refused in extra_args.
 func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command []string) error {
 	cfg, err := dockercompat.LoadRLMConfig(file)
 	if err != nil {
@@ -377,7 +377,9 @@ var operatorOnly = []struct{ name, how string }{
 	{"allow-host-loopback", "env run --allow-host-loopback"},
 	{"backend", "nobody: an rlm_code config runs in a sandbox (slopbox run --backend local is the operator's own command)"},
 	// It reads a host file, outside the mount roots, into the sandbox.
-	{"env-file", "nobody: pass the variables with sandbox.env or env run -e"},
+	{"env-file", "nobody: pass the variables with env run -e"},
+	// It copies another sandbox's environment, its secrets included.
+	{"link", "nobody: pass the variables with env run -e"},
 	// The workspace is the one bind mounted as the sandbox's own.
 	{"workspace", "env run --workspace DIR"},
 }
@@ -399,6 +401,14 @@ func refuseOperatorOnly(file string, args []string) error {
 	for _, o := range operatorOnly {
 		if fs.Changed(o.name) {
 			return refuse("--"+o.name, o.how)
+		}
+	}
+	// -e NAME, without a value, takes NAME's value from this process's
+	// environment (the harness's API keys included).
+	envs, _ := fs.GetStringArray("env")
+	for _, kv := range envs {
+		if !strings.Contains(kv, "=") {
+			return refuse(fmt.Sprintf("--env %s (a name without =VALUE: its value from slopbox's own environment)", kv), "env run -e "+kv)
 		}
 	}
 	// :U hands the source's root-owned files to the sandbox's user.

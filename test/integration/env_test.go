@@ -510,6 +510,65 @@ print("workspace", os.stat("/workspace").st_uid)
 	e.noSandboxLeft(t, "the runs")
 }
 
+// Issue 41 case 3: an rlm_code config's extra_args imported the harness's
+// environment, its API keys included: -e NAME (no =) takes NAME's value
+// from slopbox's environment, and --link copies another sandbox's. Both
+// are refused by name in every spelling, before anything starts, as
+// --env-file is; the operator passes a variable with env run -e NAME.
+// Root and rootless.
+func TestRLMConfigCannotImportHostEnv(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "wd")
+	os.Mkdir(ws, 0o755)
+	const key = "sk-harness-not-for-the-sandbox"
+	run := func(args ...string) (string, int) {
+		cmd := exec.Command(e.bin, append([]string{"--root", e.root}, args...)...)
+		cmd.Env = append(os.Environ(), "SLOPBOX_TEST_API_KEY="+key)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	config := func(extra string) string {
+		p := filepath.Join(dir, "rlm.yaml")
+		if err := os.WriteFile(p, []byte("sandbox:\n  docker: {image: "+e.ref+", extra_args: ["+extra+"]}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	e.must("run", "-d", "--name", "victim", "-e", "TOKEN=sk-victim-not-for-the-sandbox", e.ref, "sleep", "300")
+	for _, c := range []struct{ extra, name, how string }{
+		{`"-e", "SLOPBOX_TEST_API_KEY"`, "--env SLOPBOX_TEST_API_KEY", "env run -e SLOPBOX_TEST_API_KEY"},
+		{`"--env", "SLOPBOX_TEST_API_KEY"`, "--env SLOPBOX_TEST_API_KEY", "env run -e SLOPBOX_TEST_API_KEY"},
+		{`"--env=SLOPBOX_TEST_API_KEY"`, "--env SLOPBOX_TEST_API_KEY", "env run -e SLOPBOX_TEST_API_KEY"},
+		{`"-eSLOPBOX_TEST_API_KEY"`, "--env SLOPBOX_TEST_API_KEY", "env run -e SLOPBOX_TEST_API_KEY"},
+		{`"-e", "OK=1", "-e", " SLOPBOX_TEST_API_KEY"`, "--env SLOPBOX_TEST_API_KEY", "env run -e SLOPBOX_TEST_API_KEY"},
+		{`"--link", "victim:v"`, "--link", "nobody: pass the variables with env run -e"},
+		{`"--link=victim"`, "--link", "nobody: pass the variables with env run -e"},
+	} {
+		out, code := run("env", "run", config(c.extra), "--workspace", ws, "--", "env")
+		if code != 125 || !strings.Contains(out, "extra_args gives "+c.name) || !strings.Contains(out, "only the operator can ("+c.how) {
+			t.Errorf("extra_args %s: exit %d %q, want 125 refusing %s as the operator's (%s)", c.extra, code, out, c.name, c.how)
+		}
+		if strings.Contains(out, "not-for-the-sandbox") {
+			t.Errorf("extra_args %s: the sandbox saw a secret:\n%s", c.extra, out)
+		}
+	}
+	// A value the config writes itself is its own; the operator passes
+	// the harness's variable.
+	if out, code := run("env", "run", config(`"-e", "GREETING=hi"`), "--workspace", ws, "-e", "SLOPBOX_TEST_API_KEY", "--", "sh", "-c", "echo $GREETING $SLOPBOX_TEST_API_KEY"); code != 0 || !strings.HasSuffix(out, "\nhi "+key+"\n") && out != "hi "+key+"\n" {
+		t.Errorf("-e GREETING=hi in the config and env run -e SLOPBOX_TEST_API_KEY: exit %d %q", code, out)
+	}
+	e.must("rm", "-f", "victim")
+	e.noSandboxLeft(t, "the runs")
+}
+
 // Under a policy file an environment spec cannot turn its isolation off:
 // type: local, network: host and include_os_env are refused, naming the
 // policy key (and env run flag) that allows each, before anything runs;
