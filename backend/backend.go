@@ -182,6 +182,17 @@ type Mount struct {
 	// the mount, as a root-owned workspace is: no sandbox id maps to host
 	// root, so container root cannot write a root-owned directory otherwise.
 	HandOver bool
+	// KeepOwners (root) mounts the source with its host owners as they
+	// are, as podman and Docker mount a bind in a user namespace: not
+	// idmapped, so an owner no sandbox id maps to (host root, another
+	// user) appears as nobody, and the sandbox reaches its files, sockets
+	// included, only as any other local user may. It is for a source
+	// someone other than the caller asked for (an rlm_code config's
+	// extra_args); without it, a directory whose owner no sandbox id maps
+	// to is idmapped so that its owner appears as the sandbox's user.
+	// It wins over HandOver. Rootless the caller's own files are
+	// container root's anyway (the sandbox's user namespace maps them so).
+	KeepOwners bool
 	// Volume, when set, names a volume (docker -v NAME:/path, --mount
 	// type=volume) in place of Source; AnonymousVolume asks for a new
 	// one of its own (-v /path). The sandbox backend makes a volume that

@@ -64,6 +64,13 @@ type CreateOptions struct {
 	HostSharing                               backend.HostSharing
 	AllowedMountRoots                         []string // the operator's policy
 	PolicyUnsafe                              []string // the operator's allow_unsafe
+	// KeepOwnersOutside, when set (an rlm_code config's run: the
+	// operator's workspace), says the command line is a config's, not the
+	// caller's: every bind whose source lies outside this directory keeps
+	// its host owners (backend.Mount.KeepOwners), so that a config never
+	// gives the sandbox host root's files and sockets, or another user's,
+	// as its own.
+	KeepOwnersOutside string
 	// GroupAdd are supplementary groups (--group-add, HostConfig.GroupAdd).
 	GroupAdd []string
 	// Recorded for inspect and acted on by serve (extra.go).
@@ -239,6 +246,14 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 			return s, nil, nil, err
 		}
 		s.Mounts = append(s.Mounts, ms...)
+	}
+	if o.KeepOwnersOutside != "" {
+		ws := filepath.Clean(o.KeepOwnersOutside)
+		for i, m := range s.Mounts {
+			if m.Source != "" && !(filepath.IsAbs(m.Source) && within(filepath.Clean(m.Source), ws)) {
+				s.Mounts[i].KeepOwners = true
+			}
+		}
 	}
 	if s.Limits, err = o.limits(tmpfs); err != nil {
 		return s, nil, nil, err

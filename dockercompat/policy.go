@@ -22,7 +22,7 @@ import (
 //	allow_os_env: true                       # ... may set include_os_env
 //
 // An rlm_code config is a policy file too: its sandbox.allowed_mount_roots
-// (rlm_code's defaults when empty) apply.
+// (its own directory when empty) apply.
 type Policy struct {
 	AllowedMountRoots []string `yaml:"allowed_mount_roots"`
 	AllowUnsafe       []string `yaml:"allow_unsafe"`
@@ -31,6 +31,12 @@ type Policy struct {
 	AllowLocal       bool `yaml:"allow_local"`
 	AllowHostNetwork bool `yaml:"allow_host_network"`
 	AllowOSEnv       bool `yaml:"allow_os_env"`
+
+	// KeepOwnersOutside is set for the run of an rlm_code config (never
+	// read from a file) to the operator's workspace: the command line is
+	// the config's, and every bind source outside the workspace keeps its
+	// host owners (CreateOptions.KeepOwnersOutside).
+	KeepOwnersOutside string `yaml:"-"`
 
 	// File is the policy file read.
 	File string `yaml:"-"`
@@ -50,7 +56,7 @@ func LoadPolicy(file string) (*Policy, error) {
 		if err != nil {
 			return nil, fmt.Errorf("policy: %w", err)
 		}
-		roots, err := c.MountRoots()
+		roots, err := c.MountRoots("")
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", file, err)
 		}

@@ -37,11 +37,10 @@ type RLMDocker struct {
 	ExtraArgs      []string `yaml:"extra_args"`
 }
 
-// rlm_code's SandboxConfig defaults.
-var (
-	rlmDefaultImage = "python:3.11-slim"
-	rlmDefaultRoots = []string{".", "/tmp", "/var/folders", "/private/tmp", "/private/var/folders"}
-)
+// rlm_code's SandboxConfig default image. Its default mount roots (".",
+// /tmp, /var/folders, /private/tmp, /private/var/folders) are not
+// slopbox's: see MountRoots.
+var rlmDefaultImage = "python:3.11-slim"
 
 // rlmSandboxKeys are the keys rlm_code's SandboxConfig knows; those of other
 // runtimes (apple, monty, superbox, pure_rlm) are accepted and not used.
@@ -138,13 +137,20 @@ func checkKeyList(n *yaml.Node, where string, valid []string) error {
 	return nil
 }
 
-// MountRoots are the allowed mount roots, absolute: rlm_code's defaults
-// when none are configured, relative ones (and ~) resolved as rlm_code does,
-// against the config's directory.
-func (c *RLMSandbox) MountRoots() ([]string, error) {
+// MountRoots are the config's allowed mount roots, absolute: relative ones
+// (and ~) resolved as rlm_code does, against the config's directory. With
+// none configured they are the config's own directory and the workspace
+// (when given), not rlm_code's defaults, which add /tmp and macOS's
+// temporary directories as a whole: there other programs keep sockets and
+// secrets (/tmp/tmux-0, ssh-agent's /tmp/ssh-*) that a config must not
+// reach unless the operator allows it (Roots).
+func (c *RLMSandbox) MountRoots(workspace string) ([]string, error) {
 	roots := c.AllowedMountRoots
 	if len(roots) == 0 {
-		roots = rlmDefaultRoots
+		roots = []string{"."}
+		if workspace != "" {
+			roots = append(roots, workspace)
+		}
 	}
 	out := make([]string, 0, len(roots))
 	for _, r := range roots {
@@ -161,6 +167,24 @@ func (c *RLMSandbox) MountRoots() ([]string, error) {
 		out = append(out, filepath.Clean(r))
 	}
 	return out, nil
+}
+
+// Roots are the mount roots of a run of the config with workspace (its
+// absolute path): the config's MountRoots narrowed to the operator's
+// (a policy file's allowed_mount_roots) or, when the operator gives none,
+// to the config's directory and the workspace. A config never widens
+// what the operator allows: without a policy file it mounts from its own
+// directory and the workspace only, whatever its allowed_mount_roots say.
+// An empty result means nothing may be mounted.
+func (c *RLMSandbox) Roots(operator []string, workspace string) ([]string, error) {
+	roots, err := c.MountRoots(workspace)
+	if err != nil {
+		return nil, err
+	}
+	if len(operator) == 0 {
+		operator = []string{c.Dir, workspace}
+	}
+	return NarrowRoots(operator, roots), nil
 }
 
 // Env is the request environment rlm_code's docker runtime passes

@@ -1,6 +1,7 @@
 package dockercompat
 
 import (
+	"cmp"
 	"errors"
 	"os"
 	"path/filepath"
@@ -107,13 +108,14 @@ func TestPolicyFile(t *testing.T) {
 	if _, err := LoadPolicy(p); err == nil || !strings.Contains(err.Error(), `unknown key "allowed_roots"`) || !strings.Contains(err.Error(), "allowed_mount_roots, allow_unsafe") {
 		t.Errorf("unknown policy key: %v", err)
 	}
-	// An rlm_code config is a policy: its roots, rlm_code's defaults when empty.
+	// An rlm_code config is a policy: its roots (its own directory when empty: below).
 	os.WriteFile(p, []byte(rlmExample), 0o644)
 	if pol, err = LoadPolicy(p); err != nil || !slices.Equal(pol.AllowedMountRoots, []string{dir, "/tmp"}) {
 		t.Errorf("rlm config as policy: %+v %v", pol, err)
 	}
+	// Its defaults: its own directory, not rlm_code's /tmp and the rest.
 	os.WriteFile(p, []byte("sandbox: {runtime: docker}\n"), 0o644)
-	if pol, err = LoadPolicy(p); err != nil || len(pol.AllowedMountRoots) != 5 || pol.AllowedMountRoots[1] != "/tmp" {
+	if pol, err = LoadPolicy(p); err != nil || !slices.Equal(pol.AllowedMountRoots, []string{dir}) {
 		t.Errorf("rlm defaults as policy: %+v %v", pol, err)
 	}
 }
@@ -131,6 +133,69 @@ func TestNarrowRoots(t *testing.T) {
 	} {
 		if got := NarrowRoots(c.operator, c.config); !slices.Equal(got, c.want) {
 			t.Errorf("NarrowRoots(%q, %q) = %q, want %q", c.operator, c.config, got, c.want)
+		}
+	}
+}
+
+// Issue 41 case 2: a config's default mount roots were rlm_code's, /tmp
+// and macOS's temporary directories included, so a config could mount
+// /tmp/tmux-0 or ssh-agent's directory with no one allowing it. They are
+// the config's directory and the workspace; without a policy file a
+// config's own allowed_mount_roots are narrowed to those, and what else it
+// mounts is the operator's to allow (the policy file's roots).
+func TestRLMRoots(t *testing.T) {
+	cfg := func(roots ...string) *RLMSandbox {
+		return &RLMSandbox{AllowedMountRoots: roots, Dir: "/srv/proj"}
+	}
+	for _, c := range []struct {
+		config   *RLMSandbox
+		operator []string
+		want     []string
+	}{
+		{cfg(), nil, []string{"/srv/proj", "/tmp/job/wd"}},
+		{cfg(".", "/tmp"), nil, []string{"/srv/proj", "/tmp/job/wd"}},
+		{cfg("/"), nil, []string{"/srv/proj", "/tmp/job/wd"}},
+		{cfg("/tmp/tmux-0"), nil, nil},
+		{cfg("data"), nil, []string{"/srv/proj/data"}},
+		{cfg(), []string{"/tmp"}, []string{"/tmp/job/wd"}},
+		{cfg(".", "/tmp"), []string{"/tmp"}, []string{"/tmp"}},
+		{cfg(".", "/tmp"), []string{"/srv", "/tmp/job"}, []string{"/srv/proj", "/tmp/job"}},
+	} {
+		got, err := c.config.Roots(c.operator, "/tmp/job/wd")
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("allowed_mount_roots %q under the operator's %q: %q, %v; want %q", c.config.AllowedMountRoots, c.operator, got, err, c.want)
+		}
+	}
+}
+
+// The command line of a config's run (KeepOwnersOutside: the operator's
+// workspace) keeps the owners of every bind source but the workspace and
+// what lies in it: -v, --mount and --volumes-from alike; volumes are
+// slopbox's own.
+func TestKeepOwnersOutside(t *testing.T) {
+	o := CreateOptions{Image: "i", Workdir: "/workspace", KeepOwnersOutside: "/w",
+		Volumes: []string{"/w:/workspace:rw", "/tmp/tmux-0:/t:ro", "/w/sub:/s", "/wx:/wx", "cache:/c"},
+		Mounts:  []MountOption{{Type: "bind", Source: "/srv/x", Target: "/m"}},
+		Echoed:  Echoed{VolumesFrom: []string{"other"}},
+		Lookup: func(string) (Container, error) {
+			return Container{Mounts: []backend.Mount{{Source: "/home/u/ws", Target: "/from"}}}, nil
+		}}
+	want := map[string]bool{"/workspace": false, "/t": true, "/s": false, "/wx": true, "/c": false, "/m": true, "/from": true}
+	for _, keep := range []bool{true, false} {
+		if !keep {
+			o.KeepOwnersOutside = ""
+		}
+		s, _, _, err := o.ToSpawnSpec()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Mounts) != len(want) {
+			t.Fatalf("mounts %+v", s.Mounts)
+		}
+		for _, m := range s.Mounts {
+			if m.KeepOwners != (keep && want[m.Target]) {
+				t.Errorf("KeepOwnersOutside %q: %s from %q keeps its owners: %v", o.KeepOwnersOutside, m.Target, cmp.Or(m.Source, m.Volume), m.KeepOwners)
+			}
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -896,6 +897,103 @@ func TestRootSourcesBelowPrivateDirectory(t *testing.T) {
 		res := run(t, sb, "cat /workspace/f /src/f /other/f /etc/file && echo w > /workspace/w && echo o > /other/o && cat /sub/g && echo ok")
 		if res.ExitCode != 0 || res.Stdout != "ws\nsrc\nother\nfile\nsub\nok\n" {
 			t.Errorf("user %q: mounts below a 0700 directory: %+v", user, res)
+		}
+	}
+}
+
+const connectProbe = "test-connect-probe"
+
+// The probe connects to each unix socket named in os.Args[1:] and prints
+// PATH=ok or PATH=ERRNO.
+func init() {
+	reexec.Register(connectProbe, func() int {
+		for _, p := range os.Args[1:] {
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err == nil {
+				err = unix.Connect(fd, &unix.SockaddrUnix{Name: p})
+				unix.Close(fd)
+			}
+			if err == nil {
+				fmt.Printf("%s=ok\n", p)
+			} else {
+				fmt.Printf("%s=%s\n", p, unix.ErrnoName(err.(syscall.Errno)))
+			}
+		}
+		return 0
+	})
+}
+
+// Issue 41 case 2, as root: a bind source someone other than the caller
+// asked for (KeepOwners: an rlm_code config's extra_args) keeps its host
+// owners. Idmapped as the caller's own -v is, a root-owned directory made
+// host root's files container root's, read-only mounts included: its 0600
+// files were readable and its 0600 unix sockets (tmux's /tmp/tmux-0/default,
+// ssh-agent's) took connections, which meant commands as host root. Kept,
+// host root's entries (and another user's) are nobody's to the sandbox:
+// the file and the socket refuse with EACCES, whatever the sandbox's user,
+// and what any local user may read stays readable.
+func TestKeptOwnersHideRootFilesAndSockets(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("root only: scripts/test.sh leaves it out of the rootless pass")
+	}
+	b, ref := testBackend(t)
+	exe := probeBinary(t)
+	dir := filepath.Join(searchableTempDir(t), "tmux-0")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "key"), []byte("host root's secret\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "pub"), []byte("public\n"), 0o644)
+	theirs := filepath.Join(dir, "theirs")
+	os.WriteFile(theirs, []byte("uid 4242's secret\n"), 0o600)
+	os.Chown(theirs, 4242, 4242)
+	sock := filepath.Join(dir, "default")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	if err := os.Chmod(sock, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan struct{}, 100)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	before := owners(t, dir)
+	for _, user := range []string{"", "1000:1000"} {
+		for _, ro := range []bool{true, false} {
+			sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true, User: user, Mounts: []backend.Mount{
+				{Source: exe, Target: "/probe", ReadOnly: true}, {Source: dir, Target: "/t", ReadOnly: ro, KeepOwners: true}}})
+			res := run(t, sb, "cat /t/pub; cat /t/key; cat /t/theirs; stat -c '%n %u:%g' /t /t/key /t/default; "+
+				"echo x > /t/new; "+reexec.Env+"="+connectProbe+" /probe /t/default")
+			for _, want := range []string{"public\n", "/t 65534:65534\n", "/t/key 65534:65534\n", "/t/default 65534:65534\n", "/t/default=EACCES\n"} {
+				if !strings.Contains(res.Stdout, want) {
+					t.Errorf("user %q, read-only %v: want %q in\n%s%s", user, ro, want, res.Stdout, res.Stderr)
+				}
+			}
+			if strings.Contains(res.Stdout, "secret") || !strings.Contains(res.Stderr, "'/t/key': Permission denied") || !strings.Contains(res.Stderr, "'/t/theirs': Permission denied") {
+				t.Errorf("user %q, read-only %v: the sandbox read a 0600 file of host root's or another user's:\n%s%s", user, ro, res.Stdout, res.Stderr)
+			}
+		}
+	}
+	if n := len(accepted); n != 0 {
+		t.Errorf("host root's 0600 socket took %d connections from sandboxes", n)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "new")); err == nil {
+		t.Error("a sandbox wrote into host root's directory")
+	}
+	after := owners(t, dir)
+	for p, o := range before {
+		if after[p] != o {
+			t.Errorf("%s changed owner or mode: %s, was %s", p, after[p], o)
 		}
 	}
 }

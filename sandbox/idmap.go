@@ -274,7 +274,7 @@ func sliceClone(fd int, st *unix.Stat_t, store, slice userns.Mapping, uid, gid u
 func sliceMap(owner uint32, store, slice userns.IDMap, user uint32) []syscall.SysProcIDMap {
 	size := min(store.Size, slice.Size)
 	if owner >= store.HostID && owner-store.HostID < size || user >= size {
-		return []syscall.SysProcIDMap{{ContainerID: int(store.HostID), HostID: int(slice.HostID), Size: int(size)}}
+		return storeOntoSlice(store, slice)
 	}
 	maps := []syscall.SysProcIDMap{{ContainerID: int(owner), HostID: int(slice.HostID + user), Size: 1}}
 	if user > 0 {
@@ -284,4 +284,25 @@ func sliceMap(owner uint32, store, slice userns.IDMap, user uint32) []syscall.Sy
 		maps = append(maps, syscall.SysProcIDMap{ContainerID: int(store.HostID + user + 1), HostID: int(slice.HostID + user + 1), Size: int(rest)})
 	}
 	return maps
+}
+
+// storeOntoSlice maps the store's range onto the slice's, and nothing else.
+func storeOntoSlice(store, slice userns.IDMap) []syscall.SysProcIDMap {
+	return []syscall.SysProcIDMap{{ContainerID: int(store.HostID), HostID: int(slice.HostID), Size: int(min(store.Size, slice.Size))}}
+}
+
+// keptClone (root) returns a detached clone of the mount source fd with
+// its host owners kept (backend.Mount.KeepOwners): no owner is mapped onto
+// the sandbox's user. Ids of the store's range appear as in any sandbox
+// (with slice, the sandbox's own id slice, through an idmapped mount of
+// the store's range onto the slice's, as sliceClone maps them); every
+// other owner, host root included, is unmapped in the sandbox and appears
+// as nobody, on which container root has no capability: it reaches such
+// files and sockets only through their permission bits for others, as any
+// other local user would.
+func keptClone(fd int, store userns.Mapping, slice *userns.Mapping) (*os.File, error) {
+	if slice == nil {
+		return cloneSource(fd)
+	}
+	return cloneIdmapped(fd, storeOntoSlice(store.UIDs[0], slice.UIDs[0]), storeOntoSlice(store.GIDs[0], slice.GIDs[0]))
 }

@@ -234,8 +234,15 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 		rec.Starting = self()
 	}
 	for _, m := range spec.Mounts {
-		if m.HandOver && !m.ReadOnly {
-			rec.HandOver = append(rec.HandOver, path.Clean(m.Target))
+		switch t := path.Clean(m.Target); {
+		case m.KeepOwners:
+			// Any mount at t keeping its owners is enough: a mount that
+			// replaces it there never brings the owners' ids back.
+			if !slices.Contains(rec.KeepOwners, t) {
+				rec.KeepOwners = append(rec.KeepOwners, t)
+			}
+		case m.HandOver && !m.ReadOnly:
+			rec.HandOver = append(rec.HandOver, t)
 		}
 	}
 	if !spec.DisableSetup {
@@ -810,6 +817,10 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 // read-write bind as Docker's container root can, without any sandbox id
 // mapping to host root, and without changing the owner of the caller's
 // files unasked:
+//   - a mount that keeps its owners (KeepOwners: asked for by a config,
+//     not by the caller) is neither handed over nor idmapped onto the
+//     sandbox's user: host root's files and sockets there, and another
+//     user's, are nobody's to the sandbox (keptClone);
 //   - a mount asked to (HandOver, podman's :U) first has its entries owned
 //     by host uid 0 or gid 0 handed to the user's unprivileged host ids
 //     (SPEC "Security decisions"), unless what was opened is a host
@@ -854,6 +865,12 @@ func (b *Backend) bindSource(rec *record, m specs.Mount, lm *spawnd.Mount, slice
 	if os.Geteuid() != 0 {
 		lm.Dev, lm.Ino = st.Dev, st.Ino
 		return nil, nil
+	}
+	// Asked for by someone other than the caller (an rlm_code config):
+	// whoever owns the source, and whatever is mounted there, no owner
+	// appears as the sandbox's user, and nothing is handed over.
+	if slices.Contains(rec.KeepOwners, m.Destination) {
+		return keptClone(fd, b.store.Mapping(), slice)
 	}
 	// Read-only sources too are idmapped by the rule below: a root-owned
 	// 0700 directory must be readable by container root (docker-py's

@@ -91,7 +91,10 @@ type record struct {
 	// were opened as at create: start mounts those or refuses.
 	SourceIDs map[string]fileID `json:"source_ids,omitempty"`
 	HandOver  []string          `json:"hand_over,omitempty"` // mount destinations whose root-owned entries go to the user
-	Detach    DetachOptions     `json:"detach,omitempty"`    // how the main command was last attached
+	// KeepOwners are mount destinations whose sources keep their host
+	// owners: never idmapped onto the sandbox's user (backend.Mount).
+	KeepOwners []string      `json:"keep_owners,omitempty"`
+	Detach     DetachOptions `json:"detach,omitempty"` // how the main command was last attached
 	// Owner is the slopbox process a foreground `run` or `env run` is
 	// attached through (its pid and start time), from spawn until the
 	// sandbox is next started: a running sandbox whose owner is gone was

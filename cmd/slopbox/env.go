@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -16,6 +17,7 @@ import (
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/local"
+	"github.com/slopbox/slopbox/oci"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -259,10 +261,12 @@ func envShellCmd() *cobra.Command {
 // runRLM runs command as rlm_code's docker runtime would under the
 // sandbox: block of the rlm_code config in file: the docker command line it
 // builds (its extra_args included) goes through slopbox's one docker
-// parser and the operator's policy, its mount roots narrowed by the
+// parser and the operator's policy, its mount roots (without a policy
+// file: the config's directory and the workspace) narrowed by the
 // config's allowed_mount_roots, with default_timeout_seconds as the
-// timeout. What only the operator may allow (operatorOnly) is refused in
-// extra_args.
+// timeout. Every bind but the workspace's is the config's and keeps its
+// host owners. What only the operator may allow (operatorOnly, a name
+// without a value for -e, :U) is refused in extra_args.
 func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command []string) error {
 	cfg, err := dockercompat.LoadRLMConfig(file)
 	if err != nil {
@@ -276,7 +280,8 @@ func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command [
 	}
 	// The operator's policy, its mount roots narrowed by the config's:
 	// a config bounds what it mounts, it cannot widen what the operator
-	// allows. It replaces no policy file: the operator's stays in force.
+	// allows (with no policy file, its own directory and the workspace).
+	// It replaces no policy file: the operator's stays in force.
 	op, err := loadPolicy()
 	if err != nil {
 		return err
@@ -284,20 +289,28 @@ func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command [
 	if op == nil {
 		op = &dockercompat.Policy{}
 	}
-	roots, err := cfg.MountRoots()
-	if err != nil {
-		return fmt.Errorf("%s: %w", file, err)
-	}
-	narrowed := dockercompat.NarrowRoots(op.AllowedMountRoots, roots)
-	if len(narrowed) == 0 {
-		return fmt.Errorf("%w: %s: no root of sandbox.allowed_mount_roots %q lies inside the policy file %s's allowed_mount_roots %q, so nothing can be mounted (a config can only narrow the operator's roots)",
-			backend.ErrUnsafe, file, roots, op.File, op.AllowedMountRoots)
-	}
-	globals.rlmPolicy = &dockercompat.Policy{AllowedMountRoots: narrowed, AllowUnsafe: op.AllowUnsafe, File: op.File}
 	ws, err := workspaceAbs(f.workspace)
 	if err != nil {
 		return err
 	}
+	roots, err := cfg.MountRoots(ws)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	narrowed, err := cfg.Roots(op.AllowedMountRoots, ws)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	switch {
+	case len(narrowed) == 0 && len(op.AllowedMountRoots) == 0:
+		return fmt.Errorf("%w: %s: no root of sandbox.allowed_mount_roots %q lies inside the config's directory %s or the workspace %s, so nothing can be mounted: without a policy file a config mounts from those only (the operator allows more with allowed_mount_roots in a policy file, --policy FILE)",
+			backend.ErrUnsafe, file, roots, cfg.Dir, ws)
+	case len(narrowed) == 0:
+		return fmt.Errorf("%w: %s: no root of sandbox.allowed_mount_roots %q lies inside the policy file %s's allowed_mount_roots %q, so nothing can be mounted (a config can only narrow the operator's roots)",
+			backend.ErrUnsafe, file, roots, op.File, op.AllowedMountRoots)
+	}
+	// Every bind but the workspace's is the config's: it keeps its owners.
+	globals.rlmPolicy = &dockercompat.Policy{AllowedMountRoots: narrowed, AllowUnsafe: op.AllowUnsafe, File: op.File, KeepOwnersOutside: ws}
 	if f.entry != "" {
 		// rlm_code runs `python /workspace/<file name>`: the file sits in
 		// the workdir.
@@ -345,7 +358,15 @@ func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command [
 		return &exitError{code: exitRuntime, err: fmt.Errorf("%s: docker.extra_args: %w", file, err)}
 	})
 	run.SetArgs(append(append(argv[1:2:2], opts...), argv[2:]...))
-	return run.ExecuteContext(cmd.Context())
+	err = run.ExecuteContext(cmd.Context())
+	if errors.Is(err, oci.ErrMountNotAllowed) {
+		how := "without a policy file an rlm_code config mounts from its own directory and the workspace only; the operator allows more with allowed_mount_roots in a policy file, --policy FILE"
+		if len(op.AllowedMountRoots) > 0 {
+			how = "an rlm_code config mounts only within the allowed_mount_roots of the policy file " + op.File + ", narrowed by its own; the operator allows more there"
+		}
+		return &exitError{code: exitRuntime, err: fmt.Errorf("%s: %w (%s)", file, err, how)}
+	}
+	return err
 }
 
 // operatorOnly are run's options by which the operator, and only the
@@ -356,7 +377,11 @@ var operatorOnly = []struct{ name, how string }{
 	{"allow-host-loopback", "env run --allow-host-loopback"},
 	{"backend", "nobody: an rlm_code config runs in a sandbox (slopbox run --backend local is the operator's own command)"},
 	// It reads a host file, outside the mount roots, into the sandbox.
-	{"env-file", "nobody: pass the variables with sandbox.env or env run -e"},
+	{"env-file", "nobody: pass the variables with env run -e"},
+	// It copies another sandbox's environment, its secrets included.
+	{"link", "nobody: pass the variables with env run -e"},
+	// The workspace is the one bind mounted as the sandbox's own.
+	{"workspace", "env run --workspace DIR"},
 }
 
 // refuseOperatorOnly refuses the docker command line an rlm_code config
@@ -369,10 +394,28 @@ func refuseOperatorOnly(file string, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %s: sandbox.docker.extra_args: %v", dockercompat.ErrBadSpec, file, err)
 	}
+	refuse := func(what, how string) error {
+		return fmt.Errorf("%w: %s: sandbox.docker.extra_args gives %s: a config cannot allow its own weakenings, only the operator can (%s)",
+			backend.ErrUnsafe, file, what, how)
+	}
 	for _, o := range operatorOnly {
 		if fs.Changed(o.name) {
-			return fmt.Errorf("%w: %s: sandbox.docker.extra_args gives --%s: a config cannot allow its own weakenings, only the operator can (%s)",
-				backend.ErrUnsafe, file, o.name, o.how)
+			return refuse("--"+o.name, o.how)
+		}
+	}
+	// -e NAME, without a value, takes NAME's value from this process's
+	// environment (the harness's API keys included).
+	envs, _ := fs.GetStringArray("env")
+	for _, kv := range envs {
+		if !strings.Contains(kv, "=") {
+			return refuse(fmt.Sprintf("--env %s (a name without =VALUE: its value from slopbox's own environment)", kv), "env run -e "+kv)
+		}
+	}
+	// :U hands the source's root-owned files to the sandbox's user.
+	vols, _ := fs.GetStringArray("volume")
+	for _, v := range vols {
+		if m, err := dockercompat.ParseVolume(v); err == nil && m.HandOver {
+			return refuse(fmt.Sprintf("--volume %s (:U gives the source's root-owned files to the sandbox's user)", v), "nobody: a config's mounts keep their owners")
 		}
 	}
 	return nil

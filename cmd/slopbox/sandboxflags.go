@@ -196,7 +196,7 @@ func (f *spawnFlags) options(fs *pflag.FlagSet, img string, args []string) (dock
 		return o, err
 	}
 	if pol != nil {
-		o.AllowedMountRoots, o.PolicyUnsafe = pol.AllowedMountRoots, pol.AllowUnsafe
+		o.AllowedMountRoots, o.PolicyUnsafe, o.KeepOwnersOutside = pol.AllowedMountRoots, pol.AllowUnsafe, pol.KeepOwnersOutside
 	}
 	return o, nil
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -373,6 +374,198 @@ func TestRLMConfigCannotAllowItsOwnWeakenings(t *testing.T) {
 	if out, code := e.run("", "--policy", policy, "env", "run", elsewhere, "--workspace", other, "--", "true"); code != 125 || !strings.Contains(out, "allowed_mount_roots") || !strings.Contains(out, "only narrow") {
 		t.Errorf("a config's roots all outside the policy's: exit %d %q", code, out)
 	}
+	e.noSandboxLeft(t, "the runs")
+}
+
+// Issue 41 case 2: an rlm_code config's mount roots were rlm_code's
+// defaults, /tmp as a whole among them, so a config's own extra_args
+// mounted /tmp/tmux-0 or ssh-agent's directory with nobody allowing it. A
+// config mounts from its own directory and the workspace only; anything
+// else is the operator's to allow (a policy file's allowed_mount_roots),
+// and its own allowed_mount_roots never widen that. Nor may a config name
+// the workspace (--workspace: mounted as the sandbox's own) or hand a
+// source over (:U). Root and rootless.
+func TestRLMConfigMountsOnlyItsOwn(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	dir := searchable(t, t.TempDir())
+	cfgDir, ws, other := filepath.Join(dir, "cfg"), filepath.Join(dir, "wd"), filepath.Join(dir, "tmux-0")
+	for _, d := range []string{cfgDir, ws, other} {
+		os.Mkdir(d, 0o755)
+	}
+	os.WriteFile(filepath.Join(other, "pub"), []byte("public\n"), 0o644)
+	config := func(name, extra string, roots ...string) string {
+		p := filepath.Join(cfgDir, name)
+		body := "sandbox:\n  runtime: docker\n" + strings.Join(roots, "") + "  docker: {image: " + e.ref + ", extra_args: [" + extra + "]}\n"
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	mount := `"-v", "` + other + `:/t:ro"`
+	for _, roots := range []string{"", "  allowed_mount_roots: [/]\n", "  allowed_mount_roots: [\".\", /tmp]\n"} {
+		out, code := e.run("", "env", "run", config("c.yaml", mount, roots), "--workspace", ws, "--", "cat", "/t/pub")
+		if code != 125 || !strings.Contains(out, "outside the allowed mount roots") || !strings.Contains(out, "allowed_mount_roots in a policy file") || strings.Contains(out, "public") {
+			t.Errorf("a config's -v %s:/t:ro with no policy file, %q: exit %d %q, want 125 naming the operator's allowed_mount_roots", other, roots, code, out)
+		}
+	}
+	// Its own directory and the workspace it may mount from.
+	own := config("own.yaml", `"-v", "`+cfgDir+`:/cfg:ro", "-v", "`+ws+`:/again:ro"`)
+	if out, code := e.run("", "env", "run", own, "--workspace", ws, "--", "sh", "-c", "ls /cfg/own.yaml /again"); code != 0 {
+		t.Errorf("a config mounting its own directory and the workspace: exit %d %q", code, out)
+	}
+	// The operator allows.
+	policy := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(policy, []byte("allowed_mount_roots: ["+dir+"]\n"), 0o644)
+	allowed := config("allowed.yaml", mount, "  allowed_mount_roots: [\".\", /tmp]\n")
+	if out, code := e.run("", "--policy", policy, "env", "run", allowed, "--workspace", ws, "--", "cat", "/t/pub"); code != 0 || !strings.HasSuffix(out, "\npublic\n") && out != "public\n" {
+		t.Errorf("a config's -v allowed by the policy file's allowed_mount_roots: exit %d %q", code, out)
+	}
+	// Within the operator's roots still, no workspace of its choosing
+	// and no hand-over.
+	for _, c := range []struct{ extra, name, how string }{
+		{`"--workspace", "` + other + `"`, "--workspace", "env run --workspace DIR"},
+		{`"--workspace=` + other + `"`, "--workspace", "env run --workspace DIR"},
+		{`"-v", "` + other + `:/t:U"`, "--volume " + other + ":/t:U", "nobody"},
+	} {
+		out, code := e.run("", "--policy", policy, "env", "run", config("bad.yaml", c.extra), "--workspace", ws, "--", "true")
+		if code != 125 || !strings.Contains(out, "extra_args gives "+c.name) || !strings.Contains(out, "only the operator can ("+c.how) {
+			t.Errorf("extra_args %s: exit %d %q, want 125 refusing %s as the operator's", c.extra, code, out, c.name)
+		}
+	}
+	e.noSandboxLeft(t, "the runs")
+}
+
+// Issue 41 case 2, as root: a bind an rlm_code config asks for keeps its
+// host owners, even where the operator allows it. Mounted idmapped as the
+// caller's own -v is, a root-owned directory made host root's 0600 files
+// readable by container root and its 0600 unix sockets connectable, read-
+// only mounts included (/tmp/tmux-0/default: commands as host root). Kept,
+// they are nobody's: the file and the socket refuse with EACCES. The
+// workspace the operator gives is the sandbox's own, as before.
+func TestRLMConfigBindKeepsOwners(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("root only: scripts/test.sh leaves it out of the rootless pass (rootless, no bind is idmapped)")
+	}
+	e := newEnv(t)
+	py := e.pythonRef(t)
+	dir := searchable(t, t.TempDir())
+	ws, secret := filepath.Join(dir, "wd"), filepath.Join(dir, "tmux-0")
+	os.Mkdir(ws, 0o700)
+	os.Mkdir(secret, 0o755)
+	os.WriteFile(filepath.Join(secret, "key"), []byte("host root's secret\n"), 0o600)
+	os.WriteFile(filepath.Join(secret, "pub"), []byte("public\n"), 0o644)
+	sock := filepath.Join(secret, "default")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	os.Chmod(sock, 0o600)
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	policy := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(policy, []byte("allowed_mount_roots: ["+dir+"]\n"), 0o644)
+	script := `import os, socket
+for p in ("/t/pub", "/t/key"):
+    try:
+        print(p, open(p).read().strip())
+    except OSError as e:
+        print(p, "errno", e.errno)
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("/t/default")
+    print("connect ok")
+except OSError as e:
+    print("connect errno", e.errno)
+print("owner", os.stat("/t").st_uid, os.stat("/t/key").st_uid)
+open("/workspace/out", "w").write("x")
+print("workspace", os.stat("/workspace").st_uid)
+`
+	for _, ro := range []string{":ro", ""} {
+		cfg := filepath.Join(dir, "rlm.yaml")
+		os.WriteFile(cfg, []byte("sandbox:\n  docker: {image: "+py+", extra_args: [\"-v\", \""+secret+":/t"+ro+"\"]}\n"), 0o644)
+		out, code := e.run("", "--policy", policy, "env", "run", cfg, "--workspace", ws, "--", "python3", "-c", script)
+		want := "/t/pub public\n/t/key errno 13\nconnect errno 13\nowner 65534 65534\nworkspace 0\n"
+		if code != 0 || out != want {
+			t.Errorf("a config's -v %s%s under the operator's allowance: exit %d\n%s\nwant\n%s", secret, ro, code, out, want)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(ws, "out"), &st); err != nil || st.Uid != 0 {
+			t.Errorf("the file the sandbox wrote in the root-owned workspace: %+v %v, want host root's (the workspace owner's)", st, err)
+		}
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Errorf("host root's 0600 socket took %d connections from a config's sandbox", n)
+	}
+	e.noSandboxLeft(t, "the runs")
+}
+
+// Issue 41 case 3: an rlm_code config's extra_args imported the harness's
+// environment, its API keys included: -e NAME (no =) takes NAME's value
+// from slopbox's environment, and --link copies another sandbox's. Both
+// are refused by name in every spelling, before anything starts, as
+// --env-file is; the operator passes a variable with env run -e NAME.
+// Root and rootless.
+func TestRLMConfigCannotImportHostEnv(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "wd")
+	os.Mkdir(ws, 0o755)
+	const key = "sk-harness-not-for-the-sandbox"
+	run := func(args ...string) (string, int) {
+		cmd := exec.Command(e.bin, append([]string{"--root", e.root}, args...)...)
+		cmd.Env = append(os.Environ(), "SLOPBOX_TEST_API_KEY="+key)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	config := func(extra string) string {
+		p := filepath.Join(dir, "rlm.yaml")
+		if err := os.WriteFile(p, []byte("sandbox:\n  docker: {image: "+e.ref+", extra_args: ["+extra+"]}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	e.must("run", "-d", "--name", "victim", "-e", "TOKEN=sk-victim-not-for-the-sandbox", e.ref, "sleep", "300")
+	for _, c := range []struct{ extra, name, how string }{
+		{`"-e", "SLOPBOX_TEST_API_KEY"`, "--env SLOPBOX_TEST_API_KEY", "env run -e SLOPBOX_TEST_API_KEY"},
+		{`"--env", "SLOPBOX_TEST_API_KEY"`, "--env SLOPBOX_TEST_API_KEY", "env run -e SLOPBOX_TEST_API_KEY"},
+		{`"--env=SLOPBOX_TEST_API_KEY"`, "--env SLOPBOX_TEST_API_KEY", "env run -e SLOPBOX_TEST_API_KEY"},
+		{`"-eSLOPBOX_TEST_API_KEY"`, "--env SLOPBOX_TEST_API_KEY", "env run -e SLOPBOX_TEST_API_KEY"},
+		{`"-e", "OK=1", "-e", " SLOPBOX_TEST_API_KEY"`, "--env SLOPBOX_TEST_API_KEY", "env run -e SLOPBOX_TEST_API_KEY"},
+		{`"--link", "victim:v"`, "--link", "nobody: pass the variables with env run -e"},
+		{`"--link=victim"`, "--link", "nobody: pass the variables with env run -e"},
+	} {
+		out, code := run("env", "run", config(c.extra), "--workspace", ws, "--", "env")
+		if code != 125 || !strings.Contains(out, "extra_args gives "+c.name) || !strings.Contains(out, "only the operator can ("+c.how) {
+			t.Errorf("extra_args %s: exit %d %q, want 125 refusing %s as the operator's (%s)", c.extra, code, out, c.name, c.how)
+		}
+		if strings.Contains(out, "not-for-the-sandbox") {
+			t.Errorf("extra_args %s: the sandbox saw a secret:\n%s", c.extra, out)
+		}
+	}
+	// A value the config writes itself is its own; the operator passes
+	// the harness's variable.
+	if out, code := run("env", "run", config(`"-e", "GREETING=hi"`), "--workspace", ws, "-e", "SLOPBOX_TEST_API_KEY", "--", "sh", "-c", "echo $GREETING $SLOPBOX_TEST_API_KEY"); code != 0 || !strings.HasSuffix(out, "\nhi "+key+"\n") && out != "hi "+key+"\n" {
+		t.Errorf("-e GREETING=hi in the config and env run -e SLOPBOX_TEST_API_KEY: exit %d %q", code, out)
+	}
+	e.must("rm", "-f", "victim")
 	e.noSandboxLeft(t, "the runs")
 }
 
