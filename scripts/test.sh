@@ -55,8 +55,8 @@ summary=$logs/summary
 work=""
 phase_tmps=()
 declare -A phase_user=()
-fuzz_tmp="" race_tmp="" root_tmp="" stress_tmp="" cli_tmp="" clients_tmp=""
-trap 'sweep_all; [[ -n $keep_logs ]] || rm -rf "$logs"; rm -rf ${work:+"$work"}' EXIT
+fuzz_tmp="" race_tmp="" root_tmp="" stress_tmp="" cli_tmp="" clients_tmp="" clients_out=""
+trap 'sweep_all; [[ -n $keep_logs ]] || rm -rf "$logs"; rm -rf ${work:+"$work"} ${clients_out:+"$clients_out"}' EXIT
 
 # sweep_all: sweeps every phase's TMPDIR that is left (the EXIT trap's).
 # shellcheck disable=SC2317 # run by the EXIT trap
@@ -222,6 +222,13 @@ export -f toolchain_check
 checked toolchain 5m bash -c toolchain_check || status=1
 
 # Bridge networking runs slirp4netns as the user, which opens
+# The real clients (docker compose v2, the client tests) build in the
+# background while the root pass runs; the clients phase waits for them.
+clients_out=$(mktemp -d /tmp/slopbox-clients.XXXXXX)
+clients_bin=$clients_out/clients.test
+chmod 755 "$clients_out"
+checked_bg clients-build "$logs/clients-build.out" checked clients-build 20m scripts/clients.sh "$clients_out"
+
 # /dev/net/tun: most distributions ship it 0666, these machines 0600
 # (`slopbox doctor` explains it). Set it as distributions do.
 if [[ $(id -u) -eq 0 && -c /dev/net/tun ]]; then
@@ -315,20 +322,21 @@ for step in "${stress_bins[@]}"; do
 	asuser "$name" 6m "$pkg" "$bin" -test.timeout=5m -test.run "$STRESS" || status=1
 done
 
-# Real clients nobody here wrote, pinned in their own module (test/clients:
-# testcontainers-go), built from the Go module proxy: as root against a
-# root serve, and as $TEST_USER against a rootless one. Each test binary
-# starts its own serve on a state root of its own.
-clients_bin=$work/clients.test
-if (cd test/clients && go test -c -o "$clients_bin" .); then
-	chmod 755 "$clients_bin"
+# Real clients nobody here wrote, pinned in modules of their own and built
+# from the Go module proxy by scripts/clients.sh (started at the top, in
+# the background): docker compose v2 through both docker clients, and
+# testcontainers-go (test/clients). As root against a root serve, and as
+# $TEST_USER against a rootless one; each test binary starts its own serve
+# on a state root of its own.
+if wait_bg clients-build; then
+	cp .work/bin/docker-compose "$work/bin/docker-compose" && chmod 755 "$work/bin/docker-compose"
 	phase_tmp clients_tmp
 	checked clients-root 10m "$GOTESTSUM" --format pkgname-and-test-fails --jsonfile "$logs/clients-root.json" --raw-command -- \
 		bash -o pipefail -c "cd test/clients && TMPDIR='$clients_tmp' '$clients_bin' -test.v=test2json -test.count=1 -test.timeout=9m 2>&1 | go tool test2json -t -p ./test/clients/" || status=1
 	sweep "$clients_tmp" || status=1
 	asuser rootless-clients 10m ./test/clients/ "$clients_bin" -test.timeout=9m || status=1
 else
-	echo "== FAILED: clients: test/clients did not build" | tee -a "$summary" >&2
+	echo "== FAILED: clients: scripts/clients.sh could not build them" | tee -a "$summary" >&2
 	status=1
 fi
 

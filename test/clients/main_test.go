@@ -97,12 +97,19 @@ func importBusybox(dir string) error {
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	for _, d := range []string{"bin/", "tmp/", "etc/"} {
+	for _, d := range []string{"bin/", "tmp/", "etc/", "usr/", "usr/local/"} {
 		tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: 0o755})
 	}
 	tw.WriteHeader(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bb))})
 	tw.Write(bb)
-	for _, applet := range []string{"sh", "cat", "echo", "ls", "sleep", "httpd", "nc", "mkdir", "true", "test", "grep", "awk", "wc", "id", "pwd", "env"} {
+	list, err := exec.Command("/bin/busybox", "--list").Output()
+	if err != nil {
+		return fmt.Errorf("busybox --list: %v", err)
+	}
+	for _, applet := range strings.Fields(string(list)) {
+		if applet == "busybox" {
+			continue
+		}
 		tw.WriteHeader(&tar.Header{Name: "bin/" + applet, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777})
 	}
 	tw.Close()
