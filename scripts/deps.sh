@@ -4,7 +4,7 @@
 # can install, a non-root caller just gets told what is missing.
 set -euo pipefail
 
-PKGS=(gcc libc6-dev musl-tools curl ca-certificates unzip libseccomp-dev uidmap busybox-static debootstrap docker-registry iproute2 slirp4netns procps psmisc shellcheck python3-docker python3-pytest python3-pytest-timeout python3-paramiko docker.io containerd runc crun)
+PKGS=(gcc libc6-dev musl-tools curl ca-certificates unzip libseccomp-dev uidmap busybox-static debootstrap docker-registry iproute2 slirp4netns procps psmisc shellcheck python3-docker python3-pytest python3-pytest-timeout python3-paramiko docker.io docker-compose containerd runc crun)
 TEST_USER=${SLOPBOX_TEST_USER:-slopbox-test}
 
 missing=()

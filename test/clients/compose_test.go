@@ -232,3 +232,68 @@ func atLeast(v string, major, minor, patch int) bool {
 	}
 	return true
 }
+
+// composeV1File has a service that waits for another's healthcheck
+// (depends_on: condition: service_healthy, which compose 1.29 reads from
+// Config.Healthcheck in inspect) and two services of one image in
+// different working directories.
+const composeV1File = `version: "2.4"
+services:
+  db:
+    image: busybox:latest
+    command: "tail -f /dev/null"
+    network_mode: none
+    healthcheck:
+      test: ["CMD", "true"]
+      interval: 1s
+  app:
+    image: busybox:latest
+    command: "tail -f /dev/null"
+    network_mode: none
+    working_dir: /usr/local
+    depends_on:
+      db:
+        condition: service_healthy
+`
+
+// TestComposeV1DependsOnHealthy: Debian's docker-compose 1.29 (python,
+// through docker-py), unchanged: up waits for db's healthcheck before it
+// starts app, exec lands in each service's own container, down -v
+// leaves nothing.
+func TestComposeV1DependsOnHealthy(t *testing.T) {
+	bin, err := exec.LookPath("docker-compose")
+	if err != nil || !strings.HasPrefix(bin, "/usr/bin/") {
+		t.Fatalf("Debian's docker-compose 1.29 is not installed (scripts/deps.sh installs it): %v %s", err, bin)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "docker-compose.yml"), []byte(composeV1File), 0o644)
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"-p", "v1deps"}, args...)...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker-compose %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	t.Cleanup(func() {
+		cmd := exec.Command(bin, "-p", "v1deps", "down", "-v", "--remove-orphans")
+		cmd.Dir = dir
+		cmd.Run()
+	})
+	run("up", "-d")
+	if got := strings.TrimSpace(run("exec", "-T", "app", "pwd")); got != "/usr/local" {
+		t.Errorf("docker-compose exec app pwd: %q", got)
+	}
+	if got := strings.TrimSpace(run("exec", "-T", "db", "pwd")); got != "/" {
+		t.Errorf("docker-compose exec db pwd: %q", got)
+	}
+	if ps := run("ps"); !strings.Contains(ps, "Up (healthy)") {
+		t.Errorf("docker-compose ps: db not healthy:\n%s", ps)
+	}
+	run("down", "-v")
+	if out, _ := exec.Command(slopbox, "--root", root, "ps", "-aq", "--filter", "label=com.docker.compose.project=v1deps").Output(); strings.TrimSpace(string(out)) != "" {
+		t.Errorf("docker-compose down left containers: %s", out)
+	}
+}
