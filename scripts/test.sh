@@ -364,9 +364,13 @@ if [[ -d $shared/peers/docker-py-5.0.3 && -x $shared/compat/run-dockerpy.sh ]]; 
 	SLOPBOX_SHARED=$shared checked docker-py-root 14m scripts/dockerpy.sh root bin/slopbox "$logs/dockerpy-root" || status=1
 	wait "$rootless_dpy" || status=1
 	cat "$logs/docker-py-rootless.out"
-else
+elif [[ -n ${CI:-} ]]; then
 	echo "== FAILED: docker-py: no docker-py suite at $shared (peers/docker-py-5.0.3, compat/run-dockerpy.sh): shared/ belongs beside the checkout, or set SLOPBOX_SHARED" | tee -a "$summary" >&2
 	status=1
+else
+	# A user's clone has no shared/ beside it: the phase is not run, and
+	# says how to run it; under CI it is a failure (above).
+	echo "== NOT RUN: docker-py's suite: there is no $shared/peers/docker-py-5.0.3 with $shared/compat/run-dockerpy.sh beside this checkout; to run it, set SLOPBOX_SHARED to a directory holding peers/docker-py-5.0.3 (a docker-py 5.0.3 checkout) and compat/run-dockerpy.sh" | tee -a "$summary" >&2
 fi
 
 if [[ -z ${SLOPBOX_SKIP_VM:-} ]]; then
@@ -397,7 +401,7 @@ for (phase, pkg, test), why in sorted(skips.items()):
     print(f"   {phase}: {pkg.removeprefix('github.com/slopbox/slopbox/')} {test}: {why}")
 EOF
 if [[ -s $summary ]]; then
-	echo "== summary of failures" >&2
+	echo "== summary: failures, and what was not run" >&2
 	cat "$summary" >&2
 fi
 exit $status
