@@ -21,6 +21,8 @@ import (
 
 	"github.com/dsnet/compress/bzip2"
 	"github.com/ulikunitz/xz"
+
+	"github.com/slopbox/slopbox/internal/atomicfile"
 )
 
 // Workspace snapshots (SlopCodeBench's Snapshot.from_directory, reference
@@ -137,32 +139,31 @@ func WriteSnapshot(dir string, opts SnapshotOptions, w io.Writer) (*SnapshotResu
 // beside it, renamed into place only on success: a failed snapshot
 // leaves no partial archive, and an existing file is replaced only by a
 // complete one. If file is inside dir, neither it nor the temporary file
-// is archived. The archive is created with mode 0600.
+// is archived. The archive is created with mode 0600. No symlink is
+// followed in file or its directories (atomicfile.CreateOutput), which a
+// sandbox may have planted: such a path is refused with an
+// *atomicfile.SymlinkError.
 func SnapshotToFile(dir string, opts SnapshotOptions, file string) (*SnapshotResult, error) {
 	if _, err := normCompression(opts.Compression); err != nil {
 		return nil, err
 	}
-	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".tmp-")
+	f, err := atomicfile.CreateOutput(file, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
+		return nil, err
 	}
-	defer os.Remove(f.Name())
+	defer f.Close()
 	var skip []os.FileInfo
 	if fi, err := f.Stat(); err == nil {
 		skip = append(skip, fi)
 	}
-	if fi, err := os.Lstat(file); err == nil {
+	if fi := f.Previous(); fi != nil {
 		skip = append(skip, fi)
 	}
 	res, err := writeSnapshot(dir, opts, f, skip)
 	if err != nil {
-		f.Close()
 		return nil, err
 	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
-	}
-	if err := os.Rename(f.Name(), file); err != nil {
+	if err := f.Commit(); err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	return res, nil

@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slopbox/slopbox/internal/atomicfile"
 )
 
 // resolveRetries bounds the retries of a lookup that a concurrent rename
@@ -86,38 +87,16 @@ func openSource(src string) (int, error) {
 // mkdirSource creates the absolute directory src where it is missing, as
 // Docker's -v does: component by component from /, each opened with no
 // symlink followed and each missing one made beneath its parent's
-// descriptor, so that a name a sandbox swaps cannot lead the creation
-// elsewhere. An existing src is left as it is.
+// descriptor (atomicfile.MkdirAll), so that a name a sandbox swaps cannot
+// lead the creation elsewhere. An existing src is left as it is.
 func mkdirSource(src string) error {
-	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
+	err := atomicfile.MkdirAll(src, 0o755)
+	if _, ok := errors.AsType[*atomicfile.SymlinkError](err); ok {
+		// A symlink on the way: nothing is made through it, and
+		// opening the source refuses it, naming where it leads.
+		return nil
 	}
-	defer func() { unix.Close(fd) }()
-	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
-	for _, name := range strings.Split(strings.Trim(filepath.Clean(src), "/"), "/") {
-		if name == "" {
-			continue
-		}
-		next, err := unix.Openat2(fd, name, how)
-		if errors.Is(err, unix.ENOENT) {
-			if err := unix.Mkdirat(fd, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-				return err
-			}
-			next, err = unix.Openat2(fd, name, how)
-		}
-		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
-			// A symlink on the way: nothing is made through it, and
-			// opening the source refuses it, naming where it leads.
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		unix.Close(fd)
-		fd = next
-	}
-	return nil
+	return err
 }
 
 // workspacePath is the real path of the workspace directory ws, opened

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/slopbox/slopbox/build"
+	"github.com/slopbox/slopbox/internal/atomicfile"
 )
 
 // buildCmd is docker build (the classic builder's output), without a
@@ -67,8 +68,9 @@ func buildCmd() *cobra.Command {
 				return &exitError{code: 1, err: err}
 			}
 			if iidfile != "" {
-				if err := os.WriteFile(iidfile, []byte(res.ID), 0o644); err != nil {
-					return err
+				// Never through a symlink a sandbox may have planted.
+				if err := atomicfile.WriteOutput(iidfile, strings.NewReader(res.ID), 0o644); err != nil {
+					return &exitError{code: 1, err: fmt.Errorf("build --iidfile: %w", err)}
 				}
 			}
 			if quiet {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/internal/atomicfile"
 )
 
 func diffCmd() *cobra.Command {
@@ -42,26 +43,37 @@ func exportCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "export [-o FILE] SANDBOX",
 		Short: "Write a sandbox's filesystem as a tar archive (to stdout without -o)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Write a sandbox's filesystem as a tar archive, to stdout or (-o) to FILE.
+FILE is written whole or not at all (a new file renamed over it: an existing
+regular file is replaced). No symlink is followed in FILE or the directories
+above it, which a sandbox may have planted: such a path is refused.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sb, err := openSandbox(args[0])
 			if err != nil {
 				return err
 			}
-			var w io.Writer = os.Stdout
-			if output == "" && term.IsTerminal(int(os.Stdout.Fd())) {
-				return &exitError{code: 1, err: fmt.Errorf("refusing to write a tar archive to a terminal: redirect stdout or use -o FILE")}
-			}
-			if output != "" {
-				f, err := os.OpenFile(output, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-				if err != nil {
+			if output == "" || output == "-" {
+				if term.IsTerminal(int(os.Stdout.Fd())) {
+					return &exitError{code: 1, err: fmt.Errorf("refusing to write a tar archive to a terminal: redirect stdout or use -o FILE")}
+				}
+				if err := sb.Export(os.Stdout); err != nil {
 					return &exitError{code: 1, err: err}
 				}
-				defer f.Close()
-				w = f
+				return nil
 			}
-			if err := sb.Export(w); err != nil {
+			// Never through a symlink, which a sandbox may have planted
+			// where FILE lies; a failed export leaves no file.
+			f, err := atomicfile.CreateOutput(output, 0o644)
+			if err != nil {
+				return &exitError{code: 1, err: fmt.Errorf("export -o: %w", err)}
+			}
+			defer f.Close()
+			if err := sb.Export(f); err != nil {
 				return &exitError{code: 1, err: err}
+			}
+			if err := f.Commit(); err != nil {
+				return &exitError{code: 1, err: fmt.Errorf("export -o: %w", err)}
 			}
 			return nil
 		},

@@ -12,6 +12,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/spf13/cobra"
 
+	"github.com/slopbox/slopbox/internal/atomicfile"
 	"github.com/slopbox/slopbox/sandbox/ociruntime"
 )
 
@@ -222,12 +223,21 @@ func ociMain(args []string) int {
 	var specRootless bool
 	specC := &cobra.Command{Use: "spec [--bundle DIR] [--rootless]", Short: "write an example config.json", Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
+			// Never through a symlink at the name or on the way.
 			path := filepath.Join(specBundle, "config.json")
-			if _, err := os.Stat(path); err == nil {
+			f, err := atomicfile.CreateOutput(path, 0o666)
+			if err != nil {
+				return fmt.Errorf("spec: %w", err)
+			}
+			defer f.Close()
+			if f.Previous() != nil {
 				return fmt.Errorf("file %s exists: remove it first", path)
 			}
 			b, _ := json.MarshalIndent(ociruntime.ExampleSpec(specRootless), "", "\t")
-			return os.WriteFile(path, append(b, '\n'), 0o666)
+			if _, err := f.Write(append(b, '\n')); err != nil {
+				return err
+			}
+			return f.Commit()
 		}}
 	specC.Flags().StringVarP(&specBundle, "bundle", "b", ".", "the bundle's directory")
 	specC.Flags().BoolVar(&specRootless, "rootless", false, "for a container run by an unprivileged user")

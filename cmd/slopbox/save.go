@@ -3,10 +3,11 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+
+	"github.com/slopbox/slopbox/internal/atomicfile"
 )
 
 func saveCmd() *cobra.Command {
@@ -20,26 +21,27 @@ func saveCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if output == "" {
+			if output == "" || output == "-" {
 				if term.IsTerminal(int(os.Stdout.Fd())) {
 					return fmt.Errorf("save: refusing to write a tarball to a terminal; use -o FILE or redirect stdout")
 				}
 				return s.Save(args, os.Stdout)
 			}
-			// Write beside the target and rename, so a failed save leaves no partial file.
-			f, err := os.CreateTemp(filepath.Dir(output), ".slopbox-save-")
+			// Written beside FILE and renamed over it, so a failed save
+			// leaves no partial file; never through a symlink, which a
+			// sandbox may have planted where FILE lies.
+			f, err := atomicfile.CreateOutput(output, 0o600)
 			if err != nil {
-				return err
+				return fmt.Errorf("save -o: %w", err)
 			}
-			defer os.Remove(f.Name())
+			defer f.Close()
 			if err := s.Save(args, f); err != nil {
-				f.Close()
 				return err
 			}
-			if err := f.Close(); err != nil {
-				return err
+			if err := f.Commit(); err != nil {
+				return fmt.Errorf("save -o: %w", err)
 			}
-			return os.Rename(f.Name(), output)
+			return nil
 		},
 	}
 	c.Flags().StringVarP(&output, "output", "o", "", "write to FILE instead of stdout")

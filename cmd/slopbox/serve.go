@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/dockercompat/engine"
+	"github.com/slopbox/slopbox/internal/atomicfile"
 )
 
 func serveCmd() *cobra.Command {
@@ -149,19 +150,37 @@ func defaultSocket() string {
 
 // listenUnix listens on path with mode 0600, replacing a stale socket but
 // never one a live server answers on. A server holds path.lock for its
-// life, so two starting at once cannot both take the path. Neither name is
-// followed through a symlink: in a directory others can write, one planted
-// there would have this process (root, often) create or chmod a file
-// elsewhere.
+// life, so two starting at once cannot both take the path. Nothing is
+// followed through a symlink: in a directory others (a sandbox's
+// workspace) can write, one planted there would have this process (root,
+// often) create or chmod a file elsewhere. The directory is made one
+// component at a time and opened with no symlink in it
+// (atomicfile.MkdirAll, OpenDir); the lock, the socket's bind, rename and
+// removal are all done beneath that descriptor (the bind through
+// /proc/self/fd/N/NAME), never by the path again.
 func listenUnix(path string) (_ net.Listener, lock *os.File, err error) {
 	if max := len(unix.RawSockaddrUnix{}.Path) - 1; len(path) > max {
 		return nil, nil, fmt.Errorf("serve: the socket path %s is %d bytes, over the %d a unix socket's may have (and a Docker client could not reach it): give --socket a shorter path (the default is $XDG_RUNTIME_DIR/slopbox.sock, else ROOT/slopbox.sock)", path, len(path), max)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, nil, fmt.Errorf("serve: %w", err)
+	dirPath, name := filepath.Split(filepath.Clean(path))
+	if dirPath == "" {
+		dirPath = "."
 	}
+	if err := atomicfile.MkdirAll(dirPath, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("serve --socket: %w", err)
+	}
+	dir, err := atomicfile.OpenDir(dirPath, unix.O_PATH)
+	if err != nil {
+		return nil, nil, fmt.Errorf("serve --socket: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			dir.Close()
+		}
+	}()
+	dfd := int(dir.Fd())
 	lockPath := path + ".lock"
-	fd, err := unix.Open(lockPath, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	fd, err := unix.Openat(dfd, name+".lock", unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
 	if errors.Is(err, unix.ELOOP) {
 		return nil, nil, fmt.Errorf("serve: %s is a symlink: refused (it is never followed); remove it, or give --socket in a directory only you can write", lockPath)
 	}
@@ -184,15 +203,21 @@ func listenUnix(path string) (_ net.Listener, lock *os.File, err error) {
 	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return nil, nil, fmt.Errorf("serve: %s is in use by another server; stop it or give --socket", path)
 	}
-	if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+	// The names beneath the directory's descriptor, short enough for
+	// sun_path whatever the directory's depth.
+	at := func(n string) string { return fmt.Sprintf("/proc/self/fd/%d/%s", dfd, n) }
+	if len(at(name)) >= len(unix.RawSockaddrUnix{}.Path) {
+		return nil, nil, fmt.Errorf("serve: the socket's name %s is %d bytes: too long to bind beneath its directory; give --socket a shorter name", name, len(name))
+	}
+	if c, err := net.DialTimeout("unix", at(name), 200*time.Millisecond); err == nil {
 		c.Close()
 		return nil, nil, fmt.Errorf("serve: %s is in use by another server; stop it or give --socket", path)
 	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
+	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+		if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 			return nil, nil, fmt.Errorf("serve: %s exists and is not a socket (a symlink is never followed): remove it, or give --socket", path)
 		}
-		os.Remove(path) // unlinks the name, whatever it is now
+		unix.Unlinkat(dfd, name, 0) // unlinks the name, whatever it is now
 	}
 	// bind(2) creates the socket with this mode, and never through a
 	// symlink (a name planted since makes it fail): no chmod by path
@@ -200,44 +225,63 @@ func listenUnix(path string) (_ net.Listener, lock *os.File, err error) {
 	// a name of its own first and renames it into place once it listens:
 	// a client that waits for the socket to appear never finds one that
 	// refuses it (bound, not yet listening; seen under load).
-	tmp := fmt.Sprintf("%s.%d.new", path, os.Getpid())
-	if len(tmp) >= len(unix.RawSockaddrUnix{}.Path) {
-		tmp = path // too long a name for a socket: as it is
+	tmp := fmt.Sprintf("%s.%d.new", name, os.Getpid())
+	if len(at(tmp)) >= len(unix.RawSockaddrUnix{}.Path) {
+		tmp = name // too long a name for a socket: as it is
 	}
-	if tmp != path {
-		os.Remove(tmp) // a crashed server's (the lock is ours now)
+	if tmp != name {
+		unix.Unlinkat(dfd, tmp, 0) // a crashed server's (the lock is ours now)
 	}
 	old := syscall.Umask(0o177)
-	ln, err := net.Listen("unix", tmp)
+	ln, err := net.Listen("unix", at(tmp))
 	syscall.Umask(old)
 	if err != nil {
-		return nil, nil, fmt.Errorf("serve: %w", err)
+		return nil, nil, fmt.Errorf("serve: %s: %w", path, err)
 	}
-	if tmp == path {
-		return ln, lock, nil
-	}
+	// Go would unlink the bound name, /proc/self/fd/N/..., at Close: by
+	// then N may be another file. The listener removes its own socket.
 	ul := ln.(*net.UnixListener)
 	ul.SetUnlinkOnClose(false)
-	if err := os.Rename(tmp, path); err != nil {
+	l := &dirListener{UnixListener: ul, dir: dir, name: name, path: path}
+	if err := unix.Fstatat(dfd, tmp, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		ul.Close()
-		os.Remove(tmp)
-		return nil, nil, fmt.Errorf("serve: %w", err)
+		unix.Unlinkat(dfd, tmp, 0)
+		return nil, nil, fmt.Errorf("serve: %s: %w", path, err)
 	}
-	return &renamedListener{UnixListener: ul, path: path}, lock, nil
+	l.dev, l.ino = st.Dev, st.Ino
+	if tmp != name {
+		if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
+			ul.Close()
+			unix.Unlinkat(dfd, tmp, 0)
+			return nil, nil, fmt.Errorf("serve: %s: %w", path, err)
+		}
+	}
+	return l, lock, nil
 }
 
-// renamedListener is a socket bound under another name and renamed to
-// path: closing it removes path, as closing one bound there would.
-type renamedListener struct {
+// dirListener is the socket bound beneath the directory dir (by
+// descriptor) as name: its address is path, and closing it removes the
+// socket, found beneath the same descriptor and only if it is still the
+// one bound (dev, ino).
+type dirListener struct {
 	*net.UnixListener
-	path   string
-	remove sync.Once
+	dir      *os.File
+	name     string
+	path     string
+	dev, ino uint64
+	remove   sync.Once
 }
 
-func (l *renamedListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
+func (l *dirListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
 
-func (l *renamedListener) Close() error {
+func (l *dirListener) Close() error {
 	err := l.UnixListener.Close()
-	l.remove.Do(func() { os.Remove(l.path) })
+	l.remove.Do(func() {
+		var st unix.Stat_t
+		if unix.Fstatat(int(l.dir.Fd()), l.name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Dev == l.dev && st.Ino == l.ino {
+			unix.Unlinkat(int(l.dir.Fd()), l.name, 0)
+		}
+		l.dir.Close()
+	})
 	return err
 }

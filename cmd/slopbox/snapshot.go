@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/slopbox/slopbox/dockercompat"
+	"github.com/slopbox/slopbox/internal/atomicfile"
 )
 
 // snapshotFlags choose what a snapshot keeps: a spec's snapshot block (or
@@ -64,7 +66,10 @@ outside DIR is read.
 The archive goes to -o FILE (- for stdout); else, when the spec sets
 archive_save_dir, to <archive_save_dir>/<YYYYmmddTHHMMSS>.<8 hex>.<DIR's name><ext>;
 else to ./slop_code_snapshot<ext> in the current directory. A failed
-snapshot leaves no partial file. The path written is printed.`,
+snapshot leaves no partial file; an existing regular file is replaced. No
+symlink is followed in that path or the directories above it, which a
+sandbox may have planted: such a path is refused. The path written is
+printed.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec, opts, err := f.options()
@@ -83,7 +88,9 @@ snapshot leaves no partial file. The path written is printed.`,
 				warnSkipped(res)
 				return nil
 			}
+			where := "snapshot -o" // what named the path, for a refusal
 			if output == "" {
+				where = "snapshot"
 				ext, _ := dockercompat.SnapshotExt(opts.Compression)
 				output = dockercompat.ArchiveName + ext
 				if spec != nil && spec.Snapshot.ArchiveSaveDir != "" {
@@ -91,13 +98,18 @@ snapshot leaves no partial file. The path written is printed.`,
 					if err != nil {
 						return err
 					}
-					if err := os.MkdirAll(spec.Snapshot.ArchiveSaveDir, 0o755); err != nil {
+					// Made one directory at a time, none through a symlink.
+					if err := atomicfile.MkdirAll(spec.Snapshot.ArchiveSaveDir, 0o755); err != nil {
 						return fmt.Errorf("snapshot: archive_save_dir: %w", err)
 					}
 					output = filepath.Join(spec.Snapshot.ArchiveSaveDir, name)
+					where = "snapshot: archive_save_dir"
 				}
 			}
 			res, err := dockercompat.SnapshotToFile(dir, opts, output)
+			if _, ok := errors.AsType[*atomicfile.SymlinkError](err); ok {
+				return fmt.Errorf("%s: %w", where, err)
+			}
 			if err != nil {
 				return err
 			}

@@ -19,6 +19,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slopbox/slopbox/internal/atomicfile"
 )
 
 // Source splits a docker cp source into the path to read and the name its
@@ -81,26 +83,19 @@ func Write(w io.Writer, src, name string, o Options) error {
 // sandbox that can write the directory it lies in may have planted; in the
 // sandbox, p resolves as the sandbox's own paths do.
 func openDir(p string, o Options) (*os.File, error) {
-	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC
-	var fd int
-	var err error
 	if o.NoSymlinks {
-		how := &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
-		fd, err = unix.Openat2(unix.AT_FDCWD, p, how)
-		// EAGAIN: a concurrent rename raced the lookup; openat2(2) says retry.
-		for i := 0; i < 1024 && errors.Is(err, unix.EAGAIN); i++ {
-			fd, err = unix.Openat2(unix.AT_FDCWD, p, how)
+		d, err := atomicfile.OpenDir(p, unix.O_RDONLY)
+		if _, ok := errors.AsType[*atomicfile.SymlinkError](err); ok {
+			real, rerr := filepath.EvalSymlinks(p)
+			if rerr != nil {
+				real = "?"
+			}
+			return nil, fmt.Errorf("%s goes through a symlink (it leads to %s): cp does not follow symlinks on the host, which a sandbox may have planted; give the real path if that is what you mean", p, real)
 		}
-	} else {
-		fd, err = unix.Open(p, flags, 0)
+		return d, err
 	}
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	switch {
-	case errors.Is(err, unix.ELOOP) && o.NoSymlinks:
-		real, rerr := filepath.EvalSymlinks(p)
-		if rerr != nil {
-			real = "?"
-		}
-		return nil, fmt.Errorf("%s goes through a symlink (it leads to %s): cp does not follow symlinks on the host, which a sandbox may have planted; give the real path if that is what you mean", p, real)
 	case errors.Is(err, unix.ENOTDIR):
 		return nil, fmt.Errorf("%s is not a directory", p)
 	case err != nil:

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -195,6 +196,46 @@ func TestServeRefusesPlantedSymlinks(t *testing.T) {
 	}
 	serve("a socket symlink")
 	os.Remove(sock)
+}
+
+// serve --socket DIR/sub/sock where sub is a symlink a sandbox planted
+// (issue 41, case 9): refused naming --socket and the symlink; nothing is
+// made where it points (the old code made the lock and the socket
+// there, and the missing directories of DIR/sub/new/sock).
+func TestServeRefusesSymlinkedSocketDirectory(t *testing.T) {
+	e := newEnv(t)
+	ws := filepath.Join(searchable(t, t.TempDir()), "ws")
+	os.Mkdir(ws, 0o755)
+	_, dir, untouched := victims(t)
+	e.must("run", "-d", "--name", "box", "--workspace", ws, e.ref, "sleep", "infinity")
+	e.must("exec", "box", "ln", "-s", dir, "/workspace/sub")
+	for _, sock := range []string{ws + "/sub/s.sock", ws + "/sub/new/s.sock"} {
+		ctx, cancel := context.WithTimeout(context.Background(), fixtures.Patience()/2)
+		out, err := exec.CommandContext(ctx, e.bin, "--root", e.root, "serve", "--socket", sock).CombinedOutput()
+		if ctx.Err() != nil {
+			t.Errorf("serve --socket %s: serve started instead of refusing:\n%s", sock, out)
+		} else if err == nil || !strings.Contains(string(out), "symlink") || !strings.Contains(string(out), "--socket") {
+			t.Errorf("serve --socket %s: %v, want a refusal naming --socket and the symlink:\n%s", sock, err, out)
+		}
+		cancel()
+		untouched("serve --socket " + sock)
+		if got := names(ws); !slices.Equal(got, []string{"sub"}) {
+			t.Errorf("serve --socket %s: the workspace holds %v", sock, got)
+		}
+	}
+	// A real directory, made as needed, serves.
+	sock := filepath.Join(ws, "real", "new", "s.sock")
+	e.serveAt(t, sock, nil, "serve", "--socket", sock)
+	c := engineClient(sock)
+	resp, err := c.Get("http://docker/_ping")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("_ping on %s: %d", sock, resp.StatusCode)
+	}
 }
 
 // run -d killed after it recorded the sandbox and before the main command
