@@ -109,6 +109,9 @@ func New(root string, opts ...image.Option) (*Backend, error) {
 	if !reexec.Initialized() {
 		return nil, errors.New("sandbox: call sandbox.Init() first thing in main (and in TestMain): slopbox re-executes the program for its user-namespace and spawn helpers")
 	}
+	if msg := buildProblem(); msg != "" {
+		return nil, errors.New(msg)
+	}
 	if root == "" {
 		return nil, errors.New("sandbox: no store directory given (image.DefaultRoot() is the user's default)")
 	}

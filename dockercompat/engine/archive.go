@@ -11,7 +11,6 @@ import (
 	"path"
 	"time"
 
-	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -34,7 +33,7 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 	switch r.Method {
 	case http.MethodPut:
 		// Docker takes the tar compressed too (testcontainers' gzip).
-		body, done, err := image.DecompressStream(r.Body)
+		body, done, err := decompressStream(r.Body)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "the archive: "+err.Error())
 			return

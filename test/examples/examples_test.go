@@ -324,3 +324,22 @@ func main() {
 		t.Errorf("without sandbox.Init: %q, want the error to say to call it", out)
 	}
 }
+
+// TestGoAPIWithoutTags (issue 44): the Go example built as a user of
+// another module would first build it, `go build .` without slopbox's
+// tags or static linking, fails at once with the build line to use (it
+// failed at the first spawn, with libcontainer's "seccomp: config
+// provided but seccomp not supported").
+func TestGoAPIWithoutTags(t *testing.T) {
+	e := newEnv(t)
+	prog := filepath.Join(e.dir, "goapi-plain")
+	if o, code := e.exec([]string{"CGO_ENABLED=1", "GOFLAGS=-mod=readonly", "GOWORK=off"}, example(t, "goapi"),
+		goTool(t), "build", "-o", prog, "."); code != 0 {
+		t.Fatalf("go build: exit %d\n%s", code, o)
+	}
+	out, code := e.exec(nil, "", prog, "--root", e.root, e.busybox(), e.workspace("ws", nil))
+	if code == 0 || !strings.Contains(out, `-tags "seccomp netgo osusergo"`) || !strings.Contains(out, "the seccomp build tag") ||
+		!strings.Contains(out, "static linking") || strings.Contains(out, "seccomp not supported") {
+		t.Errorf("the example built without tags: exit %d\n%s\nwant a refusal at once naming the build line", code, out)
+	}
+}
