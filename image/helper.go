@@ -51,6 +51,7 @@ type helperResponse struct {
 
 var sentinels = map[string]error{
 	"not-found": ErrNotFound, "bad-ref": ErrBadRef, "unauthorized": ErrUnauthorized, "bad-archive": ErrBadArchive, "insecure": ErrInsecure,
+	"too-large": ErrTooLarge,
 }
 
 // runHelper performs req in a child inside the user namespace.
