@@ -198,8 +198,8 @@ func rewriteEntry(t *testing.T, src, dst, name string, change func([]byte) []byt
 
 // TestStoreRefusesOversizeConfigItHolds: a config over 4 MiB already in a
 // store (written before the bound was) is not read back by images, image
-// inspect or run (it cost a GB to list a 300 MB one): each says which
-// image and the bound, and rmi still removes it.
+// inspect, run, save or push (it cost a GB to list a 300 MB one): each
+// says which image and the bound, and rmi still removes it.
 func TestStoreRefusesOversizeConfigItHolds(t *testing.T) {
 	reg := fixtures.Registry(t, nil)
 	ref := reg + "/test/img:v1"
@@ -225,6 +225,11 @@ func TestStoreRefusesOversizeConfigItHolds(t *testing.T) {
 	}
 	_, err = s.Get(ref)
 	wantTooLarge(t, "get", err)
+	_, err = s.Inspect(ref)
+	wantTooLarge(t, "inspect", err)
+	wantTooLarge(t, "save", s.Save([]string{ref}, io.Discard))
+	_, err = s.Push(context.Background(), ref, reg+"/test/copy:v1", func(PushUpdate) {})
+	wantTooLarge(t, "push", err)
 	if _, err := s.Remove(ref); err != nil {
 		t.Fatalf("rmi of the image: %v", err)
 	}

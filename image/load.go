@@ -384,6 +384,11 @@ func (s *Store) Save(refs []string, w io.Writer) error {
 		if err != nil {
 			return err
 		}
+		// The layout reader reads the manifest and config whole: their
+		// sizes are checked first.
+		if _, _, err := s.manifest(d.Digest.String()); err != nil {
+			return fmt.Errorf("save %s: %w", ref, err)
+		}
 		h, err := v1.NewHash(d.Digest.String())
 		if err != nil {
 			return err
