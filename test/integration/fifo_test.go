@@ -16,7 +16,7 @@ import (
 
 // answers runs slopbox with args and returns its output and exit code,
 // failing the test if it has not answered after fixtures.Patience: a
-// hang, not a slow command (it is killed then).
+// hang, not a slow command (it is killed then, and its code is -1).
 func (e *env) answers(args ...string) (string, int) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), fixtures.Patience())
@@ -26,7 +26,8 @@ func (e *env) answers(args ...string) (string, int) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		e.t.Fatalf("slopbox %v hung: no answer after %s\n%s", args, fixtures.Patience(), out.String())
+		e.t.Errorf("slopbox %v hung: no answer after %s\n%s", args, fixtures.Patience(), out.String())
+		return out.String(), -1
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
@@ -69,6 +70,9 @@ func TestFIFOsRefusedByTheCLI(t *testing.T) {
 		{[]string{"build", ctxDir}, fifoSays},
 	} {
 		out, code := e.answers(c.args...)
+		if code == -1 {
+			continue
+		}
 		if code == 0 || !strings.Contains(out, fifoSays) || !strings.Contains(out, c.want) {
 			t.Errorf("slopbox %v: exit %d: %s, want a refusal saying %q", c.args, code, out, c.want)
 		}
