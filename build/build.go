@@ -52,9 +52,6 @@ import (
 	"github.com/slopbox/slopbox/sandbox"
 )
 
-// MaxDockerfileBytes bounds the Dockerfile read.
-const MaxDockerfileBytes = 16 << 20
-
 // Options describe one build.
 type Options struct {
 	// ContextDir is the build context (a directory).
@@ -124,6 +121,11 @@ type Builder struct {
 	ctx       context.Context
 	// removing is the step sandboxes being removed in the background.
 	removing sync.WaitGroup
+	// ignore is the context's .dockerignore, once read.
+	ignore *ignoreFile
+	// expanded counts the bytes of the words expanded for the current
+	// instruction (see sizeCheck).
+	expanded int
 }
 
 // cacheImage is an image given as --cache-from.
@@ -145,11 +147,12 @@ type stage struct {
 	args   map[string]string // ARGs declared in the stage, with values
 	shell  []string
 	layers []string // extracted layer directories, oldest first
+	size   sizeCheck
 }
 
 // Build runs the build. On failure nothing is tagged.
 func (bl *Builder) Build(ctx context.Context, o Options) (*Result, error) {
-	bl.o, bl.out, bl.ctx = o, o.Out, ctx
+	bl.o, bl.out, bl.ctx, bl.ignore = o, o.Out, ctx, nil
 	// One store helper for the build's writes rather than one per step.
 	defer bl.b.Store().Hold()()
 	// Step sandboxes are removed once their layer is recorded, while the
@@ -208,11 +211,12 @@ func (bl *Builder) Build(ctx context.Context, o Options) (*Result, error) {
 		total += 1 + len(st.Commands)
 	}
 	meta := map[string]string{}
+	metaSize := 0
 	for _, a := range metaArgs {
 		for _, kv := range a.Args {
 			v := ""
 			if kv.Value != nil {
-				if v, _, err = bl.lex.ProcessWord(*kv.Value, shell.EnvsFromSlice(envList(meta))); err != nil {
+				if v, err = bl.expand(*kv.Value, envList(meta)); err != nil {
 					return nil, fmt.Errorf("Dockerfile: line %d: %w", line(&a), err)
 				}
 			}
@@ -220,6 +224,9 @@ func (bl *Builder) Build(ctx context.Context, o Options) (*Result, error) {
 				v = bv
 			}
 			meta[kv.Key] = v
+			if metaSize += len(kv.Key) + len(v); metaSize > MaxConfigBytes {
+				return nil, fmt.Errorf("Dockerfile: line %d: the ARGs before FROM are over %d MiB, slopbox's bound for a stage's config and build args: refused", line(&a), MaxConfigBytes>>20)
+			}
 		}
 	}
 	done := map[string]*stage{}
@@ -236,7 +243,12 @@ func (bl *Builder) Build(ctx context.Context, o Options) (*Result, error) {
 			step++
 			src := c.(interface{ String() string }).String()
 			fmt.Fprintf(bl.out, "Step %d/%d : %s\n", step, total, src)
-			if err := bl.command(ctx, cur, c, done); err != nil {
+			bl.expanded = 0
+			err := bl.command(ctx, cur, c, done)
+			if err == nil {
+				err = cur.grew(len(src) + bl.expanded + len(strings.Join(cur.shell, " ")))
+			}
+			if err != nil {
 				var se *StepError
 				if errors.As(err, &se) {
 					se.Step, se.Line = src, line(c)
@@ -279,6 +291,9 @@ func (bl *Builder) finish(st *stage) (*Result, error) {
 
 func (bl *Builder) dockerfile() ([]byte, error) {
 	if bl.o.DockerfileContent != nil {
+		if len(bl.o.DockerfileContent) > MaxDockerfileBytes {
+			return nil, fmt.Errorf("the Dockerfile is over %d MiB, slopbox's bound for a Dockerfile: refused", MaxDockerfileBytes>>20)
+		}
 		return bl.o.DockerfileContent, nil
 	}
 	name := bl.o.Dockerfile
@@ -290,24 +305,16 @@ func (bl *Builder) dockerfile() ([]byte, error) {
 		return nil, fmt.Errorf("build context: %w", err)
 	}
 	defer root.Close()
-	f, err := root.Open(path.Clean(name))
+	b, err := readBounded(root, path.Clean(name), "Dockerfile", MaxDockerfileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("Dockerfile %s in the build context: %w", name, err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxDockerfileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > MaxDockerfileBytes {
-		return nil, fmt.Errorf("Dockerfile %s is over %d bytes", name, MaxDockerfileBytes)
 	}
 	return b, nil
 }
 
 // from starts a stage.
 func (bl *Builder) from(ctx context.Context, st instructions.Stage, meta map[string]string, done map[string]*stage) (*stage, error) {
-	name, _, err := bl.lex.ProcessWord(st.BaseName, shell.EnvsFromSlice(envList(meta)))
+	name, err := bl.expand(st.BaseName, envList(meta))
 	if err != nil {
 		return nil, err
 	}
@@ -322,7 +329,7 @@ func (bl *Builder) from(ctx context.Context, st instructions.Stage, meta map[str
 	if name == "scratch" {
 		s.cfg = &v1.ConfigFile{OS: "linux", Architecture: image.HostPlatform().Architecture, RootFS: v1.RootFS{Type: "layers"}}
 		s.chain = hash("scratch")
-		return s, nil
+		return s, s.measure()
 	}
 	store := bl.b.Store()
 	img, err := store.Get(name)
@@ -342,7 +349,7 @@ func (bl *Builder) from(ctx context.Context, st instructions.Stage, meta map[str
 	s.cfg.History = slices.Clone(s.cfg.History)
 	s.layers = slices.Clone(img.Layers)
 	s.chain = hash(img.Digest)
-	return s, nil
+	return s, s.measure()
 }
 
 // command runs one instruction of stage s.
@@ -350,10 +357,7 @@ func (bl *Builder) command(ctx context.Context, s *stage, c instructions.Command
 	env := s.expandEnv()
 	if e, ok := c.(instructions.SupportsSingleWordExpansion); ok {
 		if _, isRun := c.(*instructions.RunCommand); !isRun {
-			if err := e.Expand(func(w string) (string, error) {
-				v, _, err := bl.lex.ProcessWord(w, shell.EnvsFromSlice(env))
-				return v, err
-			}); err != nil {
+			if err := e.Expand(func(w string) (string, error) { return bl.expand(w, env) }); err != nil {
 				return err
 			}
 		}
@@ -785,7 +789,7 @@ func ContextFromTar(r io.Reader) (dir string, dockerfile []byte, remove func(), 
 	if !compressed && (len(magic) < 262 || string(magic[257:262]) != "ustar") {
 		b, err := io.ReadAll(io.LimitReader(br, MaxDockerfileBytes+1))
 		if err == nil && len(b) > MaxDockerfileBytes {
-			err = fmt.Errorf("Dockerfile is over %d bytes", MaxDockerfileBytes)
+			err = fmt.Errorf("the Dockerfile is over %d MiB, slopbox's bound for a Dockerfile: refused", MaxDockerfileBytes>>20)
 		}
 		if err != nil {
 			remove()

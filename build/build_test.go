@@ -1,6 +1,7 @@
 package build
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"os"
@@ -163,7 +164,9 @@ func TestBuildRefusesBadInput(t *testing.T) {
 	b := testBackend(t)
 	outside := filepath.Join(searchableTempDir(t), "secret")
 	os.WriteFile(outside, []byte("secret"), 0o644)
-	long := "FROM base\n" + strings.Repeat("ENV X=1\n", 100000)
+	// Long, and within the 4 MiB bound for the image config (whose
+	// history has an entry per line).
+	long := "FROM base\n" + strings.Repeat("ENV X=1\n", 20000)
 	cases := []struct {
 		name, dockerfile, want string
 		link                   bool
@@ -384,5 +387,25 @@ func TestBuildRepeatedLayers(t *testing.T) {
 	}
 	if got := runIn(t, b, "repeated", "0:0", "cat /top /copied"); got != "top\ntop\n" {
 		t.Errorf("run: %q", got)
+	}
+}
+
+// TestBuildAddRefusalSaysWhy: an ADD archive whose entry would be written
+// through one of its own symlinks out of the image is refused with what
+// the layer writer said (it read `cannot parse hash: ":"`: a failed
+// helper call's empty layer hid its error).
+func TestBuildAddRefusalSaysWhy(t *testing.T) {
+	b := testBackend(t)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/etc", Mode: 0o777})
+	tw.WriteHeader(&tar.Header{Name: "l/x", Typeflag: tar.TypeReg, Mode: 0o644, Size: 3})
+	tw.Write([]byte("hi\n"))
+	tw.Close()
+	dir := writeContext(t, map[string]string{"Dockerfile": "FROM base\nADD evil.tar /x/\n", "evil.tar": buf.String()})
+	var out bytes.Buffer
+	_, err := New(b).Build(context.Background(), Options{ContextDir: dir, Tags: []string{"add-refused"}, Out: &out, Network: "none"})
+	if err == nil || strings.Contains(err.Error(), "cannot parse hash") || !strings.Contains(err.Error(), `"x/l" is a symlink to "/etc": path escapes the layer root`) {
+		t.Fatalf("error %v, want the entry and the symlink named\n%s", err, out.String())
 	}
 }

@@ -23,11 +23,11 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/klauspost/compress/gzip"
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
-	"github.com/moby/buildkit/frontend/dockerfile/shell"
 	"github.com/moby/patternmatcher"
 	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/internal/regfile"
 )
 
 // copySpec is a COPY or ADD.
@@ -75,7 +75,7 @@ func (bl *Builder) copy(ctx context.Context, s *stage, c copySpec, done map[stri
 		return fmt.Errorf("build context: %w", err)
 	}
 	defer root.Close()
-	ignore, err := readIgnore(root)
+	ig, err := bl.dockerignore(root)
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func (bl *Builder) copy(ctx context.Context, s *stage, c copySpec, done map[stri
 	h := sha256.New()
 	bw := bufio.NewWriter(tmp)
 	tw := tar.NewWriter(bw)
-	w := &copyWriter{root: root, tw: tw, sum: h, uid: uid, gid: gid, mode: mode, ignore: ignore, layers: s.layers, written: map[string]bool{}}
+	w := &copyWriter{root: root, tw: tw, sum: h, uid: uid, gid: gid, mode: mode, ignore: ig, layers: s.layers, written: map[string]bool{}}
 	for _, pat := range c.sources {
 		if strings.Contains(pat, "://") {
 			return fmt.Errorf("%s: remote sources are not supported by slopbox build", pat)
@@ -122,6 +122,13 @@ func (bl *Builder) copy(ctx context.Context, s *stage, c copySpec, done map[stri
 			}
 			if w.ignored(m) {
 				return fmt.Errorf("COPY failed: %s is excluded by .dockerignore", pat)
+			}
+			// A FIFO, socket or device named as a source is refused: it
+			// has no contents to copy, and reading one would wait on it.
+			// One met in a directory is left out (entry), as BuildKit's
+			// copier leaves them out.
+			if lfi, err := root.Lstat(m); err == nil && !lfi.IsDir() && !lfi.Mode().IsRegular() && lfi.Mode()&fs.ModeSymlink == 0 {
+				return fmt.Errorf("COPY failed: %s is %s, not a file or directory: refused", m, regfile.Kind(lfi.Mode()))
 			}
 			if c.add && fi.Mode().IsRegular() {
 				if ok, err := w.addArchive(m, dest); err != nil {
@@ -165,7 +172,7 @@ func (bl *Builder) commitCopy(ctx context.Context, s *stage, src string, tmp *os
 	}
 	nl, err := store.CommitTar(ctx, s.cfg.RootFS.DiffIDs, tmp, key)
 	if err != nil {
-		return err
+		return fmt.Errorf("writing its layer: %w", err)
 	}
 	s.addLayer(nl, store.LayerDir(nl.DiffID), src)
 	s.chain = key
@@ -178,7 +185,7 @@ func (bl *Builder) commitCopy(ctx context.Context, s *stage, src string, tmp *os
 // --from does) unless --chown is given, and their modes (setuid bits too)
 // unless --chmod is.
 func (bl *Builder) copyFrom(ctx context.Context, s *stage, c copySpec, done map[string]*stage, dest string, dirDest bool, uid, gid int, mode *fs.FileMode) error {
-	from, _, err := bl.lex.ProcessWord(c.from, shell.EnvsFromSlice(s.expandEnv()))
+	from, err := bl.expand(c.from, s.expandEnv())
 	if err != nil {
 		return err
 	}
@@ -360,8 +367,7 @@ type copyWriter struct {
 	sum      stdhash.Hash // of the entries, without their times
 	uid, gid int
 	mode     *fs.FileMode
-	ignore   []string
-	pm       *patternmatcher.PatternMatcher // of ignore, made when first used
+	ignore   *ignoreFile
 	layers   []string
 	written  map[string]bool
 }
@@ -430,7 +436,12 @@ func (w *copyWriter) entry(rel, name string) error {
 	default:
 		return nil // sockets, devices, fifos: not copied
 	}
-	f, err := w.root.OpenFile(rel, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	// Opened without blocking (regfile): a FIFO swapped in after the
+	// Lstat is refused, not waited on.
+	f, err := regfile.OpenIn(w.root, rel)
+	if errors.Is(err, regfile.ErrNotRegular) {
+		return fmt.Errorf("%s changed while being copied", rel)
+	}
 	if err != nil {
 		return explainOutside(err)
 	}
@@ -439,7 +450,7 @@ func (w *copyWriter) entry(rel, name string) error {
 	if err != nil {
 		return err
 	}
-	if !st.Mode().IsRegular() || !os.SameFile(st, fi) {
+	if !os.SameFile(st, fi) {
 		return fmt.Errorf("%s changed while being copied", rel)
 	}
 	hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size()
@@ -459,9 +470,9 @@ func (w *copyWriter) header(hdr *tar.Header) error {
 // addArchive extracts a local tar archive (plain or gzip) for ADD under
 // dest; false when rel is not an archive.
 func (w *copyWriter) addArchive(rel, dest string) (bool, error) {
-	f, err := w.root.Open(rel)
+	f, err := regfile.OpenIn(w.root, rel)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("ADD %s: %w", rel, err)
 	}
 	defer f.Close()
 	br := bufio.NewReader(f)
@@ -498,50 +509,66 @@ func (w *copyWriter) addArchive(rel, dest string) (bool, error) {
 	}
 }
 
-// readIgnore reads .dockerignore's patterns.
-func readIgnore(root *os.Root) ([]string, error) {
-	b, err := root.ReadFile(".dockerignore")
+// ignoreFile is the context's .dockerignore, read once per build.
+type ignoreFile struct {
+	patterns   []string
+	pm         *patternmatcher.PatternMatcher
+	exceptions bool // a "!" pattern re-includes
+}
+
+// dockerignore reads the context's .dockerignore (through root) on the
+// build's first COPY or ADD from the context, and returns it from then on.
+func (bl *Builder) dockerignore(root *os.Root) (*ignoreFile, error) {
+	if bl.ignore != nil {
+		return bl.ignore, nil
+	}
+	ig, err := readIgnore(root)
+	if err != nil {
+		return nil, err
+	}
+	bl.ignore = ig
+	return ig, nil
+}
+
+// readIgnore reads .dockerignore's patterns (at most MaxDockerignoreBytes;
+// a FIFO or device there is refused, not waited on).
+func readIgnore(root *os.Root) (*ignoreFile, error) {
+	b, err := readBounded(root, ".dockerignore", ".dockerignore", MaxDockerignoreBytes)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return &ignoreFile{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf(".dockerignore: %w", err)
 	}
-	var out []string
+	ig := &ignoreFile{}
 	for _, l := range strings.Split(string(b), "\n") {
 		l = strings.TrimSpace(l)
 		if l == "" || strings.HasPrefix(l, "#") {
 			continue
 		}
-		out = append(out, l)
+		ig.patterns = append(ig.patterns, l)
+		ig.exceptions = ig.exceptions || strings.HasPrefix(l, "!")
 	}
-	if _, err := patternmatcher.New(out); err != nil {
-		return nil, fmt.Errorf(".dockerignore: %w", err)
+	if len(ig.patterns) > 0 {
+		if ig.pm, err = patternmatcher.New(ig.patterns); err != nil {
+			return nil, fmt.Errorf(".dockerignore: %w", err)
+		}
 	}
-	return out, nil
+	return ig, nil
 }
 
 // ignored applies .dockerignore as the docker CLI does (moby's
 // patternmatcher: "**" spans directories, "!" re-includes): a path is
 // excluded when it or one of its parents matches.
 func (w *copyWriter) ignored(rel string) bool {
-	if len(w.ignore) == 0 {
+	if w.ignore == nil || w.ignore.pm == nil {
 		return false
 	}
-	if w.pm == nil {
-		pm, err := patternmatcher.New(w.ignore)
-		if err != nil {
-			return false // refused when .dockerignore was read
-		}
-		w.pm = pm
-	}
-	ok, _ := w.pm.MatchesOrParentMatches(path.Clean(rel))
+	ok, _ := w.ignore.pm.MatchesOrParentMatches(path.Clean(rel))
 	return ok
 }
 
-func (w *copyWriter) hasExceptions() bool {
-	return slices.ContainsFunc(w.ignore, func(p string) bool { return strings.HasPrefix(p, "!") })
-}
+func (w *copyWriter) hasExceptions() bool { return w.ignore != nil && w.ignore.exceptions }
 
 func (w *copyWriter) notIgnored(ms []string) []string {
 	var out []string

@@ -23,6 +23,7 @@ import (
 	"github.com/ulikunitz/xz"
 
 	"github.com/slopbox/slopbox/internal/atomicfile"
+	"github.com/slopbox/slopbox/internal/regfile"
 )
 
 // Workspace snapshots (SlopCodeBench's Snapshot.from_directory, reference
@@ -285,12 +286,17 @@ func unwrapPathError(err error) error {
 // open opens the regular file rel, which lstat said fi is; it must still
 // be that file.
 func (w *walker) open(rel string, fi fs.FileInfo) (*os.File, fs.FileInfo, error) {
-	f, err := w.root.Open(rel)
+	// Opened without blocking (regfile): a FIFO swapped in after the walk
+	// saw a file is refused, not waited on.
+	f, err := regfile.OpenIn(w.root, rel)
+	if errors.Is(err, regfile.ErrNotRegular) {
+		return nil, nil, fmt.Errorf("snapshot: %s: changed during the snapshot", filepath.Join(w.root.Name(), rel))
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot: %s: %w", filepath.Join(w.root.Name(), rel), unwrapPathError(err))
 	}
 	now, err := f.Stat()
-	if err == nil && (!now.Mode().IsRegular() || !os.SameFile(fi, now)) {
+	if err == nil && !os.SameFile(fi, now) {
 		err = errors.New("changed during the snapshot")
 	}
 	if err != nil {
@@ -471,7 +477,9 @@ func ReadSnapshot(src string, opts SnapshotOptions) (map[string]*Entry, error) {
 	if fi.IsDir() {
 		return readDir(src, opts)
 	}
-	f, err := os.Open(src)
+	// An archive that is a FIFO (or socket, device) is refused, not
+	// waited on.
+	f, err := regfile.Open(src)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}

@@ -387,6 +387,9 @@ func (s *Store) WriteDerived(cfg *v1.ConfigFile, base []ocispec.Descriptor, adde
 			return "", err
 		}
 	}
+	if len(rawCfg) > MaxConfigBytes {
+		return "", tooLarge("the image config", int64(len(rawCfg)), MaxConfigBytes)
+	}
 	cfgHash := v1.Hash{Algorithm: "sha256", Hex: sha256Hex(rawCfg)}
 	m := ocispec.Manifest{
 		Versioned: imgspecs.Versioned{SchemaVersion: 2},
@@ -403,6 +406,9 @@ func (s *Store) WriteDerived(cfg *v1.ConfigFile, base []ocispec.Descriptor, adde
 	rawMan, err := json.Marshal(m)
 	if err != nil {
 		return "", err
+	}
+	if len(rawMan) > MaxManifestBytes {
+		return "", tooLarge("the image manifest", int64(len(rawMan)), MaxManifestBytes)
 	}
 	manHash := v1.Hash{Algorithm: "sha256", Hex: sha256Hex(rawMan)}
 	if err := s.writeBlob(cfgHash, rawCfg); err != nil {

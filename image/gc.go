@@ -39,7 +39,7 @@ func (s *Store) gcInside() error {
 	diffs := map[string]bool{}
 	for _, d := range idx.Manifests {
 		blobs[d.Digest.Encoded()] = true
-		b, err := os.ReadFile(s.blobPath(v1.Hash{Algorithm: "sha256", Hex: d.Digest.Encoded()}))
+		b, err := s.readBlob(v1.Hash{Algorithm: "sha256", Hex: d.Digest.Encoded()}, "manifest", MaxManifestBytes)
 		if err != nil {
 			return fmt.Errorf("gc: %w", err)
 		}

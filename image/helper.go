@@ -51,6 +51,7 @@ type helperResponse struct {
 
 var sentinels = map[string]error{
 	"not-found": ErrNotFound, "bad-ref": ErrBadRef, "unauthorized": ErrUnauthorized, "bad-archive": ErrBadArchive, "insecure": ErrInsecure,
+	"too-large": ErrTooLarge,
 }
 
 // runHelper performs req in a child inside the user namespace.
@@ -212,7 +213,11 @@ func serveHelper(ctx context.Context, s *Store, req helperRequest, file *os.File
 		} else {
 			nl, err = s.commitTarInside(ctx, req.Parents, file, req.Key)
 		}
-		resp.Layer = &nl
+		if err == nil {
+			// A zero layer does not survive JSON (its hashes are ":"),
+			// and would hide err from the caller.
+			resp.Layer = &nl
+		}
 	case "put-cache", "put-cache-marks":
 		switch {
 		case req.Layer == nil:

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/slopbox/slopbox/internal/regfile"
 	"github.com/slopbox/slopbox/internal/userns"
 )
 
@@ -54,8 +55,12 @@ func (s *Store) Load(ctx context.Context, path string) ([]string, error) {
 		return s.loadInside(ctx, abs)
 	}
 	// Hand the helper an open file: as root, the namespace's root may not be
-	// allowed to open it by name.
-	f, err := os.Open(abs)
+	// allowed to open it by name. A FIFO (or socket, or device) is refused
+	// rather than waited on: an archive is read in several passes.
+	f, err := regfile.Open(abs)
+	if errors.Is(err, regfile.ErrNotRegular) {
+		return nil, fmt.Errorf("load: %w (to load a stream, pipe it in: slopbox load < %s)", err, path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load: %w", err)
 	}
@@ -74,7 +79,7 @@ func (s *Store) loadInside(ctx context.Context, path string, file ...*os.File) (
 	var imgs []namedImage
 	var err error
 	if len(file) == 0 {
-		f, err := os.Open(path)
+		f, err := regfile.Open(path)
 		if err != nil {
 			return nil, fmt.Errorf("load: %w", err)
 		}
@@ -147,6 +152,13 @@ func sniffArchive(opener tarball.Opener) (string, error) {
 }
 
 func (s *Store) fromDockerArchive(opener tarball.Opener) ([]namedImage, error) {
+	// go-containerregistry reads manifest.json and each config whole:
+	// their sizes in the archive are checked first.
+	if n, err := tarEntrySize(opener, "manifest.json"); err != nil {
+		return nil, err
+	} else if n > MaxManifestBytes {
+		return nil, tooLarge("the archive's manifest.json", n, MaxManifestBytes)
+	}
 	m, err := tarball.LoadManifest(opener)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadArchive, err)
@@ -163,6 +175,11 @@ func (s *Store) fromDockerArchive(opener tarball.Opener) ([]namedImage, error) {
 			names = append(names, r.Name())
 			tag = &r
 		}
+		if n, err := tarEntrySize(opener, d.Config); err != nil {
+			return nil, err
+		} else if n > MaxConfigBytes {
+			return nil, tooLarge("the archive's config "+d.Config, n, MaxConfigBytes)
+		}
 		img, err := tarball.Image(opener, tag)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrBadArchive, err)
@@ -176,6 +193,14 @@ func (s *Store) fromDockerArchive(opener tarball.Opener) ([]namedImage, error) {
 }
 
 func (s *Store) fromLayout(dir string) ([]namedImage, error) {
+	// go-containerregistry reads index.json, manifests and configs whole:
+	// their sizes on disk are checked first.
+	if err := checkLayoutFile(dir, "index.json", "the layout's index.json", MaxManifestBytes); err != nil {
+		return nil, err
+	}
+	manifest := func(h v1.Hash) error {
+		return checkLayoutFile(dir, blobRel(h), "the layout's manifest "+h.String(), MaxManifestBytes)
+	}
 	idx, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadArchive, err)
@@ -186,6 +211,9 @@ func (s *Store) fromLayout(dir string) ([]namedImage, error) {
 	}
 	var out []namedImage
 	for _, d := range im.Manifests {
+		if err := manifest(d.Digest); err != nil {
+			return nil, err
+		}
 		if d.MediaType.IsIndex() {
 			child, err := idx.ImageIndex(d.Digest)
 			if err != nil {
@@ -201,9 +229,12 @@ func (s *Store) fromLayout(dir string) ([]namedImage, error) {
 			found := false
 			for _, c := range cm.Manifests {
 				if c.Platform == nil || c.Platform.Satisfies(HostPlatform()) {
+					if err := manifest(c.Digest); err != nil {
+						return nil, err
+					}
 					img, err := child.Image(c.Digest)
 					if err == nil {
-						err = verifyImage(img, c.Digest)
+						err = verifyImage(img, c.Digest, dir)
 					}
 					if err != nil {
 						return nil, err
@@ -220,7 +251,10 @@ func (s *Store) fromLayout(dir string) ([]namedImage, error) {
 		}
 		img, err := idx.Image(d.Digest)
 		if err == nil {
-			err = verifyImage(img, d.Digest)
+			err = verifyImage(img, d.Digest, dir)
+		}
+		if errors.Is(err, ErrTooLarge) {
+			return nil, err
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrBadArchive, err)
@@ -231,15 +265,22 @@ func (s *Store) fromLayout(dir string) ([]namedImage, error) {
 }
 
 // verifyImage checks an OCI layout image's manifest bytes against the
-// digest that names them, and its config against the manifest (layers are
-// checked as they are stored). go-containerregistry's layout reader
-// trusts the files it is given.
-func verifyImage(img v1.Image, want v1.Hash) error {
+// digest that names them, and its config (in layout dir, under
+// MaxConfigBytes) against the manifest (layers are checked as they are
+// stored). go-containerregistry's layout reader trusts the files it is
+// given.
+func verifyImage(img v1.Image, want v1.Hash, dir string) error {
 	if err := verifyRaw(img.RawManifest, want, "manifest"); err != nil {
 		return err
 	}
 	m, err := img.Manifest()
 	if err != nil {
+		return err
+	}
+	if m.Config.Size > MaxConfigBytes {
+		return tooLarge("the layout's config "+m.Config.Digest.String(), m.Config.Size, MaxConfigBytes)
+	}
+	if err := checkLayoutFile(dir, blobRel(m.Config.Digest), "the layout's config "+m.Config.Digest.String(), MaxConfigBytes); err != nil {
 		return err
 	}
 	return verifyRaw(img.RawConfigFile, m.Config.Digest, "config")
@@ -343,6 +384,11 @@ func (s *Store) Save(refs []string, w io.Writer) error {
 		if err != nil {
 			return err
 		}
+		// The layout reader reads the manifest and config whole: their
+		// sizes are checked first.
+		if _, _, err := s.manifest(d.Digest.String()); err != nil {
+			return fmt.Errorf("save %s: %w", ref, err)
+		}
 		h, err := v1.NewHash(d.Digest.String())
 		if err != nil {
 			return err
@@ -379,7 +425,14 @@ func tarTree(dir string, w io.Writer) error {
 		if !d.IsDir() && !d.Type().IsRegular() {
 			return fmt.Errorf("%w: unexpected %s in an OCI layout", ErrBadArchive, rel)
 		}
-		f, err := root.Open(rel)
+		// A file is opened without blocking (regfile): a FIFO swapped in
+		// is refused, not waited on.
+		var f *os.File
+		if d.IsDir() {
+			f, err = root.Open(rel)
+		} else if f, err = regfile.OpenIn(root, rel); errors.Is(err, regfile.ErrNotRegular) {
+			return fmt.Errorf("%w: %s changed while being read", ErrBadArchive, rel)
+		}
 		if err != nil {
 			return err
 		}

@@ -33,7 +33,7 @@ func (s *Store) remoteOptions(ctx context.Context) []remote.Option {
 		remote.WithContext(ctx),
 		remote.WithAuthFromKeychain(authn.DefaultKeychain),
 		remote.WithPlatform(HostPlatform()),
-		remote.WithTransport(&httpPolicy{base: stallGuard{base: tr, timeout: cmp.Or(s.stall, DefaultStallTimeout)}, insecure: s.insecure}),
+		remote.WithTransport(&httpPolicy{base: manifestLimit{stallGuard{base: tr, timeout: cmp.Or(s.stall, DefaultStallTimeout)}}, insecure: s.insecure}),
 		remote.WithRetryBackoff(remote.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 4}),
 		remote.WithUserAgent("slopbox"),
 	}
@@ -93,7 +93,10 @@ func (s *Store) pullInside(ctx context.Context, r name.Reference) error {
 	}
 	img, err := desc.Image()
 	if err != nil {
-		return fmt.Errorf("pull %s: %w", r, err)
+		return explainRemote(r, err)
+	}
+	if err := checkConfigSize(img); err != nil {
+		return explainRemote(r, err)
 	}
 	cfg, err := img.ConfigFile()
 	if err != nil {

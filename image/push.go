@@ -39,6 +39,11 @@ func (s *Store) Push(ctx context.Context, ref, dest string, updates func(PushUpd
 	if err != nil {
 		return "", err
 	}
+	// The layout reader reads the manifest and config whole: their sizes
+	// are checked first.
+	if _, _, err := s.manifest(d.Digest.String()); err != nil {
+		return "", fmt.Errorf("push %s: %w", ref, err)
+	}
 	p, err := layout.FromPath(s.path("oci"))
 	if err != nil {
 		return "", err

@@ -299,7 +299,8 @@ func (s *Store) List() ([]Summary, error) {
 	for _, d := range idx.Manifests {
 		m, cfg, err := s.manifest(d.Digest.String())
 		if err != nil {
-			return nil, err
+			name := d.Annotations[AnnotationRefName]
+			return nil, fmt.Errorf("image %s: %w (remove it: slopbox rmi %s)", name, err, DockerName(name))
 		}
 		var size int64
 		for _, l := range m.Layers {
@@ -352,9 +353,9 @@ func (s *Store) manifest(digest string) (*ocispec.Manifest, *v1.ConfigFile, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := os.ReadFile(s.blobPath(h))
+	b, err := s.readBlob(h, "manifest", MaxManifestBytes)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read manifest %s: %w", digest, err)
+		return nil, nil, err
 	}
 	var m ocispec.Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
@@ -364,12 +365,11 @@ func (s *Store) manifest(digest string) (*ocispec.Manifest, *v1.ConfigFile, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := os.Open(s.blobPath(ch))
+	cb, err := s.readBlob(ch, "config", MaxConfigBytes)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read config %s: %w", ch, err)
+		return nil, nil, err
 	}
-	defer f.Close()
-	cfg, err := v1.ParseConfigFile(f)
+	cfg, err := v1.ParseConfigFile(bytes.NewReader(cb))
 	if err != nil {
 		return nil, nil, fmt.Errorf("parse config %s: %w", ch, err)
 	}
@@ -558,7 +558,7 @@ func (s *Store) containerConfig(m *ocispec.Manifest) *v1.Config {
 	if err != nil {
 		return nil
 	}
-	b, err := os.ReadFile(s.blobPath(h))
+	b, err := s.readBlob(h, "config", MaxConfigBytes)
 	if err != nil {
 		return nil
 	}

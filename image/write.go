@@ -45,6 +45,26 @@ func (s *Store) writeImage(ctx context.Context, img v1.Image, names []string, so
 		s.logf("warning: cleaning stale staging files: %v", err)
 	}
 
+	// The config and manifest are read (and bounded) first: an image
+	// refused for them leaves no layer behind. Every source checked their
+	// sizes before reading them; this holds whatever the source.
+	if err := checkConfigSize(img); err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	rawCfg, err := img.RawConfigFile()
+	if err != nil {
+		return ocispec.Descriptor{}, fmt.Errorf("read image config: %w", err)
+	}
+	rawMan, err := img.RawManifest()
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	if len(rawCfg) > MaxConfigBytes {
+		return ocispec.Descriptor{}, tooLarge("the image config", int64(len(rawCfg)), MaxConfigBytes)
+	}
+	if len(rawMan) > MaxManifestBytes {
+		return ocispec.Descriptor{}, tooLarge("the image manifest", int64(len(rawMan)), MaxManifestBytes)
+	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("read image config: %w", err)
@@ -79,19 +99,11 @@ func (s *Store) writeImage(ctx context.Context, img v1.Image, names []string, so
 		return ocispec.Descriptor{}, err
 	}
 
-	rawCfg, err := img.RawConfigFile()
-	if err != nil {
-		return ocispec.Descriptor{}, err
-	}
 	cfgName, err := img.ConfigName()
 	if err != nil {
 		return ocispec.Descriptor{}, err
 	}
 	if err := s.writeBlob(cfgName, rawCfg); err != nil {
-		return ocispec.Descriptor{}, err
-	}
-	rawMan, err := img.RawManifest()
-	if err != nil {
 		return ocispec.Descriptor{}, err
 	}
 	manDigest, err := img.Digest()

@@ -14,6 +14,9 @@ import (
 // (archive.WriteLayer), never by name. Rootless, a sandbox whose user has
 // a nested id mapping is refused: its files' owners are not the image's.
 func (s *Sandbox) WithUpperDir(noPause bool, f func(upper string) error) (err error) {
+	if s.rec.Limits.RootfsBytes > 0 {
+		return fmt.Errorf("%s was started with --storage-opt size=%d: its writable layer is a size-limited tmpfs that only the sandbox sees (and that goes at stop), which the host cannot read: start it without --storage-opt size to commit it", cmpName(s.rec), s.rec.Limits.RootfsBytes)
+	}
 	if s.rec.MapKey != "" {
 		return fmt.Errorf("commit %s: its user %d has an id mapping of its own (rootless, not root): slopbox cannot commit it; run it as root (--user 0) to commit", cmpName(s.rec), s.rec.User.UID)
 	}

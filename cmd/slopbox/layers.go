@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/internal/atomicfile"
+	"github.com/slopbox/slopbox/internal/regfile"
 )
 
 func diffCmd() *cobra.Command {
@@ -129,7 +131,12 @@ func importCmd() *cobra.Command {
 			}
 			var r io.Reader = os.Stdin
 			if args[0] != "-" {
-				f, err := os.Open(args[0])
+				// A FIFO is refused, not waited on: a stream is piped
+				// in as -.
+				f, err := regfile.Open(args[0])
+				if errors.Is(err, regfile.ErrNotRegular) {
+					err = fmt.Errorf("import: %w (to import a stream, pipe it in: slopbox import - < %s)", err, args[0])
+				}
 				if err != nil {
 					return &exitError{code: 1, err: err}
 				}

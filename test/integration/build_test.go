@@ -166,6 +166,24 @@ func TestCommit(t *testing.T) {
 	}
 }
 
+// TestCommitUnderStorageOptSaysWhy: a sandbox started with --storage-opt
+// size= keeps its writable layer on a tmpfs only it sees; commit said
+// only "image store helper failed: exit status 1" (the helper's empty
+// layer hid its error). It now names the flag and what to do.
+func TestCommitUnderStorageOptSaysWhy(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	e.must("run", "-d", "--name", "sized", "--storage-opt", "size=10m", e.ref, "sleep", "1000")
+	out, code := e.run("", "commit", "sized", "sized-img")
+	if code == 0 || strings.Contains(out, "exit status") || !strings.Contains(out, "started with --storage-opt size=10485760") || !strings.Contains(out, "start it without --storage-opt size to commit it") {
+		t.Errorf("commit of a sandbox with --storage-opt size: exit %d: %s", code, out)
+	}
+	if _, code := e.run("", "image", "inspect", "sized-img"); code == 0 {
+		t.Error("the refused commit made an image")
+	}
+	e.must("rm", "-f", "sized")
+}
+
 // imageDigest is the manifest digest slopbox image inspect shows.
 func (e *env) imageDigest(ref string) string {
 	e.t.Helper()
