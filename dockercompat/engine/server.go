@@ -393,7 +393,7 @@ func statusOf(err error) int {
 		return http.StatusForbidden
 	case errors.Is(err, sandbox.ErrNameInUse), errors.Is(err, sandbox.ErrVolumeInUse):
 		return http.StatusConflict
-	case errors.Is(err, backend.ErrUnsafe), errors.Is(err, oci.ErrBadMount), errors.Is(err, oci.ErrMountNotAllowed),
+	case errors.Is(err, backend.ErrUnsafe), errors.Is(err, image.ErrTooLarge), errors.Is(err, oci.ErrBadMount), errors.Is(err, oci.ErrMountNotAllowed),
 		errors.Is(err, oci.ErrMountInWorkdir), errors.Is(err, errBadRequest), errors.Is(err, backend.ErrInvalidValue),
 		errors.Is(err, backend.ErrInvalidLimit), errors.Is(err, backend.ErrInvalidTimeout), errors.Is(err, backend.ErrUnmappedUser),
 		errors.Is(err, sandbox.ErrVolumeName):
