@@ -87,7 +87,8 @@ func openSource(src string) (int, error) {
 // Docker's -v does: component by component from /, each opened with no
 // symlink followed and each missing one made beneath its parent's
 // descriptor, so that a name a sandbox swaps cannot lead the creation
-// elsewhere. An existing src is left as it is.
+// elsewhere. An existing src is left as it is, a directory or not (a
+// file, a unix socket: Docker's -v mounts it as it is).
 func mkdirSource(src string) error {
 	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -95,11 +96,15 @@ func mkdirSource(src string) error {
 	}
 	defer func() { unix.Close(fd) }()
 	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
-	for _, name := range strings.Split(strings.Trim(filepath.Clean(src), "/"), "/") {
+	names := strings.Split(strings.Trim(filepath.Clean(src), "/"), "/")
+	for i, name := range names {
 		if name == "" {
 			continue
 		}
 		next, err := unix.Openat2(fd, name, how)
+		if errors.Is(err, unix.ENOTDIR) && i == len(names)-1 {
+			return nil // there, not a directory: opening the source takes it
+		}
 		if errors.Is(err, unix.ENOENT) {
 			if err := unix.Mkdirat(fd, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
 				return err
