@@ -203,6 +203,18 @@ type Mount struct {
 	// directory (and its missing parents, mode 0755, as the caller),
 	// as Docker does for -v and HostConfig.Binds (not for --mount).
 	CreateMissing bool
+	// Flag is the option that asked for the mount as the user wrote it
+	// (--mount type=bind,src=/a,dst=/b), for the errors that name it;
+	// "" for -v SOURCE:TARGET.
+	Flag string
+}
+
+// FlagName is how m was asked for: its Flag, or -v SOURCE:TARGET.
+func (m Mount) FlagName() string {
+	if m.Flag != "" {
+		return m.Flag
+	}
+	return "-v " + m.Source + ":" + m.Target
 }
 
 // StaticAsset is a host path published read-only at /static/<SavePath>.

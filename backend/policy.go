@@ -70,7 +70,7 @@ func CheckMountSource(m Mount, unsafe []string) error {
 			if src != paths[0] {
 				via = " through the symlink " + m.Source
 			}
-			return fmt.Errorf("%w: mounting the host's %s%s (-v %s:%s) exposes the host to the sandbox; allow it explicitly with --allow-unsafe mount=%s", ErrUnsafe, p, via, m.Source, m.Target, p)
+			return fmt.Errorf("%w: mounting the host's %s%s (%s) exposes the host to the sandbox; allow it explicitly with --allow-unsafe mount=%s", ErrUnsafe, p, via, m.FlagName(), p)
 		}
 		// Only root hands over (rootless, the caller's files are its own).
 		if m.HandOver && !m.ReadOnly && os.Geteuid() == 0 {

@@ -101,6 +101,18 @@ type MountOption struct {
 	TmpfsSize            string // tmpfs-size, a go-units size
 }
 
+// flag is the option that asked for bind mount m, as the errors name it:
+// the same from the CLI's --mount (src= and dst= spelt source= and
+// target=) and from the Engine API's HostConfig.Mounts, which docker's
+// --mount sends.
+func (m MountOption) flag() string {
+	f := "--mount type=bind,source=" + m.Source + ",target=" + m.Target
+	if m.ReadOnly {
+		f += ",readonly"
+	}
+	return f
+}
+
 // ToSpawnSpec checks the options and turns them into a SpawnSpec. The
 // warnings are what Docker warns of on create (the CLI prints them, the
 // Engine API returns them in Warnings); the notes are slopbox's advice.
@@ -209,7 +221,7 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 			if m.Source == "" || m.Target == "" {
 				return s, nil, nil, backend.InvalidValue("mount %s:%s: a bind mount needs a source and a target", m.Source, m.Target)
 			}
-			s.Mounts = append(s.Mounts, backend.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+			s.Mounts = append(s.Mounts, backend.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly, Flag: m.flag()})
 		case "volume":
 			if m.Target == "" {
 				return s, nil, nil, backend.InvalidValue("mount %s: a volume mount needs a target", m.Source)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +34,8 @@ import (
 //   - holds the command's stdin open with -i, so a shell waits for input
 //     rather than exiting at once (docker run -di);
 //   - forwards the signals sent to it to the command (Signal);
+//   - answers a reader of the log once what the command has written so
+//     far is in it (syncLog), before it reads;
 //   - once the command has ended, execs this program (monitorMain), which
 //     records its exit status (exitFile) and then stops the sandbox, as a
 //     docker container stops when its main process exits (and removes it
@@ -46,6 +49,8 @@ const (
 	// monitorReady holds the monitor's pid once it forwards signals:
 	// until it has blocked them, a signal would end it.
 	monitorReady = "monitor.ready"
+	// monitorSocket is where the monitor answers syncLog.
+	monitorSocket = "monitor.sock"
 )
 
 func init() {
@@ -248,10 +253,16 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 		conn.kill(syscall.SIGKILL)
 		return fmt.Errorf("start the sandbox's monitor: %w (%s)", err, fdEvidence(mon))
 	}
-	if start, _, ok := procStart(m.Process.Pid); ok {
-		writePidFile(filepath.Join(s.dir, monitorFile), m.Process.Pid, start)
+	pid := m.Process.Pid
+	if start, _, ok := procStart(pid); ok {
+		writePidFile(filepath.Join(s.dir, monitorFile), pid, start)
 	}
 	reapWhenDone(m.Process) // a long-lived caller (serve) reaps it
+	// The command runs, and writes into the pipes, before its monitor:
+	// start returns once the monitor reads them and answers syncLog, so
+	// that a reader of the log right after (docker start, then logs)
+	// finds what the command has written.
+	s.awaitMonitorReady(pid)
 	touch(filepath.Join(s.dir, socketFile))
 	started = true
 	return nil
@@ -463,21 +474,11 @@ func (s *Sandbox) Signal(sig syscall.Signal) error {
 	if !ok || !s.Running() {
 		return fmt.Errorf("sandbox %s: %w (it was created without one, or its command has exited); kill without -s stops it", s.rec.Name, ErrNoMainCommand)
 	}
-	// The monitor forwards sig once it has set itself up (a few ms after
-	// run -d returns): until then the signal would end it instead.
-	ready := func() bool {
-		b, err := os.ReadFile(filepath.Join(s.dir, monitorReady))
-		return err == nil && string(b) == strconv.Itoa(pid)
-	}
-	// It is waited for as long as it lives, within a bound that only a
-	// stuck monitor reaches (a loaded host can delay its set-up by
-	// seconds), checking more slowly as time goes on.
-	wait := time.Millisecond
-	for deadline := time.Now().Add(60 * time.Second); !ready(); time.Sleep(wait) {
-		if _, alive := monitorPid(s.dir); !alive || time.Now().After(deadline) {
-			return fmt.Errorf("sandbox %s: its monitor (pid %d) is not ready for signals", s.rec.Name, pid)
-		}
-		wait = min(2*wait, 20*time.Millisecond)
+	// The monitor forwards sig once it has set itself up (start waits for
+	// that, but another process may be starting it now): until then the
+	// signal would end it instead.
+	if !s.awaitMonitorReady(pid) {
+		return fmt.Errorf("sandbox %s: its monitor (pid %d) is not ready for signals", s.rec.Name, pid)
 	}
 	if err := syscall.Kill(pid, sig); err != nil {
 		return err
@@ -488,6 +489,70 @@ func (s *Sandbox) Signal(sig syscall.Signal) error {
 		return s.Unpause()
 	}
 	return nil
+}
+
+// awaitMonitorReady waits until the monitor pid has set itself up
+// (monitor.ready): it forwards signals and answers syncLog. It is waited
+// for as long as it lives, within a bound that only a stuck monitor
+// reaches (a loaded host can delay its set-up by seconds), checking more
+// slowly as time goes on. It reports whether the monitor is ready.
+func (s *Sandbox) awaitMonitorReady(pid int) bool {
+	ready := func() bool {
+		b, err := os.ReadFile(filepath.Join(s.dir, monitorReady))
+		return err == nil && string(b) == strconv.Itoa(pid)
+	}
+	wait := time.Millisecond
+	for deadline := time.Now().Add(60 * time.Second); !ready(); time.Sleep(wait) {
+		if p, alive := monitorPid(s.dir); !alive || p != pid || time.Now().After(deadline) {
+			return false
+		}
+		wait = min(2*wait, 20*time.Millisecond)
+	}
+	return true
+}
+
+// syncWait bounds how long syncLog waits for the monitor's answer: only a
+// monitor stopped (SIGSTOP) or stuck reaches it; one rotating the log
+// answers within readerGrace.
+const syncWait = readerGrace + 3*time.Second
+
+// syncLog returns once the command's output so far is in the log of the
+// sandbox in dir: the monitor (monitor.c) reads the command's pipes as
+// the command writes, but a moment later, and a reader right after the
+// command wrote (docker start, then logs) would find the log without it.
+// The monitor closes a connection to its socket once it has logged what
+// was in the pipes when it was made. With no monitor running (the
+// command has exited, and its output is all in the log), or a socket not
+// the monitor's (a peer that is not the monitor pid: something else put
+// there), it returns at once. It reports whether the monitor answered.
+func syncLog(dir string) bool {
+	pid, alive := monitorPid(dir)
+	if !alive {
+		return false
+	}
+	var c *net.UnixConn
+	err := viaShortPath(filepath.Join(dir, monitorSocket), func(addr string) (err error) {
+		c, err = net.DialUnix("unix", nil, &net.UnixAddr{Name: addr, Net: "unix"})
+		return err
+	})
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *unix.Ucred
+	raw.Control(func(fd uintptr) {
+		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err != nil || int(cred.Pid) != pid {
+		return false
+	}
+	c.SetReadDeadline(time.Now().Add(syncWait))
+	_, err = io.Copy(io.Discard, c) // until the monitor closes it
+	return err == nil
 }
 
 // monitorPid is the pid of the monitor of the sandbox in dir, if it runs.
@@ -667,6 +732,7 @@ func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writ
 		_, err := io.WriteString(w, l.Log)
 		return err
 	}
+	syncLog(s.dir)
 	path := filepath.Join(s.dir, logFile)
 	// The current file is opened first, so that nothing written while the
 	// one before is read is missed.
@@ -1067,6 +1133,7 @@ type OutputFollower struct {
 // before the next run starts (docker run attaches before it starts). The
 // open log stays readable when an AutoRemove sandbox goes with its command.
 func (s *Sandbox) FollowOutput() (*OutputFollower, error) {
+	syncLog(s.dir) // what Replay writes is all the command has written
 	path := filepath.Join(s.dir, logFile)
 	f, err := openLogFile(path, os.O_CREATE)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -658,4 +659,177 @@ func TestReplayThenFollow(t *testing.T) {
 			t.Errorf("rotated after following began %v: followed %q %q, want \"e\\nd\\n\"", rotateAfter, followed.String(), followedErr.String())
 		}
 	}
+}
+
+// TestSyncLogHasWhatWasWritten: once syncLog returns, the log holds all
+// that the command had written before it was called, a partial line too,
+// although the monitor reads the pipes a moment after the command writes:
+// 2000 rounds of a write then a read of the log at once, none missing a
+// byte.
+func TestSyncLogHasWhatWasWritten(t *testing.T) {
+	bin, root := testMonitor(t)
+	r := startMonitor(t, bin, root, "", "pipes")
+	r.waitReady()
+	pid := r.cmd.Process.Pid
+	start, _, ok := procStart(pid)
+	if !ok {
+		t.Fatal("no start time for the monitor")
+	}
+	if err := writePidFile(filepath.Join(r.dir, monitorFile), pid, start); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(r.dir, logFile), os.O_RDONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var off int64
+	missing := 0
+	for i := range 2000 {
+		want := map[string]string{"stdout": fmt.Sprintf("out %d\n", i), "stderr": fmt.Sprintf("err %d\n", i)}
+		if i%3 == 0 {
+			want["stdout"] = fmt.Sprintf("partial %d", i) // no newline: the monitor logs what it has
+		}
+		r.out.WriteString(want["stdout"])
+		r.err.WriteString(want["stderr"])
+		if !syncLog(r.dir) {
+			t.Fatalf("round %d: the monitor did not answer syncLog", i)
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, fi.Size()-off)
+		if _, err := f.ReadAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+		off = fi.Size()
+		got := map[string]string{}
+		for line := range bytes.Lines(b) {
+			var l logLine
+			if err := json.Unmarshal(line, &l); err != nil {
+				t.Fatalf("round %d: log record %q: %v", i, line, err)
+			}
+			got[l.Stream] += l.Log
+		}
+		if got["stdout"] != want["stdout"] || got["stderr"] != want["stderr"] {
+			if missing++; missing <= 5 {
+				t.Errorf("round %d: the log after syncLog has %q, want %q", i, got, want)
+			}
+		}
+	}
+	if missing > 0 {
+		t.Errorf("%d of 2000 rounds found the log without what was written before syncLog", missing)
+	}
+	// A socket put in its place, by whoever may write the state directory,
+	// is not waited for: its peer is not the monitor.
+	sock := filepath.Join(r.dir, monitorSocket)
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	impostor, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer impostor.Close()
+	go func() {
+		for {
+			c, err := impostor.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open: an answer never comes
+		}
+	}()
+	if syncLog(r.dir) {
+		t.Error("syncLog took a socket that is not the monitor's for its answer")
+	}
+	r.exit(0)
+	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s once the monitor has ended: %v, want it removed", monitorSocket, err)
+	}
+}
+
+// TestStartThenLogs: what the main command has written is in its log
+// when read at once, through Logs and through FollowOutput's Replay
+// (docker logs, attach with logs=1), from the command's first line right
+// after Start: 10 sandboxes started, 200 rounds each. In each round the
+// command writes a line to stdout and one to stderr, then says so
+// through a fifo in the workspace, and the log is read as soon as it has.
+func TestStartThenLogs(t *testing.T) {
+	b, ref := testBackend(t)
+	ws := workspaceDir(t)
+	for _, name := range []string{"go", "ack"} {
+		if err := unix.Mkfifo(filepath.Join(ws, name), 0o666); err != nil {
+			t.Fatal(err)
+		}
+		// As root the sandbox's root is an unprivileged host id.
+		if err := os.Chmod(filepath.Join(ws, name), 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := `i=0; while read x < /workspace/go; do echo "out $i"; echo "err $i" >&2; echo $i > /workspace/ack; i=$((i+1)); done`
+	const starts, rounds = 10, 200
+	missing := 0
+	for n := range starts {
+		sb, err := b.Create(context.Background(), backend.SpawnSpec{Image: ref, DisableSetup: true, Workspace: ws}, []string{"sh", "-c", script})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sb.Cleanup() })
+		if err := sb.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for i := range rounds {
+			// Bounded: a command that has died would leave these blocked.
+			var ack []byte
+			done := make(chan error, 1)
+			go func() {
+				err := os.WriteFile(filepath.Join(ws, "go"), []byte("\n"), 0)
+				if err == nil {
+					ack, err = os.ReadFile(filepath.Join(ws, "ack"))
+				}
+				done <- err
+			}()
+			select {
+			case err = <-done:
+			case <-time.After(fixtures.Patience()):
+				log, _ := os.ReadFile(filepath.Join(sb.dir, logFile))
+				t.Fatalf("start %d round %d: the command did not answer; its log:\n%s", n, i, log)
+			}
+			if err != nil || strings.TrimSpace(string(ack)) != strconv.Itoa(i) {
+				t.Fatalf("start %d round %d: the command acknowledged %q (%v)", n, i, ack, err)
+			}
+			var stdout, stderr strings.Builder
+			if i%2 == 0 {
+				err = sb.Logs(context.Background(), LogOptions{Tail: 2}, &stdout, &stderr)
+			} else {
+				var o *OutputFollower
+				if o, err = sb.FollowOutput(); err == nil {
+					err = o.Replay(&stdout, &stderr)
+					o.Close()
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantOut, wantErr := fmt.Sprintf("out %d\n", i), fmt.Sprintf("err %d\n", i)
+			if !strings.HasSuffix(stdout.String(), wantOut) || !strings.HasSuffix(stderr.String(), wantErr) {
+				if missing++; missing <= 5 {
+					t.Errorf("start %d round %d: the log read at once ends with %q and %q, want %q and %q", n, i, lastLine(stdout.String()), lastLine(stderr.String()), wantOut, wantErr)
+				}
+			}
+		}
+		if err := sb.Cleanup(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if missing > 0 {
+		t.Errorf("%d of %d rounds read the log without what the command had written", missing, starts*rounds)
+	}
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSuffix(s, "\n")
+	return s[strings.LastIndex(s, "\n")+1:]
 }

@@ -88,13 +88,17 @@ func openSource(src string) (int, error) {
 // Docker's -v does: component by component from /, each opened with no
 // symlink followed and each missing one made beneath its parent's
 // descriptor (atomicfile.MkdirAll), so that a name a sandbox swaps cannot
-// lead the creation elsewhere. An existing src is left as it is.
+// lead the creation elsewhere. An existing src is left as it is, a
+// directory or not (a file, a unix socket: Docker's -v mounts it as it is).
 func mkdirSource(src string) error {
 	err := atomicfile.MkdirAll(src, 0o755)
 	if _, ok := errors.AsType[*atomicfile.SymlinkError](err); ok {
 		// A symlink on the way: nothing is made through it, and
 		// opening the source refuses it, naming where it leads.
 		return nil
+	}
+	if e, ok := errors.AsType[*atomicfile.NotDirError](err); ok && e.Path == filepath.Clean(src) {
+		return nil // there, not a directory: opening the source takes it
 	}
 	return err
 }

@@ -350,7 +350,7 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 		// the others): a refused request creates nothing on the host.
 		if m.CreateMissing && filepath.IsAbs(m.Source) && oci.WithinAny(filepath.Clean(m.Source), spec.AllowedMountRoots) {
 			if err := mkdirSource(m.Source); err != nil {
-				return nil, nil, fmt.Errorf("create the missing mount source %s: %w", m.Source, err)
+				return nil, nil, fmt.Errorf("%s: the source %s does not exist, and cannot be made a directory: %w", m.FlagName(), m.Source, err)
 			}
 		}
 		plan.Extra = append(plan.Extra, oci.BindSource{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
@@ -366,10 +366,12 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 	if !spec.NoWorkspaceMount {
 		handOver[path.Clean(workdir)] = true
 	}
+	flags := map[string]string{} // how each was asked for, for the refusal
 	for _, m := range spec.Mounts {
 		if m.HandOver {
 			handOver[path.Clean(m.Target)] = true
 		}
+		flags[path.Clean(m.Target)] = m.Flag
 	}
 	byDest := map[string]fileID{}
 	for _, m := range ms {
@@ -379,7 +381,7 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 		}
 		byDest[m.Destination] = id
 		// Again on what is mounted: the resolved source.
-		bm := backend.Mount{Source: m.Source, Target: m.Destination, ReadOnly: slices.Contains(m.Options, "ro"), HandOver: handOver[m.Destination]}
+		bm := backend.Mount{Source: m.Source, Target: m.Destination, ReadOnly: slices.Contains(m.Options, "ro"), HandOver: handOver[m.Destination], Flag: flags[m.Destination]}
 		if err := backend.CheckMountSource(bm, spec.Unsafe); err != nil {
 			return nil, nil, err
 		}

@@ -1,17 +1,25 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/internal/reexec"
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // TestVolumeRemoveRacingSymlink: removing a volume whose data a sandbox
@@ -116,5 +124,80 @@ func TestVolumeRemoveUnmountsNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(mnt, "host")); err != nil {
 		t.Errorf("the host's mount behind the volume's ws symlink was detached: %v", err)
+	}
+}
+
+// unixDialProbe, run in a sandbox, writes hello to the unix socket at
+// its argument.
+const unixDialProbe = "sandbox-test-unix-dial"
+
+func init() {
+	reexec.Register(unixDialProbe, func() int {
+		c, err := net.Dial("unix", os.Args[1])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, "hello\n"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
+	})
+}
+
+// TestBindMountOfASocket: -v of an existing unix socket (a host agent's,
+// /var/run/docker.sock-like) mounts it as it is, as Docker's -v does: it
+// is not taken for a missing directory to create, and a client in the
+// sandbox reaches the host's listener through it. A source under a
+// regular file still says why it cannot be made, naming the -v.
+func TestBindMountOfASocket(t *testing.T) {
+	b, ref := testBackend(t)
+	exe := probeBinary(t)
+	dir := searchableTempDir(t)
+	sock := filepath.Join(dir, "agent.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// As root the sandbox's root is an unprivileged host id: it may connect.
+	if err := os.Chmod(sock, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		b, _ := io.ReadAll(c)
+		got <- string(b)
+	}()
+	sb := spawnT(t, b, backend.SpawnSpec{Image: ref, DisableSetup: true,
+		Mounts: []backend.Mount{{Source: sock, Target: "/s", CreateMissing: true}, {Source: exe, Target: "/probe", ReadOnly: true}}})
+	res, err := sb.Exec(context.Background(), backend.ExecRequest{Argv: []string{"sh", "-c", "test -S /s && " + reexec.Env + "=" + unixDialProbe + " /probe /s"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("in the sandbox: %v %+v", err, res)
+	}
+	select {
+	case s := <-got:
+		if s != "hello\n" {
+			t.Errorf("the host's listener got %q through the mounted socket, want hello", s)
+		}
+	case <-time.After(fixtures.Patience()):
+		t.Error("the host's listener got no connection through the mounted socket")
+	}
+
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, DisableSetup: true, Workspace: workspaceDir(t),
+		Mounts: []backend.Mount{{Source: file + "/sub", Target: "/x", CreateMissing: true}}})
+	if want := "-v " + file + "/sub:/x: the source " + file + "/sub does not exist, and cannot be made a directory: not a directory"; err == nil || !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("a source under a regular file: %v, want %q", err, want)
 	}
 }

@@ -208,3 +208,44 @@ func eq[T any](t *testing.T, got, want T) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 }
+
+// TestMountRefusalNamesTheFlag: a refused bind mount is named by the
+// option that asked for it, from the CLI and the Engine API alike (docker's
+// --mount sends HostConfig.Mounts, its -v Binds): --mount as --mount, not
+// as the -v it is not.
+func TestMountRefusalNamesTheFlag(t *testing.T) {
+	for _, c := range []struct {
+		argv []string
+		body string
+		want string
+	}{
+		{[]string{"--mount=type=bind,src=/,dst=/h", "img"}, `{"Image":"img","HostConfig":{"Mounts":[{"Type":"bind","Source":"/","Target":"/h"}]}}`,
+			"mounting the host's / (--mount type=bind,source=/,target=/h) exposes"},
+		{[]string{"--mount", "type=bind,source=/etc,target=/e,readonly", "img"}, `{"Image":"img","HostConfig":{"Mounts":[{"Type":"bind","Source":"/etc","Target":"/e","ReadOnly":true}]}}`,
+			"mounting the host's /etc (--mount type=bind,source=/etc,target=/e,readonly) exposes"},
+		{[]string{"-v", "/:/h", "img"}, `{"Image":"img","HostConfig":{"Binds":["/:/h"]}}`,
+			"mounting the host's / (-v /:/h) exposes"},
+	} {
+		var sf spawnFlags
+		fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
+		fs.SetInterspersed(false)
+		sf.register(fs)
+		if err := fs.Parse(c.argv); err != nil {
+			t.Fatal(err)
+		}
+		cliOpts, err := sf.options(fs, fs.Arg(0), fs.Args()[1:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		apiOpts, err := (&engine.Server{}).CreateOptions(strings.NewReader(c.body), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for who, o := range map[string]dockercompat.CreateOptions{"the CLI": cliOpts, "the API": apiOpts} {
+			_, _, _, err := o.ToSpawnSpec()
+			if !errors.Is(err, backend.ErrUnsafe) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s, %v: %v, want a refusal with %q", who, c.argv, err, c.want)
+			}
+		}
+	}
+}

@@ -19,6 +19,20 @@ import (
 	"github.com/slopbox/slopbox/sandbox"
 )
 
+// An exec's record is kept while its container is there, for inspect
+// (GET /exec/{id}/json) and its start, but not for ever: as moby's
+// execCommandGC forgets an exec that has ended within 5 to 10 minutes, a
+// record not running is forgotten execExpiry after its end, or after its
+// creation if it was never started; and a container has at most
+// maxIdleExecs records not running. A create past that bound makes room
+// by forgetting the oldest ended exec, and is refused (409) when all are
+// created and not started: a client creating execs it never starts
+// cannot grow serve's memory without bound.
+const (
+	execExpiry   = 5 * time.Minute
+	maxIdleExecs = 256
+)
+
 // execInstance is one exec: created, then started once.
 type execInstance struct {
 	ID, Container                       string
@@ -28,6 +42,8 @@ type execInstance struct {
 	Tty, AttachStdin, AttachOut, AttErr bool
 
 	mu       sync.Mutex
+	created  time.Time
+	ended    time.Time // zero until it has ended
 	started  bool
 	running  bool
 	exitCode int
@@ -74,16 +90,67 @@ func (s *Server) execCreate(w http.ResponseWriter, r *request, sb *sandbox.Sandb
 	var b [16]byte
 	rand.Read(b[:])
 	e := &execInstance{ID: hex.EncodeToString(b[:]), Container: sb.ID(), Cmd: body.Cmd, Env: body.Env, User: body.User,
-		WorkingDir: body.WorkingDir, DetachKeys: keys, Tty: body.Tty, AttachStdin: body.AttachStdin, AttachOut: body.AttachStdout, AttErr: body.AttachStderr}
+		WorkingDir: body.WorkingDir, DetachKeys: keys, Tty: body.Tty, AttachStdin: body.AttachStdin, AttachOut: body.AttachStdout, AttErr: body.AttachStderr,
+		created: s.execClock()}
 	s.mu.Lock()
+	if !s.roomForExec(e.Container) {
+		s.mu.Unlock()
+		writeError(w, http.StatusConflict, fmt.Sprintf("container %s has %d exec instances created and not started, the most serve keeps for a container: start them, or create more once they expire (%v after their creation)", sb.ID(), maxIdleExecs, execExpiry))
+		return
+	}
 	s.execs[e.ID] = e
 	s.mu.Unlock()
 	writeJSON(w, http.StatusCreated, map[string]string{"Id": e.ID})
 }
 
+// roomForExec reports whether container c may have one more exec record,
+// forgetting its oldest ended exec if that makes room. s.mu is held.
+func (s *Server) roomForExec(c string) bool {
+	idle := 0
+	var oldest *execInstance
+	for _, e := range s.execs {
+		if e.Container != c {
+			continue
+		}
+		e.mu.Lock()
+		if !e.running {
+			idle++
+			if e.started && (oldest == nil || e.ended.Before(oldest.ended)) {
+				oldest = e
+			}
+		}
+		e.mu.Unlock()
+	}
+	switch {
+	case idle < maxIdleExecs:
+		return true
+	case oldest != nil:
+		delete(s.execs, oldest.ID)
+		return true
+	}
+	return false
+}
+
+// expired reports whether exec e's record is due to be forgotten at now.
+func (e *execInstance) expired(now time.Time) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.running:
+		return false
+	case !e.started:
+		return now.Sub(e.created) >= execExpiry
+	}
+	return now.Sub(e.ended) >= execExpiry
+}
+
 func (s *Server) execRoute(w http.ResponseWriter, r *request, id, verb string) {
 	s.mu.Lock()
 	e := s.execs[id]
+	if e != nil && e.expired(s.execClock()) {
+		delete(s.execs, id)
+		e = nil
+	}
 	s.mu.Unlock()
 	if e != nil && s.dropIfGone(e) {
 		e = nil
@@ -125,14 +192,20 @@ func (s *Server) execRoute(w http.ResponseWriter, r *request, id, verb string) {
 	}
 }
 
-// dropExecs forgets the exec records of containers that are gone (removed
-// here or by another slopbox process), but for execs still running, which
-// go when they end: as Docker, a record lives as long as its container, and
-// no longer, so that serve's memory does not grow with every exec.
+// dropExecs forgets the exec records that have expired, and those of
+// containers that are gone (removed here or by another slopbox process),
+// but for execs still running, which go when they end: as Docker, a
+// record lives no longer than its container, so that serve's memory does
+// not grow with every exec.
 func (s *Server) dropExecs() {
 	s.mu.Lock()
+	now := s.execClock()
 	byContainer := map[string][]*execInstance{}
-	for _, e := range s.execs {
+	for id, e := range s.execs {
+		if e.expired(now) {
+			delete(s.execs, id)
+			continue
+		}
 		byContainer[e.Container] = append(byContainer[e.Container], e)
 	}
 	s.mu.Unlock()
@@ -211,8 +284,9 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 	e.started, e.running = true, true
 	e.mu.Unlock()
 	finish := func(code int) {
+		now := s.execClock()
 		e.mu.Lock()
-		e.running, e.exitCode, e.term = false, code, nil
+		e.running, e.exitCode, e.term, e.ended = false, code, nil, now
 		e.mu.Unlock()
 		s.dropIfGone(e)
 	}

@@ -28,6 +28,31 @@ const (
 	healthOutMax   = 4096 // bytes of output kept per result
 )
 
+// healthFloor is the least time between the end of a check and the start
+// of the next, whatever the interval says. A create request's interval
+// is refused below Docker's 1 ms (dockercompat's checkHealthcheck), but
+// an image's is not checked (nor is it by Docker), and 1 ns there, or
+// 1 ms in a request, would have serve run an exec in the container as
+// fast as it can, hundreds a second. One a second is the interval
+// docker-py's healthcheck tests use (Docker's default is 30 s), and holds
+// each container to one exec a second for its check. Inspect still shows
+// the interval as configured.
+const healthFloor = time.Second
+
+// healthTimings are the interval, timeout and retries check h runs with:
+// Docker's defaults for those unset (retries, too, when not positive, as
+// Docker's), the interval at least healthFloor, and the timeout at least
+// Docker's 1 ms (an image's may be anything, negative too).
+func healthTimings(h *v1.HealthConfig) (interval, timeout time.Duration, retries int) {
+	interval = max(cmp.Or(h.Interval, healthInterval), healthFloor)
+	timeout = max(cmp.Or(h.Timeout, healthTimeout), time.Millisecond)
+	retries = h.Retries
+	if retries <= 0 {
+		retries = healthRetries
+	}
+	return interval, timeout, retries
+}
+
 type healthResult struct {
 	Start, End time.Time
 	ExitCode   int
@@ -68,18 +93,19 @@ func (s *Server) startHealth(i sandbox.Info) func(done <-chan struct{}) {
 	return func(done <-chan struct{}) { s.runHealth(i, h, argv, &st, save, done) }
 }
 
-// runHealth runs healthcheck h (argv) of container i every interval until
-// done is closed, keeping its state in st (save writes it).
+// runHealth runs healthcheck h (argv) of container i until done is
+// closed, as Docker's: interval after the start, then interval after the
+// end of each check. It keeps its state in st (save writes it).
 func (s *Server) runHealth(i sandbox.Info, h *v1.HealthConfig, argv []string, st *healthState, save func(), done <-chan struct{}) {
-	interval, timeout, retries := cmp.Or(h.Interval, healthInterval), cmp.Or(h.Timeout, healthTimeout), cmp.Or(h.Retries, healthRetries)
+	interval, timeout, retries := healthTimings(h)
 	started := time.Now()
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
+	wait := time.NewTimer(interval)
+	defer wait.Stop()
 	for {
 		select {
 		case <-done:
 			return
-		case <-tick.C:
+		case <-wait.C:
 		}
 		sb, err := s.b.Open(i.ID)
 		if err != nil || !sb.Running() {
@@ -121,5 +147,6 @@ func (s *Server) runHealth(i sandbox.Info, h *v1.HealthConfig, argv []string, st
 		if st.Status != prev {
 			s.emitContainer("health_status: "+st.Status, i, nil)
 		}
+		wait.Reset(interval)
 	}
 }

@@ -61,6 +61,9 @@ type Server struct {
 
 	mu    sync.Mutex
 	execs map[string]*execInstance
+	// execClock is the time exec records expire by (exec.go): the
+	// wall clock, a test's own.
+	execClock func() time.Time
 	// attached holds the clients attached to a main command, by container.
 	attached map[string]*attachment
 	// watches follow the main commands this server started, for die.
@@ -88,7 +91,7 @@ type Server struct {
 
 // New serves the sandboxes and images of backend b.
 func New(b *sandbox.Backend, version string) *Server {
-	s := &Server{b: b, version: version, execs: map[string]*execInstance{}, attached: map[string]*attachment{}, watches: map[string]*exitWatch{}, events: newEventHub()}
+	s := &Server{b: b, version: version, execs: map[string]*execInstance{}, execClock: time.Now, attached: map[string]*attachment{}, watches: map[string]*exitWatch{}, events: newEventHub()}
 	s.last.Store(time.Now().UnixNano())
 	return s
 }

@@ -48,6 +48,13 @@ func (e *SymlinkError) Error() string {
 
 func (e *SymlinkError) Unwrap() error { return unix.ELOOP }
 
+// NotDirError is MkdirAll's refusal of a component that exists and is not
+// a directory (Path, the path up to it).
+type NotDirError struct{ Path string }
+
+func (e *NotDirError) Error() string { return e.Path + " is not a directory" }
+func (e *NotDirError) Unwrap() error { return unix.ENOTDIR }
+
 // retries bounds the retries of an openat2 that a concurrent rename
 // interrupted (EAGAIN, which openat2(2) says to retry).
 const retries = 1024
@@ -113,7 +120,7 @@ func MkdirAll(dir string, perm os.FileMode) error {
 		case errors.Is(err, unix.ELOOP):
 			return &SymlinkError{Path: done}
 		case errors.Is(err, unix.ENOTDIR):
-			return fmt.Errorf("%s is not a directory", done)
+			return &NotDirError{Path: done}
 		case err != nil:
 			return &fs.PathError{Op: "open", Path: done, Err: err}
 		}

@@ -12,7 +12,12 @@
 //     stay open as long as it runs;
 //   - forwards the signals sent to it (docker kill -s) to the command's
 //     processes, through PID 1 (OP_KILL);
-//   - waits for PID 1's report of the command's exit (REPLY_EXITED).
+//   - waits for PID 1's report of the command's exit (REPLY_EXITED);
+//   - listens on monitor.sock in the state directory: each connection it
+//     accepts is closed once what the command had written by then, and the
+//     monitor had not read yet, is in the log (its partial line too), so
+//     that a reader who connects first (sandbox/monitor.go's syncLog) finds
+//     all of the command's output so far in the log, from its first byte.
 // Then, with the output drained (for at most 2 s), it execs the slopbox
 // program that started it (an fd of it, fd 3), as
 //   slopbox-monitor ROOT ID exited STATUS ok|lost
@@ -55,11 +60,13 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 
 #define AGENT_MAGIC 0x534c4f50u
 #define OP_KILL 2u
@@ -352,12 +359,13 @@ static void log_line(const char *stream, const char *p, size_t n) {
 
 /* pump reads what stream s has and logs it a line at a time: a partial
  * line when a read ends without a newline, or at LINE_MAX_BYTES, but for
- * the start of a character that the read cut short, kept for the next. */
-static void pump(struct stream *s) {
+ * the start of a character that the read cut short, kept for the next.
+ * It returns what read returned. */
+static ssize_t pump(struct stream *s) {
 	size_t room = LINE_MAX_BYTES - s->len;
 	ssize_t r = read(s->fd, s->buf + s->len, room);
 	if (r < 0 && (errno == EINTR || errno == EAGAIN))
-		return;
+		return r;
 	int end = r <= 0; /* EOF, or EIO from a terminal whose last holder closed it */
 	if (r > 0)
 		s->len += (size_t)r;
@@ -386,6 +394,72 @@ static void pump(struct stream *s) {
 		close(s->fd);
 		s->fd = -1;
 	}
+	return r;
+}
+
+/* listen_sync listens on monitor.sock in the state directory, made anew
+ * (whatever had the name is removed first), for syncLog's connections;
+ * -1 if it cannot (a reader then reads the log without waiting). The
+ * name is bound relative to the directory (fchdir, and back): any --root
+ * fits sun_path, and no path is resolved again. */
+static int listen_sync(void) {
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	int cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || cwd < 0 || (unlinkat(dir_fd, "monitor.sock", 0) < 0 && errno != ENOENT) || fchdir(dir_fd) < 0) {
+		if (fd >= 0)
+			close(fd);
+		if (cwd >= 0)
+			close(cwd);
+		return -1;
+	}
+	struct sockaddr_un a = {.sun_family = AF_UNIX, .sun_path = "monitor.sock"};
+	mode_t old = umask(077);
+	int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 64) == 0;
+	umask(old);
+	if (fchdir(cwd) < 0)
+		ok = 0;
+	close(cwd);
+	if (!ok) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* sync_log logs what the streams hold now: at most what each had unread
+ * when called (FIONREAD), so a command that writes on and on cannot keep
+ * it here. */
+static void sync_log(void) {
+	for (int i = 0; i < 2; i++) {
+		int n = 0;
+		if (streams[i].fd < 0 || ioctl(streams[i].fd, FIONREAD, &n) < 0)
+			continue;
+		for (long left = n; left > 0 && streams[i].fd >= 0;) {
+			ssize_t r = pump(&streams[i]);
+			if (r <= 0)
+				break;
+			left -= r;
+		}
+	}
+}
+
+/* answer_syncs accepts the connections waiting on lfd and, once the log
+ * holds what the command has written so far, closes them: the answer. */
+static void answer_syncs(int lfd) {
+	int c[64], k = 0;
+	while (k < 64) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0 && errno == EINTR)
+			continue;
+		if (fd < 0)
+			break;
+		c[k++] = fd;
+	}
+	if (k == 0)
+		return;
+	sync_log();
+	while (k > 0)
+		close(c[--k]);
 }
 
 /* close_from closes every fd from fd on. */
@@ -449,6 +523,7 @@ static void monitor_main(int argc, char **argv) {
 		close(rfd);
 	if (cfd >= 0)
 		close(cfd);
+	int lfd = dir_fd >= 0 ? listen_sync() : -1;
 	if (sfd >= 0 && dir_fd >= 0) {
 		char pid[16];
 		int n = snprintf(pid, sizeof pid, "%d", (int)getpid());
@@ -465,11 +540,12 @@ static void monitor_main(int argc, char **argv) {
 	int32_t status = 0;
 	long long deadline = -1; /* once the command has exited: the drain's end */
 	for (;;) {
-		struct pollfd pfd[4] = {
+		struct pollfd pfd[5] = {
 			{.fd = sfd, .events = POLLIN},
 			{.fd = agent, .events = POLLIN},
 			{.fd = streams[0].fd, .events = POLLIN},
 			{.fd = streams[1].fd, .events = POLLIN},
+			{.fd = lfd, .events = POLLIN},
 		};
 		if (deadline >= 0 && streams[0].fd < 0 && streams[1].fd < 0)
 			break;
@@ -480,7 +556,7 @@ static void monitor_main(int argc, char **argv) {
 				break;
 			timeout = (int)left;
 		}
-		int n = poll(pfd, 4, timeout);
+		int n = poll(pfd, 5, timeout);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -518,6 +594,8 @@ static void monitor_main(int argc, char **argv) {
 		for (int i = 0; i < 2; i++)
 			if (streams[i].fd >= 0 && pfd[2 + i].revents)
 				pump(&streams[i]);
+		if (pfd[4].revents)
+			answer_syncs(lfd);
 	}
 	/* What the drain's end or a failed poll cut short. */
 	for (int i = 0; i < 2; i++)
@@ -525,6 +603,12 @@ static void monitor_main(int argc, char **argv) {
 			log_line(streams[i].name, streams[i].buf, streams[i].len);
 	if (log_fd >= 0)
 		close(log_fd);
+	/* The log is whole now: a reader waiting in the backlog is answered
+	 * by the close. */
+	if (lfd >= 0) {
+		unlinkat(dir_fd, "monitor.sock", 0);
+		close(lfd);
+	}
 	if (dir_fd >= 0)
 		close(dir_fd);
 	for (int i = 0; i < 2; i++)
