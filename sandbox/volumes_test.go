@@ -197,7 +197,7 @@ func TestBindMountOfASocket(t *testing.T) {
 	}
 	_, err = b.Spawn(context.Background(), backend.SpawnSpec{Image: ref, DisableSetup: true, Workspace: workspaceDir(t),
 		Mounts: []backend.Mount{{Source: file + "/sub", Target: "/x", CreateMissing: true}}})
-	if want := "-v " + file + "/sub:/x: the source " + file + "/sub does not exist, and cannot be made a directory: not a directory"; err == nil || !strings.HasSuffix(err.Error(), want) {
+	if want := "-v " + file + "/sub:/x: the source " + file + "/sub does not exist, and cannot be made a directory: " + file + " is not a directory"; err == nil || !strings.HasSuffix(err.Error(), want) {
 		t.Errorf("a source under a regular file: %v, want %q", err, want)
 	}
 }
