@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/slopbox/slopbox/internal/reexec"
+	"github.com/slopbox/slopbox/internal/sparse"
 	"github.com/slopbox/slopbox/internal/userns"
 )
 
@@ -51,6 +52,7 @@ type helperResponse struct {
 
 var sentinels = map[string]error{
 	"not-found": ErrNotFound, "bad-ref": ErrBadRef, "unauthorized": ErrUnauthorized, "bad-archive": ErrBadArchive, "insecure": ErrInsecure,
+	"too-large": sparse.ErrTooLarge,
 }
 
 // runHelper performs req in a child inside the user namespace.
@@ -212,7 +214,11 @@ func serveHelper(ctx context.Context, s *Store, req helperRequest, file *os.File
 		} else {
 			nl, err = s.commitTarInside(ctx, req.Parents, file, req.Key)
 		}
-		resp.Layer = &nl
+		if err == nil {
+			// A zero layer's hashes do not read back: the reply would
+			// hide err.
+			resp.Layer = &nl
+		}
 	case "put-cache", "put-cache-marks":
 		switch {
 		case req.Layer == nil:
@@ -226,7 +232,12 @@ func serveHelper(ctx context.Context, s *Store, req helperRequest, file *os.File
 		if file == nil {
 			return errors.New("no output passed")
 		}
-		resp.Matches, err = s.exportPathsInside(ctx, req.Parents, req.Patterns, file)
+		// A temporary file of the caller's (COPY --from's): the holes of
+		// the sparse files it holds are kept.
+		sw := sparse.NewWriter(file)
+		if resp.Matches, err = s.exportPathsInside(ctx, req.Parents, req.Patterns, sw); err == nil {
+			err = sw.Close()
+		}
 		file.Close()
 	default:
 		err = fmt.Errorf("unknown operation %q", req.Op)

@@ -8,7 +8,10 @@ import (
 	"os"
 	"strings"
 
+	"github.com/docker/go-units"
+
 	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/internal/sparse"
 	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
 
@@ -29,6 +32,18 @@ func (s *Sandbox) CopyIn(ctx context.Context, r io.Reader, dest string, contents
 		mode = "contents"
 	}
 	return s.copyHelper(ctx, []string{"in", dest, mode}, r, io.Discard)
+}
+
+// CopyBound is the most a copy of the sandbox's files may hold, in
+// apparent size, where their holes cannot be kept (a tar that another
+// program extracts, writing a sparse file's holes out as zeros): its
+// --storage-opt size= when it has one, which a copy of it has no reason
+// to exceed but sparse files; else the space free in the store.
+func (s *Sandbox) CopyBound() sparse.Bound {
+	if n := s.rec.Limits.RootfsBytes; n > 0 {
+		return sparse.Bound{Bytes: n, What: fmt.Sprintf("%s's --storage-opt size=%s", cmpName(s.rec), units.BytesSize(float64(n)))}
+	}
+	return sparse.FreeSpace(s.b.store.Root())
 }
 
 func (s *Sandbox) copyHelper(ctx context.Context, args []string, in io.Reader, out io.Writer) error {
