@@ -517,8 +517,9 @@ func (w *copyWriter) addArchive(rel, dest string) (bool, error) {
 		hdr.Name = path.Join(strings.TrimPrefix(dest, "/"), hdr.Name)
 		if hdr.Typeflag == tar.TypeGNUSparse {
 			// archive/tar reads a sparse file's holes as zeros: it is
-			// written as the regular file it reads as (holes kept when
-			// the layer is applied, its size bounded by header).
+			// written as the regular file it reads as (its holes kept
+			// where the layer is staged and applied, its size counted
+			// against Builder.layerSize).
 			hdr.Typeflag = tar.TypeReg
 		}
 		if hdr.Typeflag == tar.TypeLink {

@@ -8,8 +8,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/docker/go-units"
-
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/sparse"
 	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
@@ -34,17 +32,13 @@ func (s *Sandbox) CopyIn(ctx context.Context, r io.Reader, dest string, contents
 	return s.copyHelper(ctx, []string{"in", dest, mode}, r, io.Discard)
 }
 
-// CopyBound is the most a copy of the sandbox's files may hold, in
-// apparent size, where their holes cannot be kept (a tar that another
-// program extracts, writing a sparse file's holes out as zeros): its
-// --storage-opt size= when it has one, which a copy of it has no reason
-// to exceed but sparse files; else the space free in the store.
-func (s *Sandbox) CopyBound() sparse.Bound {
-	if n := s.rec.Limits.RootfsBytes; n > 0 {
-		return sparse.Bound{Bytes: n, What: fmt.Sprintf("%s's --storage-opt size=%s", cmpName(s.rec), units.BytesSize(float64(n)))}
-	}
-	return sparse.FreeSpace(s.b.store.Root())
-}
+// CopyBound is the most a copy out of the sandbox may hold, in apparent
+// size, where its files' holes cannot be kept (a tar another program
+// extracts, writing a sparse file's holes out as zeros): the space free
+// in the store, which a copy landing on this host could not exceed
+// anyway. Not its --storage-opt size=, which bounds only its writable
+// layer: its image's files and its mounts may be larger.
+func (s *Sandbox) CopyBound() sparse.Bound { return sparse.FreeSpace(s.b.store.Root()) }
 
 func (s *Sandbox) copyHelper(ctx context.Context, args []string, in io.Reader, out io.Writer) error {
 	if !s.rec.running() {

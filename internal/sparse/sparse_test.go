@@ -118,3 +118,32 @@ func TestCounterNamesItsBound(t *testing.T) {
 		t.Fatalf("FreeSpace: %+v", b)
 	}
 }
+
+type discardAt struct{}
+
+func (discardAt) WriteAt(p []byte, _ int64) (int, error) { return len(p), nil }
+func (discardAt) Truncate(int64) error                   { return nil }
+
+// BenchmarkWriterData is the Writer's own cost on data that is not zeros
+// (its file discards): one comparison per 64 KiB, which ends at once.
+func BenchmarkWriterData(b *testing.B) {
+	p := make([]byte, 1<<20)
+	for i := range p {
+		p[i] = byte(i*7 + 1)
+	}
+	b.SetBytes(int64(len(p)))
+	w := NewWriter(discardAt{})
+	for b.Loop() {
+		w.Write(p)
+	}
+}
+
+// BenchmarkWriterZeros is its cost on zeros, each compared in full.
+func BenchmarkWriterZeros(b *testing.B) {
+	p := make([]byte, 1<<20)
+	b.SetBytes(int64(len(p)))
+	w := NewWriter(discardAt{})
+	for b.Loop() {
+		w.Write(p)
+	}
+}
