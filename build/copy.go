@@ -28,6 +28,7 @@ import (
 
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/internal/regfile"
+	"github.com/slopbox/slopbox/internal/sparse"
 )
 
 // copySpec is a COPY or ADD.
@@ -88,9 +89,11 @@ func (bl *Builder) copy(ctx context.Context, s *stage, c copySpec, done map[stri
 	// The cache key sums what is copied without modification times, as
 	// docker's (TarSum) does: a context sent again is the same.
 	h := sha256.New()
-	bw := bufio.NewWriter(tmp)
+	sw := sparse.NewWriter(tmp)
+	bw := bufio.NewWriter(sw)
 	tw := tar.NewWriter(bw)
-	w := &copyWriter{root: root, tw: tw, sum: h, uid: uid, gid: gid, mode: mode, ignore: ig, layers: s.layers, written: map[string]bool{}}
+	w := &copyWriter{root: root, tw: tw, sum: h, uid: uid, gid: gid, mode: mode, ignore: ig, layers: s.layers, written: map[string]bool{},
+		size: bl.layerSize()}
 	for _, pat := range c.sources {
 		if strings.Contains(pat, "://") {
 			return fmt.Errorf("%s: remote sources are not supported by slopbox build", pat)
@@ -150,6 +153,9 @@ func (bl *Builder) copy(ctx context.Context, s *stage, c copySpec, done map[stri
 		return err
 	}
 	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if err := sw.Close(); err != nil {
 		return err
 	}
 	return bl.commitCopy(ctx, s, c.src, tmp, h)
@@ -225,8 +231,9 @@ func (bl *Builder) copyFrom(ctx context.Context, s *stage, c copySpec, done map[
 	os.Remove(tmp.Name())
 	defer tmp.Close()
 	h := sha256.New()
-	bw := bufio.NewWriter(tmp)
-	w := &copyWriter{tw: tar.NewWriter(bw), sum: h, layers: s.layers, written: map[string]bool{}}
+	sw := sparse.NewWriter(tmp)
+	bw := bufio.NewWriter(sw)
+	w := &copyWriter{tw: tar.NewWriter(bw), sum: h, layers: s.layers, written: map[string]bool{}, size: bl.layerSize()}
 	base := strings.TrimPrefix(path.Clean(dest), "/")
 	tr := tar.NewReader(bufio.NewReader(exp))
 	for {
@@ -289,6 +296,9 @@ func (bl *Builder) copyFrom(ctx context.Context, s *stage, c copySpec, done map[
 		return err
 	}
 	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if err := sw.Close(); err != nil {
 		return err
 	}
 	return bl.commitCopy(ctx, s, c.src, tmp, h)
@@ -370,6 +380,20 @@ type copyWriter struct {
 	ignore   *ignoreFile
 	layers   []string
 	written  map[string]bool
+	// size counts the apparent sizes of the files written against the
+	// layer's bound (Builder.layerSize); nil: not counted.
+	size *sparse.Counter
+}
+
+// layerSize bounds the files of a COPY or ADD layer: its tar, staged in
+// a temporary file (holes kept) and applied to the store (holes kept),
+// holds them in full, as every extraction of the layer elsewhere will.
+// A small archive ADD unpacks, or a sparse file in the context or a
+// stage, may declare terabytes: the layer is refused once its files add
+// up to more than the store's free space, before their contents are
+// copied.
+func (bl *Builder) layerSize() *sparse.Counter {
+	return &sparse.Counter{Bound: sparse.FreeSpace(bl.b.Store().Root())}
 }
 
 // tree writes context path rel (a file, or a directory's contents) as
@@ -463,6 +487,11 @@ func (w *copyWriter) entry(rel, name string) error {
 
 // header writes hdr, and all of it but its times to the cache key's sum.
 func (w *copyWriter) header(hdr *tar.Header) error {
+	if hdr.Typeflag == tar.TypeReg && w.size != nil {
+		if err := w.size.Add("/"+strings.TrimPrefix(hdr.Name, "/"), hdr.Size); err != nil {
+			return fmt.Errorf("the layer is %w", err)
+		}
+	}
 	fmt.Fprintf(w.sum, "%q %c %o %d:%d %q %d %d:%d\n", hdr.Name, hdr.Typeflag, hdr.Mode, hdr.Uid, hdr.Gid, hdr.Linkname, hdr.Size, hdr.Devmajor, hdr.Devminor)
 	return w.tw.WriteHeader(hdr)
 }
@@ -497,6 +526,13 @@ func (w *copyWriter) addArchive(rel, dest string) (bool, error) {
 			return false, fmt.Errorf("ADD %s: %w", rel, err)
 		}
 		hdr.Name = path.Join(strings.TrimPrefix(dest, "/"), hdr.Name)
+		if hdr.Typeflag == tar.TypeGNUSparse {
+			// archive/tar reads a sparse file's holes as zeros: it is
+			// written as the regular file it reads as (its holes kept
+			// where the layer is staged and applied, its size counted
+			// against Builder.layerSize).
+			hdr.Typeflag = tar.TypeReg
+		}
 		if hdr.Typeflag == tar.TypeLink {
 			hdr.Linkname = path.Join(strings.TrimPrefix(dest, "/"), hdr.Linkname)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/slopbox/slopbox/internal/regfile"
+	"github.com/slopbox/slopbox/internal/sparse"
 )
 
 // Bounds on what the store reads into memory whole. A manifest (or index)
@@ -32,7 +33,9 @@ const (
 )
 
 // ErrTooLarge is wrapped when a manifest or config is over its bound.
-var ErrTooLarge = errors.New("over its size bound")
+// It is internal/sparse's (a layer or copy over its bound), so that one
+// class covers every size bound.
+var ErrTooLarge = sparse.ErrTooLarge
 
 // tooLargeError is ErrTooLarge saying what, how large, and the bound.
 type tooLargeError struct{ msg string }

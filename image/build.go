@@ -26,6 +26,7 @@ import (
 	"github.com/slopbox/slopbox/image/archive"
 	"github.com/slopbox/slopbox/internal/atomicfile"
 	"github.com/slopbox/slopbox/internal/lowerdirs"
+	"github.com/slopbox/slopbox/internal/sparse"
 	"github.com/slopbox/slopbox/internal/userns"
 )
 
@@ -134,7 +135,10 @@ func (s *Store) commitDirInside(ctx context.Context, dir, cacheKey string) (NewL
 	blobHash, diffHash := sha256.New(), sha256.New()
 	bw := bufio.NewWriterSize(io.MultiWriter(bf, blobHash), 1<<20)
 	zw, _ := gzip.NewWriterLevel(bw, gzip.BestSpeed)
-	if err := archive.WriteLayer(dir, io.MultiWriter(zw, diffHash)); err != nil {
+	// The layer's tar holds its files' holes as zeros, which every
+	// extraction of it writes out (this store's keeps them as holes):
+	// it is bounded by the space the store has.
+	if err := archive.WriteLayer(dir, io.MultiWriter(zw, diffHash), sparse.FreeSpace(s.root)); err != nil {
 		return NewLayer{}, err
 	}
 	if err := zw.Close(); err != nil {

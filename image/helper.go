@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/slopbox/slopbox/internal/reexec"
+	"github.com/slopbox/slopbox/internal/sparse"
 	"github.com/slopbox/slopbox/internal/userns"
 )
 
@@ -231,7 +232,12 @@ func serveHelper(ctx context.Context, s *Store, req helperRequest, file *os.File
 		if file == nil {
 			return errors.New("no output passed")
 		}
-		resp.Matches, err = s.exportPathsInside(ctx, req.Parents, req.Patterns, file)
+		// A temporary file of the caller's (COPY --from's): the holes of
+		// the sparse files it holds are kept.
+		sw := sparse.NewWriter(file)
+		if resp.Matches, err = s.exportPathsInside(ctx, req.Parents, req.Patterns, sw); err == nil {
+			err = sw.Close()
+		}
 		file.Close()
 	default:
 		err = fmt.Errorf("unknown operation %q", req.Op)

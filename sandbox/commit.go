@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/docker/go-units"
+
 	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
 
@@ -22,6 +24,9 @@ func (s *Sandbox) WithUpperDir(noPause bool, f func(upper string) error) (err er
 	}
 	if s.staleLayer() {
 		return fmt.Errorf("commit %s: %w", cmpName(s.rec), spawnd.ErrStaleVolatile)
+	}
+	if n := s.rec.Limits.RootfsBytes; n > 0 {
+		return fmt.Errorf("its writable layer is on a tmpfs of its --storage-opt size=%s that only it sees: slopbox cannot commit it; run it without --storage-opt size= to commit what it writes", units.BytesSize(float64(n)))
 	}
 	if !noPause && s.rec.running() && !s.rec.Paused {
 		if err := s.Pause(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/internal/sparse"
 	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
 
@@ -30,6 +31,14 @@ func (s *Sandbox) CopyIn(ctx context.Context, r io.Reader, dest string, contents
 	}
 	return s.copyHelper(ctx, []string{"in", dest, mode}, r, io.Discard)
 }
+
+// CopyBound is the most a copy out of the sandbox may hold, in apparent
+// size, where its files' holes cannot be kept (a tar another program
+// extracts, writing a sparse file's holes out as zeros): the space free
+// in the store, which a copy landing on this host could not exceed
+// anyway. Not its --storage-opt size=, which bounds only its writable
+// layer: its image's files and its mounts may be larger.
+func (s *Sandbox) CopyBound() sparse.Bound { return sparse.FreeSpace(s.b.store.Root()) }
 
 func (s *Sandbox) copyHelper(ctx context.Context, args []string, in io.Reader, out io.Writer) error {
 	if !s.rec.running() {

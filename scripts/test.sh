@@ -23,7 +23,7 @@ ROOTLESS_PKGS=(./image/ ./image/archive/ ./local/ ./backend/ ./test/conformance/
 # Tests that need root by nature; they ran in the root pass above
 # (containerd runs as root; a pids limit needs a cgroup, which rootless
 # has none of on a cgroup v1 host).
-ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestRootOwnedWorkspaceMapsToUnprivilegedID|TestContainerdRunc|TestCRI|TestRuntimeTools|TestDoctorTunMode|TestCommandThatCannotBeForkedFailsToStart|TestRelativeMountSwapRace|TestRootSourcesBelowPrivateDirectory|TestKeptOwnersHideRootFilesAndSockets|TestRLMConfigBindKeepsOwners)$'
+ROOT_ONLY='^(TestDiskFullLeavesStoreConsistent|TestApparentSizesBoundedByStoreSpace|TestRootOwnedWorkspaceMapsToUnprivilegedID|TestContainerdRunc|TestCRI|TestRuntimeTools|TestDoctorTunMode|TestCommandThatCannotBeForkedFailsToStart|TestRelativeMountSwapRace|TestRootSourcesBelowPrivateDirectory|TestKeptOwnersHideRootFilesAndSockets|TestRLMConfigBindKeepsOwners)$'
 # Stress tests (many processes on one state root) run in a step of their
 # own, not beside other packages.
 STRESS='^(TestConcurrentProcessesOnOneRoot|TestManySandboxesOnOneID|TestManySandboxesPSS)$'

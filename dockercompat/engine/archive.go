@@ -11,6 +11,7 @@ import (
 	"path"
 	"time"
 
+	"github.com/slopbox/slopbox/internal/sparse"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -92,13 +93,34 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 			w.WriteHeader(http.StatusOK)
 			return
 		}
+		// The client writes a sparse file's holes out as zeros (the tar
+		// holds them so): the files' apparent sizes are bounded
+		// (Sandbox.CopyBound). A file past the bound is refused before its
+		// header: as the first entry, with the bound named; later, by
+		// ending the archive there, which the client reports.
+		size := sparse.Counter{Bound: sb.CopyBound()}
+		if h.Typeflag == tar.TypeReg {
+			if err := size.Add(h.Name, h.Size); err != nil {
+				writeError(w, http.StatusInsufficientStorage, "copy from "+sb.Name()+": the copy is "+err.Error())
+				return
+			}
+		}
 		w.Header().Set("Content-Type", "application/x-tar")
 		w.WriteHeader(http.StatusOK)
 		// Written anew, as slopbox cp writes what it copies out: no
 		// setuid or setgid bit reaches the client (docker cp as root
 		// would otherwise make a sandbox's setuid file host root's).
 		tw := tar.NewWriter(w)
-		for ; err == nil; h, err = tr.Next() {
+		for first := true; err == nil; h, err = tr.Next() {
+			if !first && h.Typeflag == tar.TypeReg {
+				if serr := size.Add(h.Name, h.Size); serr != nil {
+					if s.Log != nil {
+						s.Log("archive of %s in %s cut short: %v", p, sb.Name(), serr)
+					}
+					return
+				}
+			}
+			first = false
 			h.Mode &^= 0o6000
 			if tw.WriteHeader(h) != nil {
 				return

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slopbox/slopbox/internal/sparse"
 )
 
 // ApplyOptions tunes ApplyLayer.
@@ -531,8 +533,14 @@ func (a *applier) regular(rel string, hdr *tar.Header, tr *tar.Reader) error {
 	if err != nil {
 		return err
 	}
-	n, err := io.CopyBuffer(fdWriter(fd), struct{ io.Reader }{tr}, a.buf)
+	// Runs of zeros stay holes: a layer's sparse file (a sandbox's
+	// `truncate -s 4G`, committed) costs its data's blocks.
+	sw := sparse.NewWriter(fdFile(fd))
+	n, err := io.CopyBuffer(sw, struct{ io.Reader }{tr}, a.buf)
 	a.stats.Bytes += n
+	if err == nil {
+		err = sw.Close()
+	}
 	if err == nil {
 		err = a.chown(rel, hdr)
 	}
@@ -771,14 +779,14 @@ func unpackDeepestFirst[V any](m map[string]V) []string {
 	return keys
 }
 
-// fdWriter writes to a raw file descriptor. It deliberately has no ReadFrom,
-// so io.CopyBuffer uses the pooled buffer.
-type fdWriter int
+// fdFile writes to a raw file descriptor at given offsets, for
+// sparse.Writer.
+type fdFile int
 
-func (w fdWriter) Write(p []byte) (int, error) {
+func (f fdFile) WriteAt(p []byte, off int64) (int, error) {
 	n := 0
 	for n < len(p) {
-		m, err := unix.Write(int(w), p[n:])
+		m, err := unix.Pwrite(int(f), p[n:], off+int64(n))
 		if err == unix.EINTR {
 			continue
 		}
@@ -792,6 +800,8 @@ func (w fdWriter) Write(p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+func (f fdFile) Truncate(size int64) error { return unix.Ftruncate(int(f), size) }
 
 // elide shortens s to about max bytes, keeping both ends.
 func elide(s string, max int) string {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slopbox/slopbox/internal/sparse"
 )
 
 // WriteLayer writes dir, a layer in overlayfs form (an overlay upper
@@ -22,8 +24,12 @@ import (
 // user namespace: the image's). dir is read through an os.Root, so no
 // symlink in it takes a read outside; every header comes from fstat of
 // the descriptor the content is read from. Entries are in walk order
-// (names sorted), so the same tree gives the same tar.
-func WriteLayer(dir string, w io.Writer) error {
+// (names sorted), so the same tree gives the same tar. A tar holds a
+// sparse file's holes as zeros, which whoever extracts the layer writes
+// out: the files' apparent sizes together may not exceed bound, and the
+// file that would pass it is refused (sparse.ErrTooLarge) before its
+// contents are read.
+func WriteLayer(dir string, w io.Writer, bound sparse.Bound) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
@@ -31,19 +37,23 @@ func WriteLayer(dir string, w io.Writer) error {
 	defer root.Close()
 	tw := tar.NewWriter(w)
 	links := map[[2]uint64]string{}
+	size := &sparse.Counter{Bound: bound}
 	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil || rel == "." {
 			return err
 		}
-		return writeEntry(root, tw, rel, d, links)
+		return writeEntry(root, tw, rel, d, links, size)
 	})
+	if errors.Is(err, sparse.ErrTooLarge) {
+		return fmt.Errorf("the layer is %w", err)
+	}
 	if err != nil {
 		return fmt.Errorf("write layer from %s: %w", dir, err)
 	}
 	return tw.Close()
 }
 
-func writeEntry(root *os.Root, tw *tar.Writer, rel string, d fs.DirEntry, links map[[2]uint64]string) error {
+func writeEntry(root *os.Root, tw *tar.Writer, rel string, d fs.DirEntry, links map[[2]uint64]string, size *sparse.Counter) error {
 	fi, err := root.Lstat(rel)
 	if err != nil {
 		return err
@@ -125,6 +135,9 @@ func writeEntry(root *os.Root, tw *tar.Writer, rel string, d fs.DirEntry, links 
 		}
 		if fst.Ino != st.Ino || fst.Dev != st.Dev || fst.Mode&unix.S_IFMT != unix.S_IFREG {
 			return errors.New(rel + " changed while being read")
+		}
+		if err := size.Add("/"+rel, fst.Size); err != nil {
+			return err
 		}
 		hdr.Typeflag, hdr.Size = tar.TypeReg, fst.Size
 		if err := tw.WriteHeader(hdr); err != nil {

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/internal/atomicfile"
+	"github.com/slopbox/slopbox/internal/sparse"
 )
 
 // Source splits a docker cp source into the path to read and the name its
@@ -327,7 +328,9 @@ type Options struct {
 // non-directory nor a file by a directory: such an entry is an error,
 // with nothing removed; any other existing entry (a symlink included) is
 // replaced, never followed. Setuid and setgid bits are dropped and
-// devices refused.
+// devices refused. Runs of zeros in files are left as holes (a sparse
+// file's holes arrive as zeros), so a sparse file costs its data's
+// blocks, not its size.
 func Extract(r io.Reader, dir *os.File, rename string, o Options) error {
 	x := &extractor{root: dir, o: o, buf: make([]byte, 1<<20)}
 	if err := filter(tar.NewReader(r), x.entry, rename); err != nil {
@@ -435,7 +438,12 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		}
 		f := os.NewFile(uintptr(fd), hdr.Name)
 		defer f.Close()
-		if _, err := io.CopyBuffer(f, io.LimitReader(r, hdr.Size), x.buf); err != nil {
+		// The stream holds a sparse file's holes as zeros: they stay holes.
+		w := sparse.NewWriter(f)
+		if _, err := io.CopyBuffer(w, io.LimitReader(r, hdr.Size), x.buf); err != nil {
+			return err
+		}
+		if err := w.Close(); err != nil {
 			return err
 		}
 		return x.meta(f, p, base, hdr, mode)

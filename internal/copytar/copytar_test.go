@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func hostile(t *testing.T, entries ...tar.Header) *bytes.Buffer {
@@ -186,5 +188,58 @@ func TestExtractKeepsExistingTypes(t *testing.T) {
 	}
 	if l, err := os.Readlink(filepath.Join(dest, "fs")); err != nil || l != outside {
 		t.Errorf("symlink over a file: %q %v", l, err)
+	}
+}
+
+// TestExtractKeepsHoles (issue 41, case 4): a tar holds a sparse file's
+// holes as zeros; Extract leaves them holes, whether the file ends in
+// data or in zeros, and the file reads back as sent. It wrote them out.
+func TestExtractKeepsHoles(t *testing.T) {
+	const size = 64 << 20
+	files := map[string][]int64{"data-at-end": {0, 4097, size / 2, size - 1}, "zeros-at-end": {size / 3}, "all-zeros": nil}
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		chunk := make([]byte, 1<<20)
+		for _, name := range []string{"data-at-end", "zeros-at-end", "all-zeros"} {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: size}); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			for off := int64(0); off < size; off += int64(len(chunk)) {
+				clear(chunk)
+				for _, m := range files[name] {
+					if m >= off && m < off+int64(len(chunk)) {
+						chunk[m-off] = 0xA5
+					}
+				}
+				tw.Write(chunk)
+			}
+		}
+		pw.CloseWithError(tw.Close())
+	}()
+	dest := t.TempDir()
+	if err := extractTo(t, pr, dest, "", Options{UID: os.Getuid(), GID: os.Getgid()}); err != nil {
+		t.Fatal(err)
+	}
+	for name, markers := range files {
+		f, err := os.Open(filepath.Join(dest, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st unix.Stat_t
+		unix.Fstat(int(f.Fd()), &st)
+		if st.Size != size || st.Blocks*512 > 1<<20 {
+			t.Errorf("%s: %d bytes, %d on disk; want %d, at most 1 MiB on disk", name, st.Size, st.Blocks*512, size)
+		}
+		b, _ := io.ReadAll(f)
+		f.Close()
+		want := make([]byte, size)
+		for _, m := range markers {
+			want[m] = 0xA5
+		}
+		if !bytes.Equal(b, want) {
+			t.Errorf("%s does not read back as sent", name)
+		}
 	}
 }
