@@ -17,16 +17,13 @@ import (
 // a nested id mapping is refused: its files' owners are not the image's.
 func (s *Sandbox) WithUpperDir(noPause bool, f func(upper string) error) (err error) {
 	if s.rec.Limits.RootfsBytes > 0 {
-		return fmt.Errorf("%s was started with --storage-opt size=%d: its writable layer is a size-limited tmpfs that only the sandbox sees (and that goes at stop), which the host cannot read: start it without --storage-opt size to commit it", cmpName(s.rec), s.rec.Limits.RootfsBytes)
+		return fmt.Errorf("%s was started with --storage-opt size=%s: its writable layer is a size-limited tmpfs that only the sandbox sees (and that goes at stop), which the host cannot read: start it without --storage-opt size to commit it", cmpName(s.rec), units.BytesSize(float64(s.rec.Limits.RootfsBytes)))
 	}
 	if s.rec.MapKey != "" {
 		return fmt.Errorf("commit %s: its user %d has an id mapping of its own (rootless, not root): slopbox cannot commit it; run it as root (--user 0) to commit", cmpName(s.rec), s.rec.User.UID)
 	}
 	if s.staleLayer() {
 		return fmt.Errorf("commit %s: %w", cmpName(s.rec), spawnd.ErrStaleVolatile)
-	}
-	if n := s.rec.Limits.RootfsBytes; n > 0 {
-		return fmt.Errorf("its writable layer is on a tmpfs of its --storage-opt size=%s that only it sees: slopbox cannot commit it; run it without --storage-opt size= to commit what it writes", units.BytesSize(float64(n)))
 	}
 	if !noPause && s.rec.running() && !s.rec.Paused {
 		if err := s.Pause(); err != nil {

@@ -266,12 +266,16 @@ func (s *Service) Create(o CreateOptions) (CreateResult, error) {
 }
 
 // Remove is DELETE /networks/{id}: a predefined network is Docker's 403.
+// There are no user-defined networks yet, so none is removed.
 func (s *Service) Remove(ref string) error {
 	n, err := s.Inspect(ref)
 	if err != nil {
 		return err
 	}
-	return errorOf(ErrForbidden, "%s is a pre-defined network and cannot be removed", n.Name)
+	if IsPredefined(n.Name) {
+		return errorOf(ErrForbidden, "%s is a pre-defined network and cannot be removed", n.Name)
+	}
+	return nil
 }
 
 // Prune is POST /networks/prune: unused user networks go; there are none.

@@ -175,7 +175,7 @@ func TestCommitUnderStorageOptSaysWhy(t *testing.T) {
 	e.must("pull", "-q", e.ref)
 	e.must("run", "-d", "--name", "sized", "--storage-opt", "size=10m", e.ref, "sleep", "1000")
 	out, code := e.run("", "commit", "sized", "sized-img")
-	if code == 0 || strings.Contains(out, "exit status") || !strings.Contains(out, "started with --storage-opt size=10485760") || !strings.Contains(out, "start it without --storage-opt size to commit it") {
+	if code == 0 || strings.Contains(out, "exit status") || !strings.Contains(out, "started with --storage-opt size=10MiB") || !strings.Contains(out, "start it without --storage-opt size to commit it") {
 		t.Errorf("commit of a sandbox with --storage-opt size: exit %d: %s", code, out)
 	}
 	if _, code := e.run("", "image", "inspect", "sized-img"); code == 0 {
