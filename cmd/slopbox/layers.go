@@ -65,8 +65,9 @@ above it, which a sandbox may have planted: such a path is refused.`,
 				return nil
 			}
 			// Never through a symlink, which a sandbox may have planted
-			// where FILE lies; a failed export leaves no file.
-			f, err := atomicfile.CreateOutput(output, 0o644)
+			// where FILE lies; a failed export leaves no file. 0600, as the docker
+			// CLI writes it: the archive is the sandbox's whole filesystem.
+			f, err := atomicfile.CreateOutput(output, 0o600)
 			if err != nil {
 				return &exitError{code: 1, err: fmt.Errorf("export -o: %w", err)}
 			}

@@ -367,13 +367,14 @@ func Filter(f filters.Args, list []sandbox.Info) (func(sandbox.Info) bool, error
 			}
 		}
 	}
+	matchID, matchName := f.Matcher("id"), f.Matcher("name")
 	return func(i sandbox.Info) bool {
 		state := State(i)
 		switch {
 		case isTask: // no sandbox is a swarm task
 			return false
-		case !f.Prefix("id", i.ID) && !f.Match("id", i.ID),
-			!f.Match("name", "/"+i.Name),
+		case !f.Prefix("id", i.ID) && !matchID(i.ID),
+			!matchName("/" + i.Name),
 			!f.Labels("label", i.Labels),
 			!f.Any("status", func(v string) bool { return v == state || v == "broken" && state == "dead" }),
 			!f.Any("ancestor", func(v string) bool { return ancestor(i, v) }),
@@ -496,8 +497,9 @@ func VolumeFilter(f filters.Args, used func(sandbox.Volume) int) (func(sandbox.V
 	if err != nil {
 		return nil, err
 	}
+	matchName := f.Matcher("name")
 	return func(v sandbox.Volume) bool {
-		return f.Match("name", v.Name) && f.Exact("driver", v.Driver) && f.LabelsMatch(v.Labels) &&
+		return matchName(v.Name) && f.Exact("driver", v.Driver) && f.LabelsMatch(v.Labels) &&
 			(!hasDangling || dangling == (used(v) == 0))
 	}, nil
 }

@@ -39,22 +39,46 @@ func FromJSON(s string) (Args, error) {
 		if a == nil {
 			a = Args{}
 		}
-		return a, nil
+		return a, a.bounded()
 	}
 	var old map[string]map[string]bool
 	if err := json.Unmarshal([]byte(s), &old); err != nil {
 		return nil, backend.InvalidValue("invalid filters %q: want {\"key\":[\"value\"]}", s)
 	}
+	// Every value counts, true or false: moby's Args keeps each key of
+	// the old form, and a filter dropped would widen a list or a prune.
 	a = Args{}
 	for k, vs := range old {
-		for v, on := range vs {
-			if on {
-				a[k] = append(a[k], v)
-			}
+		for v := range vs {
+			a[k] = append(a[k], v)
 		}
 		sort.Strings(a[k])
 	}
-	return a, nil
+	return a, a.bounded()
+}
+
+// Bounds on a filter, so that its regular expressions (name, id) cost
+// little: Docker sets none, but a request may hold 1 MiB of them.
+const (
+	maxValues     = 256
+	maxValueBytes = 4096
+)
+
+// bounded refuses filters past maxValues values or maxValueBytes a value.
+func (a Args) bounded() error {
+	n := 0
+	for k, vs := range a {
+		n += len(vs)
+		for _, v := range vs {
+			if len(v) > maxValueBytes {
+				return backend.InvalidValue("invalid filter '%s': a value is over %d bytes", k, maxValueBytes)
+			}
+		}
+	}
+	if n > maxValues {
+		return backend.InvalidValue("invalid filters: %d values, more than the %d slopbox takes", n, maxValues)
+	}
+	return nil
 }
 
 // FromFlags reads the CLI's --filter values, each KEY=VALUE (the value may
@@ -66,9 +90,10 @@ func FromFlags(flags []string) (Args, error) {
 		if !ok || k == "" {
 			return nil, backend.InvalidValue("bad format of filter %q (expected name=value)", f)
 		}
-		a.Add(strings.ToLower(strings.TrimSpace(k)), v)
+		// Docker's ParseFlag trims both: "label!= keep=yes" is keep=yes.
+		a.Add(strings.ToLower(strings.TrimSpace(k)), strings.TrimSpace(v))
 	}
-	return a, nil
+	return a, a.bounded()
 }
 
 // Add appends a value to key.
@@ -107,18 +132,29 @@ func (a Args) Any(key string, match func(value string) bool) bool {
 	return len(vs) == 0 || slices.ContainsFunc(vs, match)
 }
 
-// Match is Docker's Match: key unset, or one of its values equals source
-// or, read as a regular expression, matches within it (name=web lists
-// "web-1", name=^/web$ only "web").
-func (a Args) Match(key, source string) bool {
-	return a.Any(key, func(v string) bool {
-		if v == source {
-			return true
+// Matcher is Docker's Match for key, its values compiled once: it holds
+// when key is unset, or one of its values equals the source or, read as a
+// regular expression, matches within it (name=web lists "web-1",
+// name=^/web$ only "web"). A value that is no regular expression matches
+// only itself, as Docker's.
+func (a Args) Matcher(key string) func(source string) bool {
+	vs := a[key]
+	if len(vs) == 0 {
+		return func(string) bool { return true }
+	}
+	var res []*regexp.Regexp
+	for _, v := range vs {
+		if re, err := regexp.Compile(v); err == nil {
+			res = append(res, re)
 		}
-		re, err := regexp.Compile(v)
-		return err == nil && re.MatchString(source)
-	})
+	}
+	return func(source string) bool {
+		return slices.Contains(vs, source) || slices.ContainsFunc(res, func(re *regexp.Regexp) bool { return re.MatchString(source) })
+	}
 }
+
+// Match is Matcher(key)(source), for one source.
+func (a Args) Match(key, source string) bool { return a.Matcher(key)(source) }
 
 // Prefix reports whether key is unset or one of its values is a prefix of
 // source (ids, as Docker matches them: a short id names its object).
@@ -169,10 +205,14 @@ func (a Args) Bool(key string) (value, set bool, err error) {
 	return value, set, nil
 }
 
-// Until reads key (`until`, `since` for events) as Docker's timestamps: a
-// Unix time with optional fraction, RFC 3339 (with or without zone), a
-// date, or a Go duration back from now ("10m"). The latest value wins.
+// Until reads key (`until`) as Docker's timestamps: a Unix time with
+// optional fraction, RFC 3339 (with or without zone), a date, or a Go
+// duration back from now ("10m"). More than one value is refused, as
+// moby's prune refuses it.
 func (a Args) Until(key string, now time.Time) (t time.Time, set bool, err error) {
+	if len(a[key]) > 1 {
+		return time.Time{}, false, backend.InvalidValue("invalid filter: more than one %s filter specified", key)
+	}
 	for _, v := range a[key] {
 		u, err := Timestamp(v, now)
 		if err != nil {
@@ -189,7 +229,9 @@ func (a Args) Until(key string, now time.Time) (t time.Time, set bool, err error
 // and events' --since and --until): a duration back from now, a Unix time
 // in seconds with an optional fraction, or an RFC 3339 time or date.
 func Timestamp(v string, now time.Time) (time.Time, error) {
-	if d, err := time.ParseDuration(v); err == nil {
+	// "0" is the Unix epoch, not a duration of nothing back from now (a
+	// prune until=0 removes nothing, as Docker's GetTimestamp reads it).
+	if d, err := time.ParseDuration(v); err == nil && v != "0" {
 		return now.Add(-d), nil
 	}
 	sec, frac, hasFrac := strings.Cut(v, ".")

@@ -2,6 +2,7 @@ package filters
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,4 +107,52 @@ func TestTimestamp(t *testing.T) {
 	if _, err := Timestamp("yesterday", now); err == nil {
 		t.Error("yesterday accepted")
 	}
+}
+
+// TestReviewFindings: what a reviewer's attack found after the first
+// version, each a prune that removed more than asked (or a CPU cost).
+func TestReviewFindings(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	// until=0 is the epoch (Docker's GetTimestamp), not "now".
+	if got, err := Timestamp("0", now); err != nil || !got.Equal(time.Unix(0, 0)) {
+		t.Errorf("Timestamp(0) = %v, %v; want the epoch", got, err)
+	}
+	// More than one until is refused, as moby's prune refuses it.
+	if _, _, err := (Args{"until": {"24h", "1s"}}).Until("until", now); !errors.Is(err, backend.ErrInvalidValue) {
+		t.Errorf("two until values: %v, want a refusal", err)
+	}
+	// The old form's false values still filter.
+	old, err := FromJSON(`{"label!":{"keep=yes":false}}`)
+	if err != nil || !old.Has("label!") || old.LabelsMatch(map[string]string{"keep": "yes"}) {
+		t.Errorf("old form with false: %v %v, want label!=keep=yes kept", old, err)
+	}
+	// The CLI trims keys and values, as Docker's ParseFlag.
+	f, err := FromFlags([]string{"label!= keep=yes"})
+	if err != nil || f.LabelsMatch(map[string]string{"keep": "yes"}) {
+		t.Errorf("--filter 'label!= keep=yes': %v %v", f, err)
+	}
+	// Bounded: values and their size.
+	many := make([]string, 300)
+	for i := range many {
+		many[i] = "n"
+	}
+	if _, err := FromFlags(append([]string(nil), prefixed("name=", many)...)); err == nil {
+		t.Error("300 filter values accepted")
+	}
+	if _, err := FromJSON(`{"name":["` + strings.Repeat("a", 5000) + `"]}`); err == nil {
+		t.Error("a 5000-byte filter value accepted")
+	}
+	// A value that is no regular expression matches only itself.
+	m := (Args{"name": {"web(", "^/db$"}}).Matcher("name")
+	if !m("web(") || m("/web") || !m("/db") || m("/db-1") {
+		t.Error("Matcher: want exact or regexp, an invalid one exact only")
+	}
+}
+
+func prefixed(p string, vs []string) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = p + v
+	}
+	return out
 }

@@ -212,6 +212,7 @@ func (s *Service) List(f filters.Args) ([]Network, error) {
 		return nil, err
 	}
 	out := []Network{}
+	matchName, matchID := f.Matcher("name"), f.Matcher("id")
 	for _, n := range all {
 		typ := "custom"
 		if IsPredefined(n.Name) {
@@ -220,7 +221,7 @@ func (s *Service) List(f filters.Args) ([]Network, error) {
 		// Docker's dangling: a user network no container uses; the
 		// predefined ones are never dangling.
 		isDangling := typ == "custom" && len(n.Containers) == 0
-		if f.Match("name", n.Name) && (f.Prefix("id", n.ID) || f.Match("id", n.ID)) && f.Exact("driver", n.Driver) &&
+		if matchName(n.Name) && (f.Prefix("id", n.ID) || matchID(n.ID)) && f.Exact("driver", n.Driver) &&
 			f.Exact("scope", n.Scope) && f.Exact("type", typ) && f.LabelsMatch(n.Labels) &&
 			(!hasDangling || dangling == isDangling) {
 			out = append(out, n)

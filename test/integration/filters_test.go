@@ -116,6 +116,14 @@ func TestServeFiltersDockerRules(t *testing.T) {
 		t.Errorf("slopbox volume ls with two labels: %q", out)
 	}
 
+	// until=0 is the epoch: nothing was made before it (it pruned every
+	// stopped container, read as "now"); two until values are refused.
+	if out := e.must("prune", "--filter", "until=0"); strings.Contains(out, "Deleted:") {
+		t.Errorf("slopbox prune --filter until=0 removed: %s", out)
+	}
+	if out, code := e.run("", "prune", "--filter", "until=24h", "--filter", "until=1s"); code == 0 {
+		t.Errorf("slopbox prune with two until filters: exit 0 %s", out)
+	}
 	// Prune takes only what its filters name: label=proj with
 	// label!=service_2 removes flt-one and flt-ran, leaves flt-two and
 	// flt-else (the filter was ignored: every stopped container went).
