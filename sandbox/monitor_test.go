@@ -759,19 +759,24 @@ func TestSyncLogHasWhatWasWritten(t *testing.T) {
 func TestStartThenLogs(t *testing.T) {
 	b, ref := testBackend(t)
 	ws := workspaceDir(t)
-	for _, name := range []string{"go", "ack"} {
-		if err := unix.Mkfifo(filepath.Join(ws, name), 0o666); err != nil {
-			t.Fatal(err)
-		}
-		// As root the sandbox's root is an unprivileged host id.
-		if err := os.Chmod(filepath.Join(ws, name), 0o666); err != nil {
-			t.Fatal(err)
-		}
+	// The handshake is by files, not FIFOs: the test makes go.N, the
+	// command writes its lines and then ack.N (renamed into place, so it
+	// is whole when seen), and the test reads the log at once. (A FIFO
+	// handshake hung twice in hundreds of runs, the command and the test
+	// each waiting on an open.)
+	if err := os.Chmod(ws, 0o777); err != nil {
+		t.Fatal(err)
 	}
-	script := `i=0; while read x < /workspace/go; do echo "out $i"; echo "err $i" >&2; echo $i > /workspace/ack; i=$((i+1)); done`
+	script := `i=0; while :; do while [ ! -e /workspace/go.$i ]; do sleep 0.005; done; echo "out $i"; echo "err $i" >&2; echo $i > /workspace/.ack; mv /workspace/.ack /workspace/ack.$i; i=$((i+1)); done`
 	const starts, rounds = 10, 200
 	missing := 0
 	for n := range starts {
+		for _, pat := range []string{"go.*", "ack.*"} {
+			old, _ := filepath.Glob(filepath.Join(ws, pat))
+			for _, f := range old {
+				os.Remove(f)
+			}
+		}
 		sb, err := b.Create(context.Background(), backend.SpawnSpec{Image: ref, DisableSetup: true, Workspace: ws}, []string{"sh", "-c", script})
 		if err != nil {
 			t.Fatal(err)
@@ -781,24 +786,23 @@ func TestStartThenLogs(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range rounds {
-			// Bounded: a command that has died would leave these blocked.
-			var ack []byte
-			done := make(chan error, 1)
-			go func() {
-				err := os.WriteFile(filepath.Join(ws, "go"), []byte("\n"), 0)
-				if err == nil {
-					ack, err = os.ReadFile(filepath.Join(ws, "ack"))
-				}
-				done <- err
-			}()
-			select {
-			case err = <-done:
-			case <-time.After(fixtures.Patience()):
-				log, _ := os.ReadFile(filepath.Join(sb.dir, logFile))
-				t.Fatalf("start %d round %d: the command did not answer; its log:\n%s", n, i, log)
+			if err := os.WriteFile(filepath.Join(ws, fmt.Sprintf("go.%d", i)), nil, 0o666); err != nil {
+				t.Fatal(err)
 			}
-			if err != nil || strings.TrimSpace(string(ack)) != strconv.Itoa(i) {
-				t.Fatalf("start %d round %d: the command acknowledged %q (%v)", n, i, ack, err)
+			var ack []byte
+			var err error
+			for deadline := time.Now().Add(fixtures.Patience()); ; time.Sleep(time.Millisecond) {
+				if ack, err = os.ReadFile(filepath.Join(ws, fmt.Sprintf("ack.%d", i))); err == nil || time.Now().After(deadline) {
+					break
+				}
+			}
+			if err != nil {
+				log, _ := os.ReadFile(filepath.Join(sb.dir, logFile))
+				info := sb.Info()
+				t.Fatalf("start %d round %d: the command did not answer (running %v, pid %d, exit %d); its log:\n%s", n, i, info.Running, info.Pid, info.ExitCode, log)
+			}
+			if strings.TrimSpace(string(ack)) != strconv.Itoa(i) {
+				t.Fatalf("start %d round %d: the command acknowledged %q", n, i, ack)
 			}
 			var stdout, stderr strings.Builder
 			if i%2 == 0 {
