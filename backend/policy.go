@@ -100,10 +100,8 @@ func handOverForbidden(src string) bool {
 		return false
 	}
 	p := path.Clean(src)
-	for _, c := range strings.Split(p, "/") {
-		if c == ".ssh" || c == ".gnupg" {
-			return true // keys: root's (/root/.ssh) or another user's
-		}
+	if InCredentialsDir(p) {
+		return true // keys: root's (/root/.ssh) or another user's
 	}
 	for _, d := range []string{"/", "/var", "/home", "/opt", "/srv", "/mnt", "/media", "/tmp", "/var/tmp", "/root"} {
 		if p == d {
@@ -113,6 +111,17 @@ func handOverForbidden(src string) bool {
 	for _, d := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/etc", "/proc",
 		"/sys", "/dev", "/run", "/var/lib", "/var/log", "/var/cache", "/var/spool", "/var/mail", "/var/backups", "/var/opt", "/var/local"} {
 		if p == d || strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// InCredentialsDir reports whether path p is or lies in a credentials
+// directory (.ssh, .gnupg).
+func InCredentialsDir(p string) bool {
+	for _, c := range strings.Split(p, "/") {
+		if c == ".ssh" || c == ".gnupg" {
 			return true
 		}
 	}

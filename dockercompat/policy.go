@@ -19,7 +19,8 @@ import (
 //	allow_unsafe: [cap-add=NET_ADMIN]        # as --allow-unsafe, for every run
 //	allow_local: true                        # environment specs may be type: local
 //	allow_host_network: true                 # ... may use network: host
-//	allow_os_env: true                       # ... may set include_os_env
+//	allow_os_env: true                       # ... may set include_os_env; an rlm_code config's env_allowlist may pass host values
+//	allow_volumes: true                      # an rlm_code config's extra_args may use named volumes and --volumes-from
 //
 // An rlm_code config is a policy file too: its sandbox.allowed_mount_roots
 // (its own directory when empty) apply.
@@ -31,6 +32,10 @@ type Policy struct {
 	AllowLocal       bool `yaml:"allow_local"`
 	AllowHostNetwork bool `yaml:"allow_host_network"`
 	AllowOSEnv       bool `yaml:"allow_os_env"`
+	// AllowVolumes lets an rlm_code config's extra_args name volumes
+	// (-v NAME:/x, --mount type=volume,src=NAME) and --volumes-from:
+	// another sandbox's data.
+	AllowVolumes bool `yaml:"allow_volumes"`
 
 	// KeepOwnersOutside is set for the run of an rlm_code config (never
 	// read from a file) to the operator's workspace: the command line is
@@ -42,7 +47,7 @@ type Policy struct {
 	File string `yaml:"-"`
 }
 
-var policyKeys = []string{"allowed_mount_roots", "allow_unsafe", "allow_local", "allow_host_network", "allow_os_env"}
+var policyKeys = []string{"allowed_mount_roots", "allow_unsafe", "allow_local", "allow_host_network", "allow_os_env", "allow_volumes"}
 
 // LoadPolicy reads the policy in file; relative roots resolve against the
 // file's directory.
@@ -59,6 +64,10 @@ func LoadPolicy(file string) (*Policy, error) {
 		roots, err := c.MountRoots("")
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", file, err)
+		}
+		if len(roots) == 0 { // no roots would be no bound
+			_, why := c.DirRoot()
+			return nil, fmt.Errorf("policy %s: %w: an rlm_code config as the policy needs sandbox.allowed_mount_roots: %v, so its directory is no mount root", file, ErrBadSpec, why)
 		}
 		return &Policy{AllowedMountRoots: roots, File: file}, nil
 	}

@@ -76,6 +76,9 @@ func LoadRLMConfig(file string) (*RLMSandbox, error) {
 		return nil, err
 	}
 	c.Dir = filepath.Dir(abs)
+	if real, err := filepath.EvalSymlinks(c.Dir); err == nil {
+		c.Dir = real // the roots are compared with real paths
+	}
 	return c, nil
 }
 
@@ -139,18 +142,16 @@ func checkKeyList(n *yaml.Node, where string, valid []string) error {
 
 // MountRoots are the config's allowed mount roots, absolute: relative ones
 // (and ~) resolved as rlm_code does, against the config's directory. With
-// none configured they are the config's own directory and the workspace
-// (when given), not rlm_code's defaults, which add /tmp and macOS's
-// temporary directories as a whole: there other programs keep sockets and
-// secrets (/tmp/tmux-0, ssh-agent's /tmp/ssh-*) that a config must not
-// reach unless the operator allows it (Roots).
+// none configured they are the config's own directory (when DirRoot
+// allows it) and the workspace (when given), not rlm_code's defaults,
+// which add /tmp and macOS's temporary directories as a whole: there
+// other programs keep sockets and secrets (/tmp/tmux-0, ssh-agent's
+// /tmp/ssh-*) that a config must not reach unless the operator allows it
+// (Roots).
 func (c *RLMSandbox) MountRoots(workspace string) ([]string, error) {
 	roots := c.AllowedMountRoots
 	if len(roots) == 0 {
-		roots = []string{"."}
-		if workspace != "" {
-			roots = append(roots, workspace)
-		}
+		roots = c.defaultRoots(workspace)
 	}
 	out := make([]string, 0, len(roots))
 	for _, r := range roots {
@@ -182,9 +183,54 @@ func (c *RLMSandbox) Roots(operator []string, workspace string) ([]string, error
 		return nil, err
 	}
 	if len(operator) == 0 {
-		operator = []string{c.Dir, workspace}
+		operator = c.defaultRoots(workspace)
 	}
 	return NarrowRoots(operator, roots), nil
+}
+
+// defaultRoots are the config's directory, when DirRoot allows it, and
+// the workspace, when given.
+func (c *RLMSandbox) defaultRoots(workspace string) []string {
+	var roots []string
+	if _, err := c.DirRoot(); err == nil {
+		roots = append(roots, c.Dir)
+	}
+	if workspace != "" {
+		roots = append(roots, workspace)
+	}
+	return roots
+}
+
+// DirRoot is the config's directory as a default mount root, or why it
+// is none: a directory others may write to (world-writable or sticky, as
+// /tmp: other users' files and sockets sit there), /, or the caller's
+// home or a directory above it (its .ssh, .gnupg, tokens and shell
+// history). A config anywhere else is in a project directory of its
+// own, which it may mount from.
+func (c *RLMSandbox) DirRoot() (string, error) {
+	d := filepath.Clean(c.Dir)
+	if !filepath.IsAbs(d) {
+		return "", fmt.Errorf("the config's directory %q is not absolute", c.Dir)
+	}
+	if d == "/" {
+		return "", fmt.Errorf("the config's directory is /")
+	}
+	if home, err := os.UserHomeDir(); err == nil && home != "" {
+		if real, err := filepath.EvalSymlinks(home); err == nil {
+			home = real
+		}
+		if within(filepath.Clean(home), d) {
+			return "", fmt.Errorf("the config's directory %s is the home directory %s or lies above it", d, home)
+		}
+	}
+	fi, err := os.Stat(d)
+	if err != nil {
+		return "", fmt.Errorf("the config's directory: %w", err)
+	}
+	if m := fi.Mode(); m&0o002 != 0 || m&os.ModeSticky != 0 {
+		return "", fmt.Errorf("the config's directory %s is world-writable or sticky (mode %v): other users' files lie there", d, m)
+	}
+	return d, nil
 }
 
 // Env is the request environment rlm_code's docker runtime passes
@@ -240,16 +286,11 @@ func (c *RLMSandbox) DockerArgv(workdir string, env map[string]string, command [
 	if cpus > 0 {
 		argv = append(argv, "--cpus", pythonFloat(cpus))
 	}
-	for i, a := range c.Docker.ExtraArgs {
-		a = strings.TrimSpace(a)
-		// rlm_code refuses --network=host; its split spelling, and --net,
-		// are refused here too (the rest of its list, and more, is the
-		// policy every command line meets).
-		if v, ok := strings.CutPrefix(a, "--network="); ok && v == "host" || a == "--net=host" ||
-			(a == "--network" || a == "--net") && i+1 < len(c.Docker.ExtraArgs) && strings.TrimSpace(c.Docker.ExtraArgs[i+1]) == "host" {
-			return nil, fmt.Errorf("%w: sandbox.docker.extra_args %q: --network host shares the host's network; rlm_code's policy refuses it (network_enabled governs the network)", ErrBadSpec, c.Docker.ExtraArgs)
-		}
-		argv = append(argv, a)
+	// rlm_code refuses --network=host; slopbox checks the parsed command
+	// line instead (env run: what --network became, in every spelling,
+	// and that extra_args leave the image and the command in place).
+	for _, a := range c.Docker.ExtraArgs {
+		argv = append(argv, strings.TrimSpace(a))
 	}
 	return append(append(argv, c.Docker.Image), command...), nil
 }

@@ -65,12 +65,8 @@ func TestRLMConfigArgv(t *testing.T) {
 	if c.DefaultTimeoutSeconds != 30 {
 		t.Errorf("default timeout %v, want 30", c.DefaultTimeoutSeconds)
 	}
-	for _, extra := range [][]string{{"--network=host"}, {"--network", "host"}, {"--net", " host"}, {"--net=host"}} {
-		c.Docker.ExtraArgs = extra
-		if _, err := c.DockerArgv("/w", nil, nil); err == nil || !strings.Contains(err.Error(), "--network host") {
-			t.Errorf("extra_args %q: %v", extra, err)
-		}
-	}
+	// --network host in extra_args is refused on the parsed command line
+	// (env run: TestRLMConfigReview).
 	c.Docker.NetworkEnabled = true
 	c.Docker.ExtraArgs = nil
 	if argv, err := c.DockerArgv("/w", nil, nil); err != nil || !strings.Contains(strings.Join(argv, " "), "--network bridge --memory") {
@@ -118,6 +114,16 @@ func TestPolicyFile(t *testing.T) {
 	if pol, err = LoadPolicy(p); err != nil || !slices.Equal(pol.AllowedMountRoots, []string{dir}) {
 		t.Errorf("rlm defaults as policy: %+v %v", pol, err)
 	}
+	// In a world-writable directory it has none: refused, not unbounded.
+	os.Chmod(dir, 0o1777)
+	if pol, err = LoadPolicy(p); !errors.Is(err, ErrBadSpec) || !strings.Contains(err.Error(), "sandbox.allowed_mount_roots") {
+		t.Errorf("rlm defaults as policy in a sticky directory: %+v %v", pol, err)
+	}
+	os.Chmod(dir, 0o700)
+	os.WriteFile(p, []byte("allow_volumes: true\n"), 0o644)
+	if pol, err = LoadPolicy(p); err != nil || !pol.AllowVolumes {
+		t.Errorf("allow_volumes: %+v %v", pol, err)
+	}
 }
 
 // A config's allowed_mount_roots narrow the operator's, never widen them:
@@ -144,22 +150,60 @@ func TestNarrowRoots(t *testing.T) {
 // config's own allowed_mount_roots are narrowed to those, and what else it
 // mounts is the operator's to allow (the policy file's roots).
 func TestRLMRoots(t *testing.T) {
+	proj := filepath.Join(t.TempDir(), "proj")
+	os.Mkdir(proj, 0o755)
 	cfg := func(roots ...string) *RLMSandbox {
-		return &RLMSandbox{AllowedMountRoots: roots, Dir: "/srv/proj"}
+		return &RLMSandbox{AllowedMountRoots: roots, Dir: proj}
+	}
+	// The config's directory is a root only when it is a project's own
+	// (issue 41, review case 2): not / or a directory anyone may write to
+	// (/tmp: the config there mounted all of it), not $HOME or above it
+	// ($HOME/.ssh). Then the workspace alone.
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	os.Mkdir(filepath.Join(home, "proj"), 0o755)
+	sticky := t.TempDir()
+	os.Chmod(sticky, 0o1777)
+	open := t.TempDir()
+	os.Chmod(open, 0o777)
+	for _, c := range []struct {
+		dir  string
+		want []string
+	}{
+		{proj, []string{proj, "/tmp/job/wd"}},
+		{filepath.Join(home, "proj"), []string{filepath.Join(home, "proj"), "/tmp/job/wd"}},
+		{home, []string{"/tmp/job/wd"}},
+		{filepath.Dir(home), []string{"/tmp/job/wd"}},
+		{"/", []string{"/tmp/job/wd"}},
+		{sticky, []string{"/tmp/job/wd"}},
+		{open, []string{"/tmp/job/wd"}},
+	} {
+		c2 := &RLMSandbox{Dir: c.dir}
+		got, err := c2.Roots(nil, "/tmp/job/wd")
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("a config in %s: roots %q, %v; want %q", c.dir, got, err, c.want)
+		}
+		if got, err := c2.MountRoots("/tmp/job/wd"); err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("a config in %s: its default roots %q, %v; want %q", c.dir, got, err, c.want)
+		}
+	}
+	// allowed_mount_roots [.] in /tmp narrow the workspace, no more.
+	if got, _ := (&RLMSandbox{Dir: sticky, AllowedMountRoots: []string{"."}}).Roots(nil, filepath.Join(sticky, "wd")); !slices.Equal(got, []string{filepath.Join(sticky, "wd")}) {
+		t.Errorf("allowed_mount_roots [.] in a sticky directory: %q", got)
 	}
 	for _, c := range []struct {
 		config   *RLMSandbox
 		operator []string
 		want     []string
 	}{
-		{cfg(), nil, []string{"/srv/proj", "/tmp/job/wd"}},
-		{cfg(".", "/tmp"), nil, []string{"/srv/proj", "/tmp/job/wd"}},
-		{cfg("/"), nil, []string{"/srv/proj", "/tmp/job/wd"}},
+		{cfg(), nil, []string{proj, "/tmp/job/wd"}},
+		{cfg(".", "/tmp"), nil, []string{proj, "/tmp/job/wd"}},
+		{cfg("/"), nil, []string{proj, "/tmp/job/wd"}},
 		{cfg("/tmp/tmux-0"), nil, nil},
-		{cfg("data"), nil, []string{"/srv/proj/data"}},
-		{cfg(), []string{"/tmp"}, []string{"/tmp/job/wd"}},
-		{cfg(".", "/tmp"), []string{"/tmp"}, []string{"/tmp"}},
-		{cfg(".", "/tmp"), []string{"/srv", "/tmp/job"}, []string{"/srv/proj", "/tmp/job"}},
+		{cfg("data"), nil, []string{proj + "/data"}},
+		{cfg(), []string{"/srv"}, nil},
+		{cfg(".", "/tmp"), []string{"/tmp"}, []string{proj, "/tmp"}},
+		{cfg(".", "/srv"), []string{filepath.Dir(proj), "/tmp/job"}, []string{proj}},
 	} {
 		got, err := c.config.Roots(c.operator, "/tmp/job/wd")
 		if err != nil || !slices.Equal(got, c.want) {

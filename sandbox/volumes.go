@@ -286,11 +286,12 @@ func (b *Backend) VolumeOfMount(source string) (string, bool) {
 }
 
 // volumeMounts turns the volume mounts of spec into bind mounts of their
-// data directories, making the volumes that do not exist yet; the
-// volumes' directory is then an allowed mount root.
+// data directories, making the volumes that do not exist yet; each one
+// used is then an allowed mount root (its own data directory, not the
+// volumes' directory: a bind beside it must not reach another volume).
 func (b *Backend) volumeMounts(spec *backend.SpawnSpec, plan *oci.MountPlan) error {
 	mounts := slices.Clone(spec.Mounts)
-	used := false
+	var used []string
 	for i, m := range mounts {
 		if m.Volume == "" && !m.AnonymousVolume {
 			continue
@@ -300,11 +301,11 @@ func (b *Backend) volumeMounts(spec *backend.SpawnSpec, plan *oci.MountPlan) err
 			return err
 		}
 		mounts[i].Source, mounts[i].Volume, mounts[i].AnonymousVolume, mounts[i].HandOver = v.Mountpoint, "", false, false
-		used = true
+		used = append(used, v.Mountpoint)
 	}
 	spec.Mounts = mounts
-	if used && len(plan.AllowedRoots) > 0 {
-		plan.AllowedRoots = append(slices.Clone(plan.AllowedRoots), b.volumesDir())
+	if len(used) > 0 && len(plan.AllowedRoots) > 0 {
+		plan.AllowedRoots = append(slices.Clone(plan.AllowedRoots), used...)
 	}
 	return nil
 }

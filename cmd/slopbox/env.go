@@ -41,6 +41,8 @@ type envFlags struct {
 	allowUnsafe       []string
 	allowHostLoopback bool
 	allowSpec         dockercompat.SpecAllowances
+	// allowVolumes: an rlm_code config's named volumes and --volumes-from.
+	allowVolumes bool
 }
 
 func (f *envFlags) register(c *cobra.Command) {
@@ -54,7 +56,8 @@ func (f *envFlags) register(c *cobra.Command) {
 	c.Flags().BoolVar(&f.allowHostLoopback, "allow-host-loopback", false, "with a bridge network: let the sandbox reach the host's loopback (at 10.0.2.2)")
 	c.Flags().BoolVar(&f.allowSpec.Local, "allow-local", false, "under a policy file: let a spec be type: local (policy key allow_local)")
 	c.Flags().BoolVar(&f.allowSpec.HostNetwork, "allow-host-network", false, "under a policy file: let a spec use network: host (policy key allow_host_network)")
-	c.Flags().BoolVar(&f.allowSpec.OSEnv, "allow-os-env", false, "under a policy file: let a spec pass this process's environment in, include_os_env (policy key allow_os_env)")
+	c.Flags().BoolVar(&f.allowSpec.OSEnv, "allow-os-env", false, "under a policy file: let a spec pass this process's environment in, include_os_env; an rlm_code config's env_allowlist the named variables (policy key allow_os_env)")
+	c.Flags().BoolVar(&f.allowVolumes, "allow-volumes", false, "let an rlm_code config's extra_args use named volumes and --volumes-from (policy key allow_volumes)")
 }
 
 // open loads the spec and makes the sandbox it describes, or the local
@@ -275,8 +278,8 @@ func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command [
 	switch {
 	case f.workspace == "":
 		return fmt.Errorf("--workspace DIR is required (rlm_code's workdir, mounted at /workspace)")
-	case f.eval || len(f.assets) > 0 || len(f.ports) > 0 || f.allowSpec != (dockercompat.SpecAllowances{}):
-		return fmt.Errorf("%s is an rlm_code config: --eval, --asset, --port, --allow-local, --allow-host-network and --allow-os-env belong to SlopCodeBench specs", file)
+	case f.eval || len(f.assets) > 0 || len(f.ports) > 0 || f.allowSpec.Local || f.allowSpec.HostNetwork:
+		return fmt.Errorf("%s is an rlm_code config: --eval, --asset, --port, --allow-local and --allow-host-network belong to SlopCodeBench specs", file)
 	}
 	// The operator's policy, its mount roots narrowed by the config's:
 	// a config bounds what it mounts, it cannot widen what the operator
@@ -319,11 +322,15 @@ func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command [
 	if f.image != "" {
 		cfg.Docker.Image = f.image
 	}
-	env := cfg.Env(os.LookupEnv)
 	extra, err := parseEnv(f.env)
 	if err != nil {
 		return err
 	}
+	lookup, err := allowlistLookup(file, cfg, f.env, op.AllowOSEnv || f.allowSpec.OSEnv, op.File)
+	if err != nil {
+		return err
+	}
+	env := cfg.Env(lookup)
 	maps.Copy(env, extra)
 	argv, err := cfg.DockerArgv(ws, env, command)
 	if err != nil {
@@ -331,7 +338,7 @@ func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command [
 	}
 	// Checked on the very command line run parses, before the operator's
 	// own allowances are added to it.
-	if err := refuseOperatorOnly(file, argv[2:]); err != nil {
+	if err := refuseOperatorOnly(file, argv[2:], append([]string{cfg.Docker.Image}, command...), op.AllowVolumes || f.allowVolumes); err != nil {
 		return err
 	}
 	timeout := cfg.DefaultTimeoutSeconds
@@ -382,6 +389,51 @@ var operatorOnly = []struct{ name, how string }{
 	{"link", "nobody: pass the variables with env run -e"},
 	// The workspace is the one bind mounted as the sandbox's own.
 	{"workspace", "env run --workspace DIR"},
+	// The run's lifetime is the operator's: -d returns at once and leaves
+	// the sandbox running past the timeout, --timeout replaces the
+	// operator's, --keep leaves it behind (and --rm=false: below).
+	{"detach", "nobody: env run waits for the command and removes the sandbox"},
+	{"timeout", "env run --timeout SECONDS (default_timeout_seconds otherwise)"},
+	{"keep", "nobody: env run removes the sandbox"},
+	// A fixed name is how other commands and sandboxes address a sandbox
+	// (exec, rm, --volumes-from, --link): the operator's namespace, and
+	// parallel runs of one config would collide. rlm_code names none.
+	{"name", "nobody: an rlm_code run is unnamed, as rlm_code's own"},
+}
+
+// allowlistLookup is how the config's env_allowlist takes host values:
+// only those the operator allows, by env run -e NAME (in envFlags) or
+// allow_os_env (policy key, or --allow-os-env). A name set in this
+// process's environment that the operator does not allow is refused: the
+// allowlist is the config's, and the harness's secrets (API keys) are in
+// that environment. An unset name passes nothing either way, as rlm_code.
+func allowlistLookup(file string, cfg *dockercompat.RLMSandbox, envFlags []string, osEnv bool, policy string) (func(string) (string, bool), error) {
+	if osEnv {
+		return os.LookupEnv, nil
+	}
+	operator := map[string]bool{}
+	for _, kv := range envFlags {
+		k, _, _ := strings.Cut(kv, "=")
+		operator[k] = true
+	}
+	for _, k := range cfg.EnvAllowlist {
+		k = strings.TrimSpace(k)
+		if _, set := os.LookupEnv(k); k == "" || !set || operator[k] {
+			continue
+		}
+		where := "allow_os_env: true in a policy file (--policy FILE)"
+		if policy != "" {
+			where = "allow_os_env: true in the policy file " + policy
+		}
+		return nil, fmt.Errorf("%w: %s: sandbox.env_allowlist names %s, which is set in slopbox's environment: a config cannot take the harness's variables (its API keys included), only the operator can give them (env run -e %s, or every name of the allowlist with env run --allow-os-env or %s)",
+			backend.ErrUnsafe, file, k, k, where)
+	}
+	return func(k string) (string, bool) {
+		if !operator[k] {
+			return "", false
+		}
+		return os.LookupEnv(k)
+	}, nil
 }
 
 // refuseOperatorOnly refuses the docker command line an rlm_code config
@@ -389,10 +441,18 @@ var operatorOnly = []struct{ name, how string }{
 // config cannot allow its own weakenings. The args are parsed exactly as
 // run parses them (every spelling: --allow-unsafe X, --allow-unsafe=X),
 // and a line that does not parse is refused here: nothing unchecked runs.
-func refuseOperatorOnly(file string, args []string) error {
+func refuseOperatorOnly(file string, args, positional []string, allowVolumes bool) error {
 	fs := runCmd().Flags()
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %s: sandbox.docker.extra_args: %v", dockercompat.ErrBadSpec, file, err)
+	}
+	// A flag ending extra_args takes the image as its value (--network
+	// IMAGE), a word among them becomes the image: what follows the flags
+	// must be the image and the command as given, or the values checked
+	// here are not the ones that run.
+	if got := fs.Args(); !slices.Equal(got, positional) {
+		return fmt.Errorf("%w: %s: sandbox.docker.extra_args take the place of the image and the command: run would take %q as them, not %q (a flag that wants a value ends extra_args, or a word is not a flag)",
+			backend.ErrUnsafe, file, got, positional)
 	}
 	refuse := func(what, how string) error {
 		return fmt.Errorf("%w: %s: sandbox.docker.extra_args gives %s: a config cannot allow its own weakenings, only the operator can (%s)",
@@ -401,6 +461,55 @@ func refuseOperatorOnly(file string, args []string) error {
 	for _, o := range operatorOnly {
 		if fs.Changed(o.name) {
 			return refuse("--"+o.name, o.how)
+		}
+	}
+	// The command line starts with --rm (rlm_code's); --rm=false after it
+	// leaves the sandbox behind.
+	if rm, _ := fs.GetBool("rm"); fs.Changed("rm") && !rm {
+		return refuse("--rm=false", "nobody: env run removes the sandbox")
+	}
+	// The network as parsed (--network, --net, = or split): rlm_code
+	// refuses host; another sandbox's namespace is no better.
+	if n := fs.Lookup("network").Value.String(); n == "host" || strings.HasPrefix(n, "container:") {
+		return fmt.Errorf("%w: %s: sandbox.docker.extra_args give --network %s: it shares the host's or another sandbox's network; rlm_code's policy refuses it (network_enabled governs the network)",
+			backend.ErrUnsafe, file, n)
+	}
+	// Named volumes and --volumes-from are other sandboxes' data.
+	if from, _ := fs.GetStringArray("volumes-from"); len(from) > 0 && !allowVolumes {
+		return refuse("--volumes-from "+from[0]+" (another sandbox's mounts and data)", "env run --allow-volumes, or allow_volumes: true in the policy file")
+	}
+	vols, _ := fs.GetStringArray("volume")
+	mounts, _ := fs.GetStringArray("mount")
+	var binds []string
+	for _, v := range vols {
+		m, err := dockercompat.ParseVolume(v)
+		if err != nil {
+			continue // run refuses it
+		}
+		if m.Volume != "" && !allowVolumes {
+			return refuse("--volume "+v+" (the named volume "+m.Volume+": another sandbox's data)", "env run --allow-volumes, or allow_volumes: true in the policy file")
+		}
+		if m.Source != "" {
+			binds = append(binds, m.Source)
+		}
+	}
+	for _, v := range mounts {
+		m, err := dockercompat.ParseMount(v)
+		if err != nil {
+			continue
+		}
+		switch {
+		case m.Type == "volume" && m.Source != "" && !allowVolumes:
+			return refuse("--mount "+v+" (the named volume "+m.Source+": another sandbox's data)", "env run --allow-volumes, or allow_volumes: true in the policy file")
+		case m.Type == "bind":
+			binds = append(binds, m.Source)
+		}
+	}
+	// Keys: never from a config, wherever the roots reach.
+	for _, src := range binds {
+		real, _ := filepath.EvalSymlinks(src)
+		if backend.InCredentialsDir(filepath.Clean(src)) || real != "" && backend.InCredentialsDir(real) {
+			return refuse("a bind of "+src+" (a credentials directory, .ssh or .gnupg)", "nobody: the operator mounts keys with its own slopbox run")
 		}
 	}
 	// -e NAME, without a value, takes NAME's value from this process's
@@ -412,7 +521,7 @@ func refuseOperatorOnly(file string, args []string) error {
 		}
 	}
 	// :U hands the source's root-owned files to the sandbox's user.
-	vols, _ := fs.GetStringArray("volume")
+	vols, _ = fs.GetStringArray("volume")
 	for _, v := range vols {
 		if m, err := dockercompat.ParseVolume(v); err == nil && m.HandOver {
 			return refuse(fmt.Sprintf("--volume %s (:U gives the source's root-owned files to the sandbox's user)", v), "nobody: a config's mounts keep their owners")

@@ -187,7 +187,12 @@ func TestRLMCodeConfig(t *testing.T) {
 	config := filepath.Join(e.dir, "rlm_config.yaml")
 	os.WriteFile(config, bytes.ReplaceAll(body, []byte("docker.io/library/python:3.12-slim"), []byte(py)), 0o644)
 	ws := e.workspace("wd", map[string]string{"x.py": "import os\nprint('x in', os.getcwd(), os.environ.get('HTTP_PROXY'))\n"})
-	out, code := e.run([]string{"HTTP_PROXY=http://proxy.invalid:3128"}, "", "env", "run", config, "--workspace", ws, "--", "python3", "/workspace/x.py")
+	// env_allowlist passes what the operator allows (--allow-os-env: the
+	// allowlist's names), and is refused otherwise.
+	proxy := []string{"HTTP_PROXY=http://proxy.invalid:3128"}
+	out, code := e.run(proxy, "", "env", "run", config, "--workspace", ws, "--", "python3", "/workspace/x.py")
+	wantAll(t, "rlm_code config, its env_allowlist not allowed", out, code, 125, "env_allowlist names HTTP_PROXY", "--allow-os-env")
+	out, code = e.run(proxy, "", "env", "run", config, "--workspace", ws, "--allow-os-env", "--", "python3", "/workspace/x.py")
 	wantAll(t, "rlm_code config", out, code, 0, "x in /workspace http://proxy.invalid:3128")
 	out, code = e.run(nil, "", "env", "run", config, "--workspace", ws, "--entry", "x.py", "--json")
 	wantAll(t, "rlm_code config, --entry --json", out, code, 0, `"exit_code": 0`, "x in /workspace")

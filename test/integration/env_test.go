@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/slopbox/slopbox/test/fixtures"
 )
@@ -147,7 +149,8 @@ func TestRLMSandboxConfig(t *testing.T) {
 		return p
 	}
 	good := config("rlm_config.yaml", `, extra_args: ["--init", "--pids-limit", "64"]`)
-	cmd := exec.Command(e.bin, "--root", e.root, "env", "run", good, "--workspace", ws, "--", "sh", "/workspace/x.sh")
+	// The operator passes the allowlisted variable (env run -e NAME).
+	cmd := exec.Command(e.bin, "--root", e.root, "env", "run", good, "--workspace", ws, "-e", "HTTP_PROXY", "--", "sh", "/workspace/x.sh")
 	cmd.Env = append(os.Environ(), "HTTP_PROXY=http://proxy:3128")
 	out, err := cmd.Output() // rootless, stderr warns of limits it cannot enforce here
 	if err != nil || string(out) != "1 /tmp http://proxy:3128\n/workspace\n" {
@@ -564,6 +567,202 @@ func TestRLMConfigCannotImportHostEnv(t *testing.T) {
 	// the harness's variable.
 	if out, code := run("env", "run", config(`"-e", "GREETING=hi"`), "--workspace", ws, "-e", "SLOPBOX_TEST_API_KEY", "--", "sh", "-c", "echo $GREETING $SLOPBOX_TEST_API_KEY"); code != 0 || !strings.HasSuffix(out, "\nhi "+key+"\n") && out != "hi "+key+"\n" {
 		t.Errorf("-e GREETING=hi in the config and env run -e SLOPBOX_TEST_API_KEY: exit %d %q", code, out)
+	}
+	e.must("rm", "-f", "victim")
+	e.noSandboxLeft(t, "the runs")
+}
+
+// Issue 41, review of cases 2 and 3: what a config still reached.
+//  1. --network ending extra_args took the image as its value (the host's
+//     network): the parsed network is checked, and extra_args must leave
+//     the image and the command where they are.
+//  2. The config's directory as a mount root gave a config in /tmp all of
+//     /tmp, one in $HOME all of $HOME (.ssh): it is a root only when it is
+//     a project's own, and keys are never mounted from a config.
+//  3. env_allowlist passed the harness's variables: only those the
+//     operator allows (-e NAME, --allow-os-env, allow_os_env).
+//  4. -d, --timeout, --keep, --name, --rm=false took the run's lifetime
+//     from the operator.
+//  5. Named volumes, --volumes-from and a bind beside an anonymous volume
+//     reached other sandboxes' data: the operator allows (allow_volumes).
+//
+// Each refused before anything starts, exit 125, naming what the config
+// wrote and how the operator allows it. Root and rootless.
+func TestRLMConfigReview(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", "-q", e.ref)
+	dir := searchable(t, t.TempDir())
+	cfgDir, ws := filepath.Join(dir, "cfg"), filepath.Join(dir, "wd")
+	for _, d := range []string{cfgDir, ws} {
+		os.Mkdir(d, 0o755)
+	}
+	home := filepath.Join(dir, "home")
+	os.MkdirAll(filepath.Join(home, ".ssh"), 0o755)
+	os.WriteFile(filepath.Join(home, ".ssh", "id_ed25519"), []byte("PRIVATE KEY\n"), 0o644)
+	const token = "sk-harness-token-not-for-the-sandbox"
+	run := func(env []string, args ...string) (string, int) {
+		t.Helper()
+		// The runs below have the operator's --timeout 2 at most: one
+		// still running after a minute has escaped it (case 4).
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, e.bin, append([]string{"--root", e.root}, args...)...)
+		cmd.WaitDelay = 10 * time.Second
+		cmd.Env = append(os.Environ(), append([]string{"SECRET_TOKEN=" + token}, env...)...)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ctx.Err() != nil {
+			t.Errorf("slopbox %q outlived the operator's timeout: %s", args, out)
+			return string(out), -1
+		}
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	config := func(where, extra string, more ...string) string {
+		p := filepath.Join(where, "rlm.yaml")
+		body := "sandbox:\n  runtime: docker\n" + strings.Join(more, "") + "  docker: {image: " + e.ref + ", extra_args: [" + extra + "]}\n"
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	refused := func(what, out string, code int, want ...string) {
+		t.Helper()
+		if code != 125 {
+			t.Errorf("%s: exit %d %q, want 125", what, code, out)
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: %q does not say %q", what, out, w)
+			}
+		}
+		for _, leak := range []string{"eth0", "lo\n", "PRIVATE KEY", token, "secret data"} {
+			if strings.Contains(out, leak) {
+				t.Errorf("%s: the sandbox ran and printed %q:\n%s", what, leak, out)
+			}
+		}
+	}
+	net := []string{"--", "sh", "-c", "ls /sys/class/net"}
+
+	// 1. The network, as parsed, and the image in its place.
+	for _, c := range []struct{ extra, want string }{
+		{`"--network"`, "take the place of the image"},
+		{`"--init", "--net"`, "take the place of the image"},
+		{`"--user"`, "take the place of the image"},
+		{`"` + e.ref + `"`, "take the place of the image"},
+		{`"--network", "host"`, "--network host"},
+		{`"--network=host"`, "--network host"},
+		{`"--net", " host"`, "--network host"},
+		{`"--net=host"`, "--network host"},
+	} {
+		out, code := run(nil, append([]string{"env", "run", config(cfgDir, c.extra), "--workspace", ws}, net...)...)
+		refused("extra_args "+c.extra, out, code, c.want)
+	}
+
+	// 2. A config in a sticky, world-writable directory (as /tmp) mounts
+	// the workspace only; one in $HOME neither $HOME nor its keys.
+	shared := filepath.Join(dir, "shared")
+	os.Mkdir(shared, 0o755)
+	os.Chmod(shared, 0o1777)
+	os.WriteFile(filepath.Join(shared, "other-users-file"), []byte("secret data\n"), 0o644)
+	out, code := run(nil, "env", "run", config(shared, `"-v", "`+filepath.Join(shared, "other-users-file")+`:/s:ro"`), "--workspace", ws, "--", "cat", "/s")
+	refused("a config in a sticky directory mounting a file beside it", out, code, "outside the allowed mount roots")
+	if out, code := run(nil, "env", "run", config(shared, ""), "--workspace", ws, "--", "true"); code != 0 {
+		t.Errorf("a config in a sticky directory, mounting the workspace only: exit %d %q", code, out)
+	}
+	homeEnv := []string{"HOME=" + home}
+	sshMount := `"--mount", "type=bind,src=` + filepath.Join(home, ".ssh") + `,dst=/s,readonly"`
+	out, code = run(homeEnv, "env", "run", config(home, sshMount), "--workspace", ws, "--", "cat", "/s/id_ed25519")
+	refused("a config in $HOME mounting $HOME/.ssh", out, code, "credentials directory")
+	// Keys are not the operator's roots to give a config either.
+	proj := filepath.Join(home, "proj")
+	os.Mkdir(proj, 0o755)
+	os.Symlink(filepath.Join(home, ".ssh"), filepath.Join(proj, "keys"))
+	policy := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(policy, []byte("allowed_mount_roots: ["+dir+"]\n"), 0o644)
+	for _, extra := range []string{sshMount, `"-v", "` + filepath.Join(proj, "keys") + `:/s:ro"`} {
+		out, code := run(homeEnv, "--policy", policy, "env", "run", config(proj, extra), "--workspace", ws, "--", "cat", "/s/id_ed25519")
+		refused("extra_args "+extra+" under the operator's roots", out, code, "credentials directory")
+	}
+
+	// 3. env_allowlist: the operator's to give.
+	allow := config(cfgDir, "", "  env_allowlist: [SECRET_TOKEN]\n")
+	echo := []string{"--", "sh", "-c", "echo token=$SECRET_TOKEN"}
+	out, code = run(nil, append([]string{"env", "run", allow, "--workspace", ws}, echo...)...)
+	refused("env_allowlist [SECRET_TOKEN]", out, code, "env_allowlist names SECRET_TOKEN", "env run -e SECRET_TOKEN", "--allow-os-env", "allow_os_env: true")
+	for _, how := range [][]string{{"-e", "SECRET_TOKEN"}, {"--allow-os-env"}} {
+		args := append(append([]string{"env", "run", allow, "--workspace", ws}, how...), echo...)
+		if out, code := run(nil, args...); code != 0 || !strings.Contains(out, "token="+token) {
+			t.Errorf("env_allowlist [SECRET_TOKEN] with env run %q: exit %d %q", how, code, out)
+		}
+	}
+	os.WriteFile(policy, []byte("allowed_mount_roots: ["+dir+"]\nallow_os_env: true\n"), 0o644)
+	if out, code := run(nil, append([]string{"--policy", policy, "env", "run", allow, "--workspace", ws}, echo...)...); code != 0 || !strings.Contains(out, "token="+token) {
+		t.Errorf("env_allowlist [SECRET_TOKEN] under allow_os_env: true: exit %d %q", code, out)
+	}
+	// Unset, nothing is passed and nothing refused (rlm_code's own).
+	unset := config(cfgDir, "", "  env_allowlist: [SLOPBOX_TEST_UNSET]\n")
+	if out, code := run(nil, "env", "run", unset, "--workspace", ws, "--", "true"); code != 0 {
+		t.Errorf("env_allowlist of an unset name: exit %d %q", code, out)
+	}
+
+	// 4. The run's lifetime is the operator's.
+	t.Cleanup(func() { e.run("", "rm", "-f", "lingering") })
+	for _, c := range []struct{ extra, name string }{
+		{`"-d", "--name", "lingering"`, "--detach"},
+		{`"--detach=true"`, "--detach"},
+		{`"--timeout", "0"`, "--timeout"},
+		{`"--timeout=0"`, "--timeout"},
+		{`"--keep"`, "--keep"},
+		{`"--name", "lingering"`, "--name"},
+		{`"--rm=false"`, "--rm=false"},
+	} {
+		out, code := run(nil, "env", "run", config(cfgDir, c.extra), "--workspace", ws, "--timeout", "2", "--", "sleep", "600")
+		refused("extra_args "+c.extra, out, code, "extra_args gives "+c.name, "only the operator can")
+	}
+	e.noSandboxLeft(t, "the refused runs")
+
+	// 5. Other sandboxes' data.
+	e.must("run", "--rm", "-v", "secretvol:/x", e.ref, "sh", "-c", "echo secret data > /x/f")
+	e.must("run", "-d", "--name", "victim", "-v", "secretvol:/x", e.ref, "sleep", "300")
+	t.Cleanup(func() { e.run("", "rm", "-f", "victim"); e.run("", "volume", "rm", "-f", "secretvol") })
+	cat := []string{"--", "sh", "-c", "cat /x/f; echo pwned > /x/f"}
+	for _, c := range []struct{ extra, name string }{
+		{`"-v", "secretvol:/x"`, "--volume secretvol:/x"},
+		{`"--volume=secretvol:/x:ro"`, "--volume secretvol:/x:ro"},
+		{`"--mount", "type=volume,src=secretvol,dst=/x"`, "--mount type=volume,src=secretvol,dst=/x"},
+		{`"--volumes-from", "victim"`, "--volumes-from victim"},
+		{`"--volumes-from=victim:ro"`, "--volumes-from victim:ro"},
+	} {
+		out, code := run(nil, append([]string{"env", "run", config(cfgDir, c.extra), "--workspace", ws}, cat...)...)
+		refused("extra_args "+c.extra, out, code, "extra_args gives "+c.name, "allow_volumes: true", "--allow-volumes")
+	}
+	// An anonymous volume is the sandbox's own, and no way beside it.
+	if out, code := run(nil, "env", "run", config(cfgDir, `"-v", "/anon"`), "--workspace", ws, "--", "sh", "-c", "echo mine > /anon/f"); code != 0 {
+		t.Errorf("an anonymous volume: exit %d %q", code, out)
+	}
+	data := filepath.Join(e.root, "volumes", "secretvol", "_data")
+	if _, err := os.Stat(data); err != nil {
+		t.Fatalf("the volume's data directory: %v", err)
+	}
+	os.WriteFile(policy, []byte("allowed_mount_roots: ["+ws+"]\n"), 0o644)
+	beside := config(cfgDir, `"-v", "/anon", "-v", "`+data+`:/x"`)
+	out, code = run(nil, append([]string{"--policy", policy, "env", "run", beside, "--workspace", ws}, cat...)...)
+	refused("a bind of another volume's directory beside an anonymous volume", out, code, "outside the allowed mount roots")
+	// The operator allows.
+	os.WriteFile(policy, []byte("allowed_mount_roots: ["+ws+"]\nallow_volumes: true\n"), 0o644)
+	if out, code := run(nil, "--policy", policy, "env", "run", config(cfgDir, `"-v", "secretvol:/x:ro"`), "--workspace", ws, "--", "cat", "/x/f"); code != 0 || !strings.Contains(out, "secret data") {
+		t.Errorf("-v secretvol:/x:ro under allow_volumes: true: exit %d %q", code, out)
+	}
+	if out, code := run(nil, "env", "run", config(cfgDir, `"--volumes-from", "victim:ro"`), "--workspace", ws, "--allow-volumes", "--", "cat", "/x/f"); code != 0 || !strings.Contains(out, "secret data") {
+		t.Errorf("--volumes-from victim:ro with env run --allow-volumes: exit %d %q", code, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(data, "f")); string(b) != "secret data\n" {
+		t.Errorf("the victim's volume: %q", b)
 	}
 	e.must("rm", "-f", "victim")
 	e.noSandboxLeft(t, "the runs")
