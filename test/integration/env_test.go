@@ -685,7 +685,7 @@ func TestRLMConfigReview(t *testing.T) {
 	policy := filepath.Join(dir, "policy.yaml")
 	os.WriteFile(policy, []byte("allowed_mount_roots: ["+dir+"]\n"), 0o644)
 	for _, extra := range []string{sshMount, `"-v", "` + filepath.Join(proj, "keys") + `:/s:ro"`} {
-		out, code := run(homeEnv, "--policy", policy, "env", "run", config(proj, extra), "--workspace", ws, "--", "cat", "/s/id_ed25519")
+		out, code := run(homeEnv, "--policy", policy, "env", "run", config(proj, extra, "  allowed_mount_roots: [/]\n"), "--workspace", ws, "--", "cat", "/s/id_ed25519")
 		refused("extra_args "+extra+" under the operator's roots", out, code, "credentials directory")
 	}
 
