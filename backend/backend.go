@@ -123,7 +123,12 @@ type SpawnSpec struct {
 	AgentUser string
 
 	Network string
-	Ports   []PortMapping
+	// Networks are user-defined networks to attach to besides (or, when
+	// Network is none of Docker's predefined ones, after) Network: docker
+	// run --network NAME --network-alias A, the Engine API's
+	// NetworkingConfig.EndpointsConfig.
+	Networks []NetworkAttachment
+	Ports    []PortMapping
 	// ExtraHosts ("NAME:IP", docker run --add-host) are added to the
 	// sandbox's /etc/hosts; DNS, DNSSearch and DNSOptions (--dns,
 	// --dns-search, --dns-option) replace its resolv.conf's servers,
@@ -221,6 +226,25 @@ func (m Mount) FlagName() string {
 type StaticAsset struct {
 	Source   string
 	SavePath string
+}
+
+// NetworkAttachment is one user-defined network a sandbox is on: its
+// name or id, the extra names the network's DNS gives the sandbox, and
+// the IPv4 address asked for ("": the next free one).
+type NetworkAttachment struct {
+	Network string
+	Aliases []string
+	IPv4    string
+}
+
+// IsPredefinedNetwork reports whether name is a network mode rather than a
+// user-defined network: none, host, bridge (or "", or "default").
+func IsPredefinedNetwork(name string) bool {
+	switch name {
+	case "", NetworkNone, NetworkHost, NetworkBridge, "default":
+		return true
+	}
+	return false
 }
 
 // PortMapping publishes a container port on the host.

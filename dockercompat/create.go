@@ -39,7 +39,13 @@ type CreateOptions struct {
 	Labels   []string // KEY=VALUE
 	// Network is none, bridge or host; "" (or "default") is bridge when
 	// a port is published, else none: the sandbox's own loopback only.
-	Network           string
+	Network string
+	// NetworkAliases and IP are for the network Network names when it is
+	// a user-defined one (--network-alias, --ip); Networks are further
+	// user networks (the Engine API's NetworkingConfig.EndpointsConfig).
+	NetworkAliases    []string
+	IP                string
+	Networks          []backend.NetworkAttachment
 	AllowHostLoopback bool
 	Publish           []string // -p syntax
 	Volumes           []string // -v / HostConfig.Binds
@@ -172,7 +178,27 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 	case backend.NetworkNone, backend.NetworkBridge, backend.NetworkHost:
 		s.Network = o.Network
 	default:
-		return s, nil, nil, backend.InvalidValue("unknown network mode %q (want none, bridge or host; slopbox has no named networks)", o.Network)
+		if strings.HasPrefix(o.Network, "container:") {
+			return s, nil, nil, backend.InvalidValue("network mode %q: sharing another container's network namespace is not supported by slopbox (use a user-defined network: slopbox network create NAME, then --network NAME)", o.Network)
+		}
+		// A user-defined network: the backend checks it exists.
+		s.Network = o.Network
+	}
+	if (len(o.NetworkAliases) > 0 || o.IP != "") && backend.IsPredefinedNetwork(s.Network) {
+		return s, nil, nil, backend.InvalidValue("network-scoped aliases and --ip are only supported for user-defined networks (not %s)", s.Network)
+	}
+	if !backend.IsPredefinedNetwork(s.Network) {
+		s.Networks = append(s.Networks, backend.NetworkAttachment{Network: s.Network, Aliases: o.NetworkAliases, IPv4: o.IP})
+	}
+	for _, n := range o.Networks {
+		if !backend.IsPredefinedNetwork(n.Network) {
+			s.Networks = append(s.Networks, n)
+		}
+	}
+	if len(s.Networks) > 0 {
+		// The first user network names the mode (Docker's NetworkMode);
+		// the backend takes the attachments in order, one per network.
+		s.Network = s.Networks[0].Network
 	}
 	if len(s.Ports) > 0 && s.Network == backend.NetworkHost {
 		warnings = append(warnings, "Published ports are discarded when using host network mode")

@@ -159,6 +159,11 @@ func killHelpers(rec *record, dir string) error {
 // bridgeAddrs are the sandbox's own address and its DNS server in rec's
 // network mode (none: invalid).
 func bridgeAddrs(rec *record) (own, dns netip.Addr) {
+	if len(rec.Nets) > 0 {
+		// The first network's DNS server, on its gateway: it answers the
+		// names of every network the sandbox is on and forwards the rest.
+		return netip.Addr{}, rec.Nets[0].Gateway
+	}
 	if rec.Network == backend.NetworkBridge {
 		return bridgeIP, bridgeDNS
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/internal/backendkit"
+	"github.com/slopbox/slopbox/internal/netd"
 	"github.com/slopbox/slopbox/internal/reexec"
 	"github.com/slopbox/slopbox/internal/userns"
 	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
@@ -52,7 +53,11 @@ type Backend struct {
 
 	mu       sync.Mutex
 	spawners map[string]*spawner // by id mapping variant
-	warming  sync.WaitGroup      // Prewarm's start, which Close waits for
+	// netd is the connection to the user's network helper, and
+	// netSpawners (rootless) the spawn servers in its user namespace.
+	netd        *netd.Client
+	netSpawners map[string]*spawner
+	warming     sync.WaitGroup // Prewarm's start, which Close waits for
 
 	// slices (root only) gives each sandbox host ids of its own
 	// (slices.go); nil rootless.
@@ -98,6 +103,14 @@ func (b *Backend) Close() {
 	for program, s := range b.spawners {
 		s.close()
 		delete(b.spawners, program) // a closed one starts no server again
+	}
+	for program, s := range b.netSpawners {
+		s.close()
+		delete(b.netSpawners, program)
+	}
+	if b.netd != nil {
+		b.netd.Close()
+		b.netd = nil
 	}
 }
 
@@ -218,6 +231,9 @@ type Info struct {
 	Workdir   string    `json:"Workdir"`
 	User      string    `json:"User"`
 	Network   string    `json:"Network"`
+	// Networks are its user-defined networks (the first is its Docker
+	// NetworkMode), with their interfaces while it runs.
+	Networks []NetworkInfo `json:"Networks,omitempty"`
 	// Ports are the published ports, host ports as bound at the last
 	// start (as asked for before the first).
 	Ports          []backend.PortMapping `json:"Ports,omitempty"`
@@ -271,7 +287,7 @@ func (b *Backend) info(rec *record) Info {
 		ID: rec.ID, Name: rec.Name, Image: rec.Image, ImageID: rec.ImageID, Command: rec.Command,
 		Created: rec.Created, Running: rec.Pid > 0 && rec.running(), Pid: rec.Pid, LastExec: last,
 		Workspace: rec.Workspace, Workdir: rec.Workdir, User: fmt.Sprintf("%d:%d", rec.User.UID, rec.User.GID),
-		Network: rec.Network, Ports: rec.Bound, Limits: rec.Limits, Unenforced: rec.Unenforced, Labels: rec.Labels, StateDir: dir,
+		Network: rec.Network, Networks: networkInfos(rec, rec.Pid > 0 && rec.running()), Ports: rec.Bound, Limits: rec.Limits, Unenforced: rec.Unenforced, Labels: rec.Labels, StateDir: dir,
 		ReadonlyRootfs: rec.ReadOnly, OOMKills: oomKills(rec), AutoRemove: rec.AutoRemove,
 		CapAdd: rec.CapAdd, CapDrop: rec.CapDrop, SeccompProfile: seccompProfileName(rec),
 		Tty: rec.Detach.TTY, OpenStdin: rec.Detach.OpenStdin,
@@ -283,6 +299,9 @@ func (b *Backend) info(rec *record) Info {
 			bm.Volume, _ = b.VolumeOfMount(m.Source)
 			i.BindMounts = append(i.BindMounts, bm)
 		}
+	}
+	if len(rec.Nets) > 0 {
+		i.Network = rec.Nets[0].Name // Docker's NetworkMode
 	}
 	if rec.Reserved {
 		i.Pid = 0 // created: nothing runs yet

@@ -97,9 +97,9 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 			return nil, fmt.Errorf("spawn: %w", err)
 		}
 	}
-	network := spec.Network
-	if network == "" {
-		network = backend.NetworkNone
+	network, nets, err := b.resolveNetworks(spec)
+	if err != nil {
+		return nil, fmt.Errorf("spawn: %w", err)
 	}
 	if network == backend.NetworkBridge {
 		if _, err := netHelper(); err != nil {
@@ -219,6 +219,7 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 		Keep:      spec.Keep, AutoRemove: spec.AutoRemove, Disposable: (spec.Disposable || spec.AutoRemove) && !spec.Keep,
 		Labels:     spec.Labels,
 		Network:    network,
+		Nets:       nets,
 		ExtraHosts: spec.ExtraHosts, DNS: dns, AllowHostLoopback: spec.AllowHostLoopback, Ports: ports,
 		ReadOnly: spec.ReadOnlyRootfs,
 		CapAdd:   spec.CapAdd, CapDrop: spec.CapDrop, Unconfined: spec.SeccompUnconfined,
@@ -425,7 +426,17 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 	srv := b.spawnerFor(bins.server)
 	t := templateOf(rec)
 	name := rec.Name
-	e := b.pool.take(t.key())
+	var e *poolEntry
+	if len(rec.Nets) > 0 {
+		// Rootless, a sandbox on a user network lives in the network
+		// helper's user namespace: a server there starts it, and none is
+		// kept ready.
+		if srv, err = b.netSpawner(bins.server); err != nil {
+			return fmt.Errorf("spawn: %w", err)
+		}
+	} else {
+		e = b.pool.take(t.key())
+	}
 	for fromPool := e != nil; ; fromPool, e = false, nil {
 		if e == nil {
 			if e, err = b.prestartEntry(ctx, srv, bins, t); err != nil {
@@ -466,7 +477,7 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 		}
 		// The ready sandbox is gone (its spawn server died): start one.
 	}
-	if rec.Build {
+	if rec.Build || len(rec.Nets) > 0 {
 		return nil // each step has its own layers: nothing to start ahead
 	}
 	b.pool.refill(t.key(), func() (*poolEntry, error) {
@@ -556,6 +567,11 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 		return fmt.Errorf("start: %w", err)
 	}
 	srv := b.spawnerFor(bins.server)
+	if len(rec.Nets) > 0 {
+		if srv, err = b.netSpawner(bins.server); err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+	}
 	// Helpers of an earlier start whose PID 1 died without a stop.
 	dir := b.state.sandboxDir(rec.ID)
 	killHelpers(rec, dir)
@@ -786,6 +802,11 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 		if netReady, err = b.startNetHelper(rec, pid); err != nil {
 			return fmt.Errorf("start: %w", err)
 		}
+	}
+	// Its interfaces on user networks, before it runs anything.
+	if err := b.attachNetworks(rec, pid); err != nil {
+		netReady()
+		return fmt.Errorf("start: %w", err)
 	}
 	_, err = srv.call(ctx, b.store.Mapping(), &req, fds, false)
 	if nerr := netReady(); err == nil && nerr != nil {

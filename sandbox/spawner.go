@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,6 +39,11 @@ type spawner struct {
 	// server of a caller killed mid-spawn is found and stopped before
 	// its slice is freed (killStragglers).
 	marker string
+	// join (rootless, a sandbox on a user network): the network
+	// helper's user namespace, which the server joins (netdPid is that
+	// helper's pid).
+	join    *os.File
+	netdPid int
 
 	mu  sync.Mutex
 	srv *serverConn // nil until started, and after the server died
@@ -137,7 +143,7 @@ func (s *spawner) server(m userns.Mapping) (*serverConn, error) {
 		return nil, errServerGone
 	}
 	if s.srv == nil {
-		sc, err := startServer(s.program, m, s.marker)
+		sc, err := startServer(s.program, m, s.marker, s.join)
 		if err != nil {
 			return nil, err
 		}
@@ -190,7 +196,7 @@ func (s *spawner) closeWait(wait time.Duration) bool {
 	return true
 }
 
-func startServer(program string, m userns.Mapping, marker string) (*serverConn, error) {
+func startServer(program string, m userns.Mapping, marker string, join *os.File) (*serverConn, error) {
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -201,12 +207,18 @@ func startServer(program string, m userns.Mapping, marker string) (*serverConn, 
 	if program != "" {
 		cmd = userns.CommandPath(program, nil)
 	}
+	if join != nil {
+		cmd = userns.CommandJoin(cmp.Or(program, "/proc/self/exe"), nil, join)
+	}
 	cmd.Env = append(cmd.Env, reexec.Env+"="+spawnd.Handler)
 	if marker != "" {
 		cmd.Env = append(cmd.Env, marker)
 	}
 	cmd.Stderr = os.Stderr
 	cmd.ExtraFiles = []*os.File{theirs} // fd 4 (spawnd.ConnFD; fd 3: userns.Start's sync pipe, or closed)
+	if join != nil {
+		cmd.ExtraFiles = []*os.File{join, theirs} // fd 3: the namespace to join
+	}
 	// Until its user namespace set-up is done (stage 2 clears the signal:
 	// package userns), the server dies with the thread that forks it
 	// (Pdeathsig), and Go ends a thread when a goroutine locked to it
@@ -216,7 +228,12 @@ func startServer(program string, m userns.Mapping, marker string) (*serverConn, 
 	exited := make(chan struct{})
 	go func() {
 		runtime.LockOSThread()
-		err := userns.Start(cmd, m)
+		var err error
+		if join != nil {
+			err = cmd.Start()
+		} else {
+			err = userns.Start(cmd, m)
+		}
 		started <- err
 		if err == nil {
 			cmd.Wait() // reaps the server whenever it exits

@@ -35,28 +35,31 @@ var (
 // record is a sandbox's state on disk (state.json), shared by every slopbox
 // process of the user.
 type record struct {
-	ID         string            `json:"id"`
-	Name       string            `json:"name"`
-	Hostname   string            `json:"hostname,omitempty"`
-	Image      string            `json:"image"`
-	ImageID    string            `json:"image_id"`
-	Created    time.Time         `json:"created"`
-	Pid        int               `json:"pid"`
-	PidStart   uint64            `json:"pid_start"`
-	Workspace  string            `json:"workspace,omitempty"`
-	Workdir    string            `json:"workdir"`
-	Cwd        string            `json:"cwd"`
-	User       identity          `json:"user"`
-	GroupAdd   []uint32          `json:"group_add,omitempty"` // added to every command's groups
-	Layers     []string          `json:"layers"`
-	MapKey     string            `json:"map_key,omitempty"` // id mapping variant (rootless, non-root user)
-	Env        map[string]string `json:"env"`               // image < host (include_os_env) < spec < spawn
-	Setup      []string          `json:"setup,omitempty"`
-	NoSetup    bool              `json:"disable_setup,omitempty"`
-	Keep       bool              `json:"keep,omitempty"`
-	Labels     map[string]string `json:"labels,omitempty"`
-	Network    string            `json:"network"`
-	ExtraHosts []string          `json:"extra_hosts,omitempty"`
+	ID        string            `json:"id"`
+	Name      string            `json:"name"`
+	Hostname  string            `json:"hostname,omitempty"`
+	Image     string            `json:"image"`
+	ImageID   string            `json:"image_id"`
+	Created   time.Time         `json:"created"`
+	Pid       int               `json:"pid"`
+	PidStart  uint64            `json:"pid_start"`
+	Workspace string            `json:"workspace,omitempty"`
+	Workdir   string            `json:"workdir"`
+	Cwd       string            `json:"cwd"`
+	User      identity          `json:"user"`
+	GroupAdd  []uint32          `json:"group_add,omitempty"` // added to every command's groups
+	Layers    []string          `json:"layers"`
+	MapKey    string            `json:"map_key,omitempty"` // id mapping variant (rootless, non-root user)
+	Env       map[string]string `json:"env"`               // image < host (include_os_env) < spec < spawn
+	Setup     []string          `json:"setup,omitempty"`
+	NoSetup   bool              `json:"disable_setup,omitempty"`
+	Keep      bool              `json:"keep,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Network   string            `json:"network"`
+	// Nets are its user-defined networks (Network is then bridge, for
+	// its outbound access, or none when they are all internal).
+	Nets       []netAttach `json:"networks,omitempty"`
+	ExtraHosts []string    `json:"extra_hosts,omitempty"`
 	// AllowHostLoopback: a bridge sandbox may reach the host's loopback.
 	AllowHostLoopback bool     `json:"allow_host_loopback,omitempty"`
 	DNS               *oci.DNS `json:"dns,omitempty"`

@@ -16,7 +16,7 @@ import (
 // networkCmd is docker's network group, over the same service as serve's
 // /networks (dockercompat/networks): flags → options → service → print.
 func networkCmd() *cobra.Command {
-	c := &cobra.Command{Use: "network", Short: "Manage networks (Docker's predefined bridge, host and none)"}
+	c := &cobra.Command{Use: "network", Short: "Manage networks (user-defined bridge networks, and Docker's predefined bridge, host and none)"}
 	service := func() (*networks.Service, error) {
 		b, err := openBackend()
 		if err != nil {
@@ -94,7 +94,7 @@ func networkCmd() *cobra.Command {
 	var labels []string
 	create := &cobra.Command{
 		Use:   "create NETWORK",
-		Short: "Create a network (user-defined networks are not implemented yet)",
+		Short: "Create a user-defined bridge network",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Name, o.Labels = args[0], map[string]string{}
@@ -117,6 +117,16 @@ func networkCmd() *cobra.Command {
 	create.Flags().StringVarP(&o.Driver, "driver", "d", "bridge", "driver")
 	create.Flags().BoolVar(&o.Internal, "internal", false, "no outbound access")
 	create.Flags().StringArrayVar(&labels, "label", nil, "set metadata KEY=VALUE")
+	var subnet, gateway, ipRange string
+	create.Flags().StringVar(&subnet, "subnet", "", "IPv4 subnet in CIDR form (default: the next free one of 172.18-31.0.0/16, 192.168.0.0/16 in /20s)")
+	create.Flags().StringVar(&gateway, "gateway", "", "the gateway's address (default: the subnet's first)")
+	create.Flags().StringVar(&ipRange, "ip-range", "", "allocate container addresses from this sub-range")
+	create.Flags().BoolVar(&o.Attachable, "attachable", false, "accepted (every slopbox network is)")
+	create.PreRun = func(cmd *cobra.Command, args []string) {
+		if subnet != "" || gateway != "" || ipRange != "" {
+			o.IPAM = networks.IPAM{Config: []networks.IPAMConfig{{Subnet: subnet, Gateway: gateway, IPRange: ipRange}}}
+		}
+	}
 
 	rm := &cobra.Command{
 		Use:     "rm NETWORK...",
@@ -170,9 +180,11 @@ func networkCmd() *cobra.Command {
 	prune.Flags().BoolVarP(&yes, "force", "f", false, "do not prompt for confirmation (slopbox never prompts)")
 
 	connect := func(verb string) *cobra.Command {
-		return &cobra.Command{
+		var co networks.ConnectOptions
+		var force bool
+		c := &cobra.Command{
 			Use:   verb + " NETWORK CONTAINER",
-			Short: "Connect a container to a network, or disconnect it (not implemented yet)",
+			Short: map[bool]string{true: "Connect a container to a user-defined network", false: "Disconnect a container from a user-defined network"}[verb == "connect"],
 			Args:  cobra.ExactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				svc, err := service()
@@ -180,11 +192,18 @@ func networkCmd() *cobra.Command {
 					return err
 				}
 				if verb == "connect" {
-					return svc.Connect(args[0], args[1])
+					return svc.Connect(args[0], args[1], co)
 				}
 				return svc.Disconnect(args[0], args[1])
 			},
 		}
+		if verb == "connect" {
+			c.Flags().StringArrayVar(&co.Aliases, "alias", nil, "another name the network's DNS gives the container")
+			c.Flags().StringVar(&co.IPv4, "ip", "", "the container's IPv4 address on the network")
+		} else {
+			c.Flags().BoolVarP(&force, "force", "f", false, "accepted")
+		}
+		return c
 	}
 	c.AddCommand(ls, inspect, create, rm, prune, connect("connect"), connect("disconnect"))
 	return c

@@ -28,6 +28,8 @@ const (
 // spawnFlags are the docker-style flags of run and create.
 type spawnFlags struct {
 	name, workdir, user, network, workspace, memory string
+	networkAliases                                  []string
+	ip                                              string
 	volumes, env, setup, tmpfs, storageOpts         []string
 	capAdd, capDrop, securityOpts, allowUnsafe      []string
 	devices, mounts, labels, envFiles               []string
@@ -56,7 +58,9 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE (KEY alone takes the value from the host)")
 	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory of commands (and the workspace's mount point with --workspace)")
 	fs.StringVarP(&f.user, "user", "u", "", "user: name|uid[:group|gid] from the image's /etc/passwd")
-	fs.StringVar(&f.network, "network", "", "network: none (loopback only; the default), bridge (its own, with outbound access through slirp4netns; the default with -p) or host")
+	fs.StringVar(&f.network, "network", "", "network: none (loopback only; the default), bridge (its own, with outbound access through slirp4netns; the default with -p), host, or a user-defined network's name (slopbox network create)")
+	fs.StringArrayVar(&f.networkAliases, "network-alias", nil, "another name the user-defined network's DNS gives the sandbox")
+	fs.StringVar(&f.ip, "ip", "", "the sandbox's IPv4 address on its user-defined network")
 	fs.BoolVar(&f.allowHostLoopback, "allow-host-loopback", false, "with --network bridge: let the sandbox reach the host's loopback (at 10.0.2.2)")
 	fs.StringVar(&f.network, "net", "", "alias of --network")
 	fs.StringVar(&f.workspace, "workspace", "", "host directory mounted read-write at --workdir (default /workspace)")
@@ -127,6 +131,7 @@ func (f *spawnFlags) options(fs *pflag.FlagSet, img string, args []string) (dock
 	}
 	o.Name, o.Image, o.Cmd, o.User, o.Hostname, o.Workdir = f.name, img, args, f.user, f.hostname, f.workdir
 	o.Network, o.AllowHostLoopback, o.Publish, o.Volumes, o.Labels = f.network, f.allowHostLoopback, f.publish, f.volumes, f.labels
+	o.NetworkAliases, o.IP = f.networkAliases, f.ip
 	o.CallerDir, _ = os.Getwd()
 	o.ReadOnly, o.Keep, o.Setup = f.readOnly, f.keep, f.setup
 	o.CapAdd, o.CapDrop, o.SecurityOpt, o.AllowUnsafe = f.capAdd, f.capDrop, f.securityOpts, f.allowUnsafe

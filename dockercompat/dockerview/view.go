@@ -240,6 +240,24 @@ func networkSettings(i sandbox.Info, cc dockercompat.CreateRecord) map[string]an
 // /containers/json: its one network by name, as inspect has it (so
 // docker ps --format '{{.Networks}}' names it).
 func Networks(i sandbox.Info) map[string]any {
+	if len(i.Networks) > 0 {
+		// User-defined networks: each with its interface while the
+		// sandbox runs (Docker's shape; no address when stopped).
+		out := map[string]any{}
+		for _, n := range i.Networks {
+			ep := map[string]any{
+				"IPAMConfig": nil, "Links": nil, "Aliases": n.Aliases, "NetworkID": n.ID, "EndpointID": "",
+				"Gateway": "", "IPAddress": "", "IPPrefixLen": 0, "IPv6Gateway": "", "GlobalIPv6Address": "", "GlobalIPv6PrefixLen": 0,
+				"MacAddress": "", "DriverOpts": nil, "DNSNames": nil,
+			}
+			if e := n.Endpoint; e != nil && i.Running {
+				ep["EndpointID"], ep["Gateway"], ep["IPAddress"], ep["IPPrefixLen"] = e.EndpointID, e.Gateway.String(), e.IPAddress.String(), e.IPPrefixLen
+				ep["MacAddress"], ep["DNSNames"] = e.MacAddress, e.DNSNames
+			}
+			out[n.Name] = ep
+		}
+		return out
+	}
 	name := cmp.Or(i.Network, backend.NetworkNone)
 	return map[string]any{name: endpoint(name, i)}
 }

@@ -63,7 +63,15 @@ type createBody struct {
 	Healthcheck  *v1.HealthConfig
 	MacAddress   string
 	StopTimeout  *int
-	HostConfig   struct {
+	// NetworkingConfig.EndpointsConfig: the user networks, with aliases
+	// and the address asked for (compose's project network).
+	NetworkingConfig struct {
+		EndpointsConfig map[string]*struct {
+			Aliases    []string
+			IPAMConfig *struct{ IPv4Address string }
+		}
+	}
+	HostConfig struct {
 		Binds  []string
 		Mounts []struct {
 			Type, Source, Target string
@@ -128,6 +136,22 @@ func (s *Server) options(c *createBody, name string) (dockercompat.CreateOptions
 			VolumeDriver: h.VolumeDriver, VolumesFrom: h.VolumesFrom, Init: h.Init, MemorySwap: h.MemorySwap,
 			MemorySwappiness: h.MemorySwappiness, MacAddress: c.MacAddress, StopTimeout: c.StopTimeout, Links: h.Links},
 		Lookup: dockerview.Lookup(s.b)}
+	for _, name := range slices.Sorted(maps.Keys(c.NetworkingConfig.EndpointsConfig)) {
+		ep := c.NetworkingConfig.EndpointsConfig[name]
+		a := backend.NetworkAttachment{Network: name}
+		if ep != nil {
+			a.Aliases = ep.Aliases
+			if ep.IPAMConfig != nil {
+				a.IPv4 = ep.IPAMConfig.IPv4Address
+			}
+		}
+		if name == h.NetworkMode {
+			// The mode's own endpoint goes first.
+			o.Networks = append([]backend.NetworkAttachment{a}, o.Networks...)
+		} else {
+			o.Networks = append(o.Networks, a)
+		}
+	}
 	// As dockerd: a name alone stays in Config.Env as given and is not
 	// set in the process.
 	o.Env = nil

@@ -77,16 +77,32 @@ func (s *Server) networkRoute(w http.ResponseWriter, r *request, rest string) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	case id != "" && (verb == "connect" || verb == "disconnect") && m == http.MethodPost:
-		var body struct{ Container string }
+		var body struct {
+			Container      string
+			Force          bool
+			EndpointConfig *struct {
+				Aliases    []string
+				IPAMConfig *struct{ IPv4Address string }
+			}
+		}
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 			writeError(w, http.StatusBadRequest, "invalid JSON in the request body: "+err.Error())
 			return
 		}
-		op := svc.Connect
+		var err error
 		if verb == "disconnect" {
-			op = svc.Disconnect
+			err = svc.Disconnect(id, body.Container)
+		} else {
+			var o networks.ConnectOptions
+			if ec := body.EndpointConfig; ec != nil {
+				o.Aliases = ec.Aliases
+				if ec.IPAMConfig != nil {
+					o.IPv4 = ec.IPAMConfig.IPv4Address
+				}
+			}
+			err = svc.Connect(id, body.Container, o)
 		}
-		if err := op(id, body.Container); err != nil {
+		if err != nil {
 			fail(w, err)
 			return
 		}

@@ -394,7 +394,7 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, networks.ErrForbidden):
 		return http.StatusForbidden
-	case errors.Is(err, sandbox.ErrNameInUse), errors.Is(err, sandbox.ErrVolumeInUse):
+	case errors.Is(err, sandbox.ErrNameInUse), errors.Is(err, sandbox.ErrVolumeInUse), errors.Is(err, networks.ErrConflict):
 		return http.StatusConflict
 	case errors.Is(err, backend.ErrUnsafe), errors.Is(err, image.ErrTooLarge), errors.Is(err, oci.ErrBadMount), errors.Is(err, oci.ErrMountNotAllowed),
 		errors.Is(err, oci.ErrMountInWorkdir), errors.Is(err, errBadRequest), errors.Is(err, backend.ErrInvalidValue),

@@ -2,12 +2,13 @@
 // service for the Engine API (serve) and the CLI (slopbox network): typed
 // options in, typed results out, Docker's shapes and errors.
 //
-// Today it serves Docker's predefined networks with slopbox's meanings:
-// none (the default: loopback only), bridge (outbound through the
-// sandbox's own slirp4netns, 10.0.2.100/24) and host (the host's
-// namespace, a policy refusal where it is one). A user-defined network
-// (network create, compose's project network) is refused at create with
-// ErrNotImplemented naming what works instead; nothing is recorded.
+// It serves Docker's predefined networks with slopbox's meanings: none
+// (the default: loopback only), bridge (outbound through the sandbox's
+// own slirp4netns, 10.0.2.100/24) and host (the host's namespace, a
+// policy refusal where it is one); and user-defined bridge networks
+// (network create, compose's project network), whose records and data
+// plane are package internal/netd's: containers on one resolve each
+// other by name, alias and short id, and reach no other network.
 package networks
 
 import (
@@ -23,6 +24,7 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat/filters"
+	"github.com/slopbox/slopbox/internal/netd"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -33,6 +35,7 @@ var (
 	ErrNotFound       = errors.New("network not found")
 	ErrForbidden      = errors.New("operation not permitted on a pre-defined network")
 	ErrNotImplemented = errors.New("not implemented by slopbox")
+	ErrConflict       = errors.New("conflict")
 )
 
 // Network is one network as GET /networks and docker network inspect show
@@ -158,6 +161,23 @@ const (
 	bridgeGateway = "10.0.2.2"
 )
 
+// classify gives netd's and the backend's errors this package's classes.
+func classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, netd.ErrNotFound):
+		return &classed{err.Error(), ErrNotFound}
+	case errors.Is(err, netd.ErrNameUsed), errors.Is(err, netd.ErrConflict):
+		return &classed{err.Error(), ErrConflict}
+	case errors.Is(err, netd.ErrOverlap), errors.Is(err, netd.ErrNoPool), errors.Is(err, netd.ErrTooMany):
+		return &classed{err.Error(), ErrForbidden}
+	case errors.Is(err, netd.ErrInvalid):
+		return backend.InvalidValue("%v", err)
+	}
+	return err
+}
+
 // all is every network with the sandboxes on it.
 func (s *Service) all() ([]Network, error) {
 	list, err := s.b.List()
@@ -188,7 +208,47 @@ func (s *Service) all() ([]Network, error) {
 		}
 		out = append(out, n)
 	}
+	user, err := s.b.Networks().List()
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range user {
+		n := userNetwork(c)
+		for _, i := range list {
+			if i.Broken != "" || !i.Running {
+				continue
+			}
+			for _, ni := range i.Networks {
+				if ni.ID == c.ID && ni.Endpoint != nil {
+					ep := ni.Endpoint
+					n.Containers[i.ID] = Endpoint{Name: i.Name, EndpointID: ep.EndpointID, MacAddress: ep.MacAddress,
+						IPv4Address: fmt.Sprintf("%s/%d", ep.IPAddress, ep.IPPrefixLen)}
+				}
+			}
+		}
+		out = append(out, n)
+	}
 	return out, nil
+}
+
+// userNetwork is a user-defined network in Docker's shape (no containers).
+func userNetwork(c netd.Config) Network {
+	ic := IPAMConfig{Subnet: c.Subnet.String(), Gateway: c.Gateway.String()}
+	if c.IPRange.IsValid() {
+		ic.IPRange = c.IPRange.String()
+	}
+	return Network{
+		Name: c.Name, ID: c.ID, Created: c.Created, Scope: "local", Driver: c.Driver, Internal: c.Internal, Attachable: c.Attachable,
+		IPAM:       IPAM{Driver: "default", Options: map[string]string{}, Config: []IPAMConfig{ic}},
+		Containers: map[string]Endpoint{}, Options: orEmpty(c.Options), Labels: orEmpty(c.Labels),
+	}
+}
+
+func orEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
 }
 
 // List is GET /networks and docker network ls: the networks filters
@@ -231,7 +291,8 @@ func (s *Service) List(f filters.Args) ([]Network, error) {
 	return out, nil
 }
 
-// Inspect is GET /networks/{id}: a network by name, id or id prefix.
+// Inspect is GET /networks/{id}: a network by id, name or unique id
+// prefix (Docker's order).
 func (s *Service) Inspect(ref string) (Network, error) {
 	all, err := s.all()
 	if err != nil {
@@ -241,21 +302,34 @@ func (s *Service) Inspect(ref string) (Network, error) {
 		ref = backend.NetworkBridge
 	}
 	for _, n := range all {
-		if n.Name == ref || n.ID == ref {
+		if n.ID == ref {
 			return n, nil
 		}
 	}
 	for _, n := range all {
-		if ref != "" && strings.HasPrefix(n.ID, ref) {
+		if n.Name == ref {
 			return n, nil
 		}
+	}
+	var found []Network
+	for _, n := range all {
+		if ref != "" && strings.HasPrefix(n.ID, ref) {
+			found = append(found, n)
+		}
+	}
+	if len(found) == 1 {
+		return found[0], nil
+	}
+	if len(found) > 1 {
+		return Network{}, backend.InvalidValue("network %s is ambiguous (%d networks have ids starting so)", ref, len(found))
 	}
 	return Network{}, errorOf(ErrNotFound, "network %s not found", ref)
 }
 
-// Create is POST /networks/create and docker network create. A
-// predefined name is Docker's 403; any other network is not implemented
-// yet, and the refusal says what works now.
+// Create is POST /networks/create and docker network create: a
+// user-defined bridge network with its own subnet (given, or the next of
+// Docker's default pools). A predefined name is Docker's 403, a name in
+// use 409, an overlapping subnet 403.
 func (s *Service) Create(o CreateOptions) (CreateResult, error) {
 	if o.Name == "" {
 		return CreateResult{}, backend.InvalidValue("network create: a name is required")
@@ -263,12 +337,34 @@ func (s *Service) Create(o CreateOptions) (CreateResult, error) {
 	if IsPredefined(o.Name) {
 		return CreateResult{}, errorOf(ErrForbidden, "%s is a pre-defined network and cannot be created", o.Name)
 	}
-	return CreateResult{}, errorOf(ErrNotImplemented, "network %s: user-defined networks are not implemented by slopbox yet: it serves Docker's predefined networks only, none (the default), bridge (outbound access) and host; run containers with --network bridge or none, or in compose give each service network_mode: bridge or none", o.Name)
+	if o.EnableIPv6 {
+		return CreateResult{}, backend.InvalidValue("network %s: IPv6 networks are not supported by slopbox (leave EnableIPv6 off)", o.Name)
+	}
+	if d := o.IPAM.Driver; d != "" && d != "default" {
+		return CreateResult{}, backend.InvalidValue("network %s: IPAM driver %q is not supported (only default)", o.Name, d)
+	}
+	if len(o.IPAM.Config) > 1 {
+		return CreateResult{}, backend.InvalidValue("network %s: one IPAM config (one IPv4 subnet) per network", o.Name)
+	}
+	co := netd.CreateOptions{Name: o.Name, Driver: o.Driver, Internal: o.Internal, Attachable: o.Attachable,
+		Labels: o.Labels, Options: o.Options}
+	if len(o.IPAM.Config) == 1 {
+		c := o.IPAM.Config[0]
+		co.Subnet, co.Gateway, co.IPRange = c.Subnet, c.Gateway, c.IPRange
+	}
+	c, err := s.b.Networks().Create(co, sandbox.ReservedSubnets()...)
+	if err != nil {
+		return CreateResult{}, classify(err)
+	}
+	return CreateResult{ID: c.ID}, nil
 }
 
-// Remove is DELETE /networks/{id}: a predefined network is Docker's 403.
-// There are no user-defined networks yet, so none is removed.
+// Remove is DELETE /networks/{id}: a predefined network is Docker's 403,
+// and so is one a running container is on.
 func (s *Service) Remove(ref string) error {
+	if IsPredefined(ref) {
+		return errorOf(ErrForbidden, "%s is a pre-defined network and cannot be removed", ref)
+	}
 	n, err := s.Inspect(ref)
 	if err != nil {
 		return err
@@ -276,20 +372,59 @@ func (s *Service) Remove(ref string) error {
 	if IsPredefined(n.Name) {
 		return errorOf(ErrForbidden, "%s is a pre-defined network and cannot be removed", n.Name)
 	}
+	return classify(s.b.Networks().Remove(n.ID, s.unused))
+}
+
+// unused refuses a network a running container is on.
+func (s *Service) unused(c netd.Config) error {
+	users, err := s.b.NetworkUsers(c.ID)
+	if err != nil {
+		return err
+	}
+	if len(users) > 0 {
+		return errorOf(ErrForbidden, "error while removing network: network %s id %s has active endpoints", c.Name, c.ID)
+	}
 	return nil
 }
 
-// Prune is POST /networks/prune: unused user networks go; there are none.
+// Prune is POST /networks/prune: the user networks no running container
+// is on go (until, label, label! filters).
 func (s *Service) Prune(f filters.Args) (PruneResult, error) {
 	if err := f.Validate("until", "label", "label!"); err != nil {
 		return PruneResult{}, err
 	}
-	return PruneResult{NetworksDeleted: []string{}}, nil
+	until, hasUntil, err := f.Until("until", time.Now())
+	if err != nil {
+		return PruneResult{}, err
+	}
+	list, err := s.b.Networks().List()
+	if err != nil {
+		return PruneResult{}, err
+	}
+	res := PruneResult{NetworksDeleted: []string{}}
+	for _, c := range list {
+		if (hasUntil && !c.Created.Before(until)) || !f.LabelsMatch(c.Labels) {
+			continue
+		}
+		if err := s.b.Networks().Remove(c.ID, s.unused); err == nil {
+			res.NetworksDeleted = append(res.NetworksDeleted, c.Name)
+		} else if !errors.Is(err, ErrForbidden) && !errors.Is(err, netd.ErrNotFound) {
+			return res, err
+		}
+	}
+	return res, nil
 }
 
-// Connect is POST /networks/{id}/connect: a running container joins a
-// network. slopbox's sandboxes keep the network they were created with.
-func (s *Service) Connect(ref, container string) error {
+// ConnectOptions are POST /networks/{id}/connect's EndpointConfig and
+// docker network connect's flags.
+type ConnectOptions struct {
+	Aliases []string
+	IPv4    string
+}
+
+// Connect is POST /networks/{id}/connect: a container joins a user
+// network, now if it runs and at each start.
+func (s *Service) Connect(ref, container string, o ConnectOptions) error {
 	n, err := s.Inspect(ref)
 	if err != nil {
 		return err
@@ -297,7 +432,10 @@ func (s *Service) Connect(ref, container string) error {
 	if _, err := s.b.Open(container); err != nil {
 		return err
 	}
-	return errorOf(ErrNotImplemented, "network connect %s: not implemented by slopbox: a sandbox keeps the network it was created with (--network)", n.Name)
+	if IsPredefined(n.Name) {
+		return errorOf(ErrNotImplemented, "network connect %s: not implemented by slopbox: a container's predefined network (none, bridge, host) is the one it was created with; connect it to a user-defined network instead", n.Name)
+	}
+	return classify(s.b.ConnectNetwork(container, n.ID, o.Aliases, o.IPv4))
 }
 
 // Disconnect is POST /networks/{id}/disconnect.
@@ -309,5 +447,8 @@ func (s *Service) Disconnect(ref, container string) error {
 	if _, err := s.b.Open(container); err != nil {
 		return err
 	}
-	return errorOf(ErrNotImplemented, "network disconnect %s: not implemented by slopbox: a sandbox keeps the network it was created with (--network)", n.Name)
+	if IsPredefined(n.Name) {
+		return errorOf(ErrNotImplemented, "network disconnect %s: not implemented by slopbox: a container keeps the predefined network it was created with", n.Name)
+	}
+	return classify(s.b.DisconnectNetwork(container, n.ID))
 }

@@ -5,7 +5,9 @@
 // capability set. Userns.Init's stage-1 branch does the same in Go for a
 // binary built without cgo.
 
+#define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,24 @@ __attribute__((constructor)) static void slopbox_userns_stage1(int argc, char **
 		// Root of the namespace: the helper outlives the host process
 		// that started it, whichever way it came (userns.go, Init).
 		prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+		return;
+	}
+	if (v && strcmp(v, "join") == 0) {
+		// Join the user namespace open on fd 3 (the network helper's:
+		// its owner is this process's user, so setns grants the full
+		// capability set there) and take a mount namespace of its own,
+		// as a new namespace's helper has; then on as stage 2.
+		if (setns(SYNC_FD, CLONE_NEWUSER) != 0) {
+			fprintf(stderr, "slopbox: join the network helper's user namespace: %s\n", strerror(errno));
+			_exit(125);
+		}
+		close(SYNC_FD);
+		if (unshare(CLONE_NEWNS) != 0) {
+			fprintf(stderr, "slopbox: new mount namespace: %s\n", strerror(errno));
+			_exit(125);
+		}
+		prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+		setenv("_SLOPBOX_USERNS_STAGE", "2", 1);
 		return;
 	}
 	if (!v || strcmp(v, "1") != 0 || argc < 1 || !argv)

@@ -80,6 +80,11 @@ func Inside() bool { return inside }
 // that is not a stage-1 child.
 func Init() {
 	switch os.Getenv(stageEnv) {
+	case "join":
+		// stage1.c joins before the Go runtime starts (setns of a user
+		// namespace needs a single thread); without cgo nothing did.
+		fmt.Fprintln(os.Stderr, "slopbox: joining a user namespace needs a build with cgo")
+		os.Exit(125)
 	case "1":
 		// Wait until the parent has written our maps, then exec again so the
 		// kernel grants us the full capability set of the namespace. With
@@ -253,6 +258,22 @@ func CommandPath(program string, args []string) *exec.Cmd {
 		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS,
 		Pdeathsig:  syscall.SIGKILL,
 	}
+	return cmd
+}
+
+// CommandJoin is CommandPath for a program that joins the user namespace
+// open as ns (which this process's user owns) instead of making one, and
+// takes a mount namespace of its own (stage1.c, which needs cgo). Start it
+// with cmd.Start: it has no maps to wait for. Fd 3 in it is ns; files
+// after it keep their numbers, as with Start.
+func CommandJoin(program string, args []string, ns *os.File) *exec.Cmd {
+	cmd := exec.Command(program, args...)
+	if program == "/proc/self/exe" {
+		cmd.Args[0] = os.Args[0]
+	}
+	cmd.Env = append(os.Environ(), stageEnv+"=join")
+	cmd.ExtraFiles = []*os.File{ns}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd
 }
 
