@@ -330,33 +330,41 @@ func (n *network) close() {
 	n.ns.Close()
 }
 
-// inNS runs f on a thread in namespace ns and returns f's error. A thread
-// that cannot return to the helper's namespace is not reused (it ends with
-// its goroutine).
-func inNS(ns netns.NsHandle, f func() error) error {
+// onThreadIn runs f on a thread of its own in namespace ns (or, with
+// ns -1, in a new network namespace, which f is given) and returns f's
+// error. The thread is never reused: it ends with its goroutine still
+// locked, because rootless the helper may not return a thread to the
+// host's namespace (it has no capability there). What f made there (a
+// netlink handle, listening sockets) stays in that namespace when used
+// from any thread.
+func onThreadIn(ns netns.NsHandle, f func(netns.NsHandle) error) error {
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
+		runtime.LockOSThread() // never unlocked: see above
+		if ns == -1 {
+			var err error
+			if ns, err = netns.New(); err != nil {
+				errc <- fmt.Errorf("new network namespace: %w", err)
+				return
+			}
+		} else if err := netns.Set(ns); err != nil {
+			errc <- fmt.Errorf("enter the container's network namespace: %w", err)
 			return
 		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- err
-			runtime.UnlockOSThread()
-			return
-		}
-		err = f()
-		if serr := netns.Set(orig); serr != nil {
-			errc <- errors.Join(err, serr)
-			return // the thread stays locked and ends with this goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- err
+		errc <- f(ns)
 	}()
 	return <-errc
+}
+
+// handleIn is a netlink handle in namespace ns.
+func handleIn(ns netns.NsHandle) (*netlink.Handle, error) {
+	var h *netlink.Handle
+	err := onThreadIn(ns, func(netns.NsHandle) error {
+		var err error
+		h, err = netlink.NewHandle()
+		return err
+	})
+	return h, err
 }
 
 // ensureLocked returns cfg's namespace, making it on the first attach: a
@@ -366,32 +374,12 @@ func (d *daemon) ensureLocked(cfg Config) (*network, error) {
 	if n := d.nets[cfg.ID]; n != nil {
 		return n, nil
 	}
-	n := &network{cfg: cfg, eps: map[string]*endpoint{}, used: map[netip.Addr]bool{}}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.New() // this thread is in it now
-		if err != nil {
-			errc <- fmt.Errorf("new network namespace: %w", err)
-			netns.Set(orig)
-			return
-		}
+	n := &network{cfg: cfg, eps: map[string]*endpoint{}, used: map[netip.Addr]bool{}, ns: -1}
+	err := onThreadIn(-1, func(ns netns.NsHandle) error {
 		n.ns = ns
-		err = n.setUp()
-		if serr := netns.Set(orig); serr != nil {
-			errc <- errors.Join(err, serr)
-			return // this thread ends with the goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
+		return n.setUp()
+	})
+	if err != nil {
 		n.close()
 		return nil, fmt.Errorf("set up network %s: %w", cfg.Name, err)
 	}
@@ -488,7 +476,7 @@ func (d *daemon) attachLockedIn(n *network, req request, cns netns.NsHandle) (En
 	if err != nil {
 		return Endpoint{}, err
 	}
-	ch, err := netlink.NewHandleAt(cns)
+	ch, err := handleIn(cns)
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("attach: %w", err)
 	}
