@@ -199,12 +199,15 @@ func TestServeNetworksPredefined(t *testing.T) {
 	if code, body := engineDo(t, sock, http.MethodGet, "/networks/nosuch", nil); code != http.StatusNotFound {
 		t.Errorf("a missing network: %d %s, want 404", code, body)
 	}
-	// What is not done yet says so, with Docker's statuses.
-	if out, code := dockerCLI(t, debianDocker, sock, "", "network", "create", "proj_default"); code == 0 || !strings.Contains(out, "network_mode: bridge or none") {
-		t.Errorf("docker network create: exit %d %q, want a refusal saying what works", code, out)
+	// A user-defined network, with Docker's statuses.
+	if out, code := dockerCLI(t, debianDocker, sock, "", "network", "create", "proj_default"); code != 0 {
+		t.Errorf("docker network create: exit %d %q", code, out)
 	}
-	if code, body := engineDo(t, sock, http.MethodPost, "/networks/create", map[string]any{"Name": "proj_default"}); code != http.StatusNotImplemented {
-		t.Errorf("POST /networks/create: %d %s, want 501", code, body)
+	if code, body := engineDo(t, sock, http.MethodPost, "/networks/create", map[string]any{"Name": "proj_default"}); code != http.StatusConflict {
+		t.Errorf("POST /networks/create of a name in use: %d %s, want 409", code, body)
+	}
+	if code, body := engineDo(t, sock, http.MethodDelete, "/networks/proj_default", nil); code != http.StatusNoContent {
+		t.Errorf("DELETE /networks/proj_default: %d %s, want 204", code, body)
 	}
 	if code, body := engineDo(t, sock, http.MethodDelete, "/networks/bridge", nil); code != http.StatusForbidden || !strings.Contains(string(body), "pre-defined") {
 		t.Errorf("DELETE /networks/bridge: %d %s, want 403", code, body)

@@ -1,0 +1,109 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestUserNetworks: user-defined networks, root and rootless, through the
+// CLI. Containers on one network reach each other by name, alias and
+// short id through the network's DNS server; a name or address on another
+// network is out of reach; a network with a running container cannot be
+// removed (Docker's "has active endpoints"); overlapping subnets and
+// names in use are refused; nothing is left once the containers go.
+func TestUserNetworks(t *testing.T) {
+	e := newEnv(t)
+	e.must("network", "create", "front")
+	e.must("network", "create", "--subnet", "10.77.0.0/24", "--label", "tier=back", "back")
+	if out, code := e.run("", "network", "create", "front"); code == 0 || !strings.Contains(out, "already exists") {
+		t.Errorf("a name in use: exit %d %q", code, out)
+	}
+	if out, code := e.run("", "network", "create", "--subnet", "10.77.0.128/25", "over"); code == 0 || !strings.Contains(out, "overlaps") {
+		t.Errorf("an overlapping subnet: exit %d %q", code, out)
+	}
+	if out, code := e.run("", "network", "create", "--subnet", "10.78.0.0/24", "--gateway", "10.79.0.1", "badgw"); code == 0 || !strings.Contains(out, "gateway") {
+		t.Errorf("a gateway outside the subnet: exit %d %q", code, out)
+	}
+	e.must("run", "-d", "--name", "web", "--network", "front", "--network-alias", "www", e.ref, "busybox", "httpd", "-f", "-p", "80", "-h", "/etc")
+	e.must("run", "-d", "--name", "db", "--network", "back", "--ip", "10.77.0.9", e.ref, "sleep", "infinity")
+	e.must("run", "-d", "--name", "cli", "--network", "front", e.ref, "sleep", "infinity")
+	e.must("network", "connect", "back", "cli")
+	var webInfo []struct {
+		Id              string
+		NetworkSettings struct {
+			Networks map[string]struct{ IPAddress, Gateway string }
+		}
+	}
+	if err := json.Unmarshal([]byte(e.must("inspect", "web")), &webInfo); err != nil || len(webInfo) != 1 {
+		t.Fatalf("inspect web: %v", err)
+	}
+	webIP := webInfo[0].NetworkSettings.Networks["front"].IPAddress
+	if !strings.HasPrefix(webIP, "172.") {
+		t.Errorf("web's address on front: %q (want one of Docker's default pools)", webIP)
+	}
+	for _, name := range []string{"web", "www", webInfo[0].Id[:12]} {
+		if out, code := e.run("", "exec", "cli", "timeout", "5", "wget", "-q", "-O", "-", "http://"+name+"/hostname"); code != 0 || strings.TrimSpace(out) == "" {
+			t.Errorf("cli → %s on front: exit %d %q", name, code, out)
+		}
+	}
+	if out, code := e.run("", "exec", "cli", "timeout", "5", "busybox", "ping", "-c", "1", "-W", "2", "db"); code != 0 || !strings.Contains(out, "10.77.0.9") {
+		t.Errorf("cli → db on back (connected while running): exit %d %q", code, out)
+	}
+	// web is on front only: back's names and addresses are out of reach.
+	if out, code := e.run("", "exec", "web", "busybox", "nslookup", "db"); code == 0 && strings.Contains(out, "10.77.0.9") {
+		t.Errorf("web resolved db, which is on another network: %q", out)
+	}
+	if out, code := e.run("", "exec", "web", "timeout", "5", "busybox", "ping", "-c", "1", "-W", "1", "10.77.0.9"); code == 0 {
+		t.Errorf("web reached db's address on another network: %q", out)
+	}
+	if out, code := e.run("", "network", "rm", "front"); code == 0 || !strings.Contains(out, "active endpoints") {
+		t.Errorf("rm of a network in use: exit %d %q", code, out)
+	}
+	var nets []struct {
+		Name       string
+		Containers map[string]struct{ Name, IPv4Address string }
+		Labels     map[string]string
+	}
+	if err := json.Unmarshal([]byte(e.must("network", "inspect", "back")), &nets); err != nil || len(nets) != 1 {
+		t.Fatalf("network inspect back: %v", err)
+	}
+	if len(nets[0].Containers) != 2 || nets[0].Labels["tier"] != "back" {
+		t.Errorf("network inspect back: %+v", nets[0])
+	}
+	if got := e.must("network", "ls", "-q", "--filter", "label=tier=back"); len(strings.Fields(got)) != 1 {
+		t.Errorf("network ls --filter label=tier=back: %q", got)
+	}
+	e.must("network", "disconnect", "back", "cli")
+	e.must("rm", "-f", "web", "db", "cli")
+	e.must("network", "rm", "front", "back")
+	// The helper goes with the last container on a network.
+	deadline := time.Now().Add(5 * time.Second)
+	for len(netdProcs(e.root)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if p := netdProcs(e.root); len(p) > 0 {
+		t.Errorf("the network helper is still running after its last container went: %v", p)
+	}
+}
+
+// netdProcs are the network helpers of the store at root.
+func netdProcs(root string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if strings.Contains("\x00"+string(environ), "\x00_SLOPBOX_NETD="+root) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
