@@ -212,7 +212,7 @@ func multiService(t *testing.T, docker, project string) {
 		t.Errorf("client's /etc/resolv.conf, want nameserver %s (the gateway):\n%s", ep.Gateway, resolv)
 	}
 	for _, host := range []string{"web", webName, webID[:12]} {
-		if got := must("", "exec", "-T", "client", "wget", "-q", "-T", "10", "-O-", "http://"+host+"/index.html"); got != content {
+		if got := must("", "exec", "-T", "client", "timeout", "15", "wget", "-q", "-O-", "http://"+host+"/index.html"); got != content {
 			t.Errorf("client: wget http://%s/index.html: %q, want %q", host, got, content)
 		}
 	}
@@ -262,7 +262,7 @@ func multiService(t *testing.T, docker, project string) {
 	}
 	must("", "start", "web")
 	must("", "restart", "web")
-	if got := must("", "exec", "-T", "client", "sh", "-c", retried("wget -q -T 5 -O- http://web/index.html")); got != content {
+	if got := must("", "exec", "-T", "client", "sh", "-c", retried("timeout 10 wget -q -O- http://web/index.html")); got != content {
 		t.Errorf("after restart, client: wget http://web/index.html: %q", got)
 	}
 
@@ -277,7 +277,7 @@ func multiService(t *testing.T, docker, project string) {
 		t.Errorf("after compose down, the project's volumes: %q, want %s_site", vols, project)
 	}
 	must("", "up", "--detach", "--wait", "--wait-timeout", "120")
-	if got := must("", "exec", "-T", "client", "sh", "-c", retried("wget -q -T 5 -O- http://web/kept.txt")); got != "kept across down\n" {
+	if got := must("", "exec", "-T", "client", "sh", "-c", retried("timeout 10 wget -q -O- http://web/kept.txt")); got != "kept across down\n" {
 		t.Errorf("after down and up, client: wget http://web/kept.txt: %q", got)
 	}
 
@@ -386,7 +386,7 @@ func networksIsolated(t *testing.T, docker, project string) {
 
 	// c, on both, reaches a and b by name, and b by address.
 	for host, want := range map[string]string{"a": "I am a\n", "b": "I am b\n", bIP: "I am b\n"} {
-		if got := must("exec", "-T", "c", "wget", "-q", "-T", "10", "-O-", "http://"+host+"/"); got != want {
+		if got := must("exec", "-T", "c", "timeout", "15", "wget", "-q", "-O-", "http://"+host+"/"); got != want {
 			t.Errorf("c: wget http://%s/: %q, want %q", host, got, want)
 		}
 	}
@@ -407,7 +407,7 @@ func networksIsolated(t *testing.T, docker, project string) {
 		}
 	}
 	// a does not reach b's address.
-	if out, code := compose(t, docker, dir, project, "", "exec", "-T", "a", "timeout", "15", "wget", "-q", "-T", "3", "-O-", "http://"+bIP+"/"); code == 0 || strings.Contains(out, "I am b") {
+	if out, code := compose(t, docker, dir, project, "", "exec", "-T", "a", "timeout", "5", "wget", "-q", "-O-", "http://"+bIP+"/"); code == 0 || strings.Contains(out, "I am b") {
 		t.Errorf("a: wget http://%s/ (b on %s): exit %d %q, want it unreachable", bIP, back, code, out)
 	}
 
@@ -466,7 +466,7 @@ func TestComposeInspectNetworked(t *testing.T) {
 			if rows["default"].Health != "healthy" || rows["victim"].Health != "healthy" {
 				t.Errorf("compose ps: %+v, want both running and healthy", rows)
 			}
-			if out, code := compose(t, docker, dir, project, "", "exec", "-T", "default", "wget", "-q", "-T", "10", "-O-", "http://victim:8080/flag.txt"); code != 0 || out != "the flag\n" {
+			if out, code := compose(t, docker, dir, project, "", "exec", "-T", "default", "timeout", "15", "wget", "-q", "-O-", "http://victim:8080/flag.txt"); code != 0 || out != "the flag\n" {
 				t.Errorf("compose exec default wget http://victim:8080/flag.txt: exit %d %q", code, out)
 			}
 			if out, code := compose(t, docker, dir, project, "", "down", "--volumes", "--remove-orphans"); code != 0 {

@@ -156,7 +156,7 @@ func TestTestcontainersNetworkAliases(t *testing.T) {
 	// The second fetches from the first by its alias before it says so.
 	cli := start(t, testcontainers.ContainerRequest{
 		Image:          "busybox:latest",
-		Cmd:            []string{"sh", "-c", "for i in $(seq 100); do if wget -q -T 5 -O- http://alias1:8080/; then echo FETCHED OK; exec sleep 1000; fi; sleep 0.2; done; echo NOT FETCHED; exec sleep 1000"},
+		Cmd:            []string{"sh", "-c", "for i in $(seq 100); do if timeout 10 wget -q -O- http://alias1:8080/; then echo FETCHED OK; exec sleep 1000; fi; sleep 0.2; done; echo NOT FETCHED; exec sleep 1000"},
 		Networks:       []string{nw.Name},
 		NetworkAliases: map[string][]string{nw.Name: {"alias2"}},
 		WaitingFor:     wait.ForLog("FETCHED OK").WithStartupTimeout(time.Minute),
@@ -216,7 +216,7 @@ func TestTestcontainersNetworkAliases(t *testing.T) {
 		t.Fatal(err)
 	}
 	name = strings.TrimPrefix(name, "/")
-	if code, out := run(cli, "wget -q -T 10 -O- http://"+name+":8080/"); code != 0 || out != "hello over the network\n" {
+	if code, out := run(cli, "timeout 15 wget -q -O- http://"+name+":8080/"); code != 0 || out != "hello over the network\n" {
 		t.Errorf("client: wget http://%s:8080/: exit %d %q", name, code, out)
 	}
 
