@@ -28,24 +28,49 @@ func hashHex(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// A network's DNS server answers at most maxUDP queries and holds at most
+// maxTCP connections at once: a container that floods it gets no answer
+// to the queries beyond that (as a full socket buffer would do), and the
+// helper's memory and sockets stay bounded.
+const (
+	maxUDP = 64
+	maxTCP = 16
+)
+
 func (d *daemon) serveDNS(n *network) {
 	go func() {
+		slots := make(chan struct{}, maxTCP)
 		for {
 			c, err := n.tcp.AcceptTCP()
 			if err != nil {
 				return
 			}
-			go d.serveTCP(n, c)
+			select {
+			case slots <- struct{}{}:
+				go func() {
+					defer func() { <-slots }()
+					d.serveTCP(n, c)
+				}()
+			default:
+				c.Close()
+			}
 		}
 	}()
+	slots := make(chan struct{}, maxUDP)
 	buf := make([]byte, 4096)
 	for {
 		k, src, err := n.udp.ReadFromUDPAddrPort(buf)
 		if err != nil {
 			return
 		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			continue // dropped: the client asks again
+		}
 		q := append([]byte(nil), buf[:k]...)
 		go func() {
+			defer func() { <-slots }()
 			if out := d.answer(n, src.Addr().Unmap(), q, 512); out != nil {
 				n.udp.WriteToUDPAddrPort(out, src)
 			}
