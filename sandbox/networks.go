@@ -37,6 +37,7 @@ type netAttach struct {
 type NetworkInfo struct {
 	ID, Name string
 	Aliases  []string
+	IPv4     string // asked for
 	// Endpoint is set while the sandbox runs.
 	Endpoint *netd.Endpoint
 }
@@ -276,13 +277,11 @@ func (b *Backend) ConnectNetwork(ref, network string, aliases []string, ipv4 str
 		if rec.Network == backend.NetworkHost {
 			return backend.InvalidValue("container %s shares the host's network: it cannot be connected to %s", rec.Name, na.Name)
 		}
-		running := rec.Pid > 0 && rec.running() && !rec.Reserved
-		if running {
+		// A running sandbox, or a created one whose PID 1 was started
+		// ahead (its start only runs the command): the interface now.
+		if rec.Pid > 0 && rec.alive() {
 			if os.Geteuid() != 0 && len(rec.Nets) == 0 {
 				return backend.InvalidValue("container %s was made without a user network: rootless, only a container made on one (--network NAME) can be connected to another while it runs; stop it first, or create it with --network %s", rec.Name, na.Name)
-			}
-			if rec.Network == backend.NetworkNone && !na.Internal {
-				return backend.InvalidValue("container %s has no outbound access (--network none, or internal networks only): connecting it to %s, which has, takes effect only at its next start", rec.Name, na.Name)
 			}
 			c, err := b.netClient()
 			if err != nil {
@@ -298,7 +297,11 @@ func (b *Backend) ConnectNetwork(ref, network string, aliases []string, ipv4 str
 				return err
 			}
 			na.Endpoint = &ep
-		} else if rec.Network == backend.NetworkNone && !na.Internal {
+		}
+		if rec.Network == backend.NetworkNone && !na.Internal {
+			// Outbound access (its own slirp4netns) from its next start: a
+			// running sandbox's namespace gets the network's interface now,
+			// without a default route.
 			rec.Network = backend.NetworkBridge
 		}
 		rec.Nets = append(rec.Nets, na)
@@ -334,7 +337,7 @@ func (b *Backend) DisconnectNetwork(ref, network string) error {
 func networkInfos(rec *record, running bool) []NetworkInfo {
 	var out []NetworkInfo
 	for _, n := range rec.Nets {
-		ni := NetworkInfo{ID: n.ID, Name: n.Name, Aliases: n.Aliases}
+		ni := NetworkInfo{ID: n.ID, Name: n.Name, Aliases: n.Aliases, IPv4: n.IPv4}
 		if running {
 			ni.Endpoint = n.Endpoint
 		}

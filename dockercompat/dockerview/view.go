@@ -250,6 +250,9 @@ func Networks(i sandbox.Info) map[string]any {
 				"Gateway": "", "IPAddress": "", "IPPrefixLen": 0, "IPv6Gateway": "", "GlobalIPv6Address": "", "GlobalIPv6PrefixLen": 0,
 				"MacAddress": "", "DriverOpts": nil, "DNSNames": nil,
 			}
+			if n.IPv4 != "" {
+				ep["IPAMConfig"] = map[string]any{"IPv4Address": n.IPv4}
+			}
 			if e := n.Endpoint; e != nil && i.Running {
 				ep["EndpointID"], ep["Gateway"], ep["IPAddress"], ep["IPPrefixLen"] = e.EndpointID, e.Gateway.String(), e.IPAddress.String(), e.IPPrefixLen
 				ep["MacAddress"], ep["DNSNames"] = e.MacAddress, e.DNSNames
@@ -396,7 +399,7 @@ func Filter(f filters.Args, list []sandbox.Info) (func(sandbox.Info) bool, error
 			!f.Labels("label", i.Labels),
 			!f.Any("status", func(v string) bool { return v == state || v == "broken" && state == "dead" }),
 			!f.Any("ancestor", func(v string) bool { return ancestor(i, v) }),
-			!f.Exact("network", i.Network),
+			!f.Any("network", func(v string) bool { return onNetwork(i, v) }),
 			!f.Any("volume", func(v string) bool { return mountsVolume(i, v) }),
 			!f.Any("publish", func(v string) bool { return publishes(i, v) }),
 			!f.Any("expose", func(v string) bool { return publishes(i, v) }):
@@ -538,4 +541,18 @@ func VolumePruneFilter(f filters.Args, allByDefault bool) (func(sandbox.Volume) 
 		all = allByDefault
 	}
 	return func(v sandbox.Volume) bool { return (all || v.Anonymous) && f.LabelsMatch(v.Labels) }, nil
+}
+
+// onNetwork reports whether sandbox i is on network v (a name or id, as
+// Docker's ps --filter network= takes).
+func onNetwork(i sandbox.Info, v string) bool {
+	if len(i.Networks) == 0 {
+		return i.Network == v || networks.ID(cmp.Or(i.Network, backend.NetworkNone)) == v
+	}
+	for _, n := range i.Networks {
+		if n.Name == v || n.ID == v {
+			return true
+		}
+	}
+	return false
 }

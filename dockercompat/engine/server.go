@@ -283,6 +283,11 @@ func (s *Server) route(w http.ResponseWriter, r *request) {
 		s.networkRoute(w, r, strings.Join(seg[1:], "/"))
 	case len(seg) == 3 && seg[0] == "exec":
 		s.execRoute(w, r, seg[1], seg[2])
+	case seg[0] == "swarm" && m == http.MethodPost:
+		// dockerd's answer on a node that is not in a swarm (clients'
+		// clean-up calls leave with force and takes it as done); slopbox
+		// has no swarm mode to join or start.
+		writeError(w, http.StatusServiceUnavailable, "This node is not a swarm manager: slopbox has no swarm mode")
 	default:
 		writeError(w, http.StatusNotFound, fmt.Sprintf("page not found: %s %s is not served by slopbox", m, p))
 	}

@@ -67,9 +67,10 @@ type IPAM struct {
 
 // IPAMConfig is one of a network's subnets.
 type IPAMConfig struct {
-	Subnet  string `json:"Subnet,omitempty"`
-	IPRange string `json:"IPRange,omitempty"`
-	Gateway string `json:"Gateway,omitempty"`
+	Subnet             string            `json:"Subnet,omitempty"`
+	IPRange            string            `json:"IPRange,omitempty"`
+	Gateway            string            `json:"Gateway,omitempty"`
+	AuxiliaryAddresses map[string]string `json:"AuxiliaryAddresses,omitempty"`
 }
 
 // ConfigReference is Docker's ConfigFrom (swarm config networks): empty.
@@ -237,9 +238,15 @@ func userNetwork(c netd.Config) Network {
 	if c.IPRange.IsValid() {
 		ic.IPRange = c.IPRange.String()
 	}
+	for name, a := range c.Aux {
+		if ic.AuxiliaryAddresses == nil {
+			ic.AuxiliaryAddresses = map[string]string{}
+		}
+		ic.AuxiliaryAddresses[name] = a.String()
+	}
 	return Network{
 		Name: c.Name, ID: c.ID, Created: c.Created, Scope: "local", Driver: c.Driver, Internal: c.Internal, Attachable: c.Attachable,
-		IPAM:       IPAM{Driver: "default", Options: map[string]string{}, Config: []IPAMConfig{ic}},
+		IPAM:       IPAM{Driver: "default", Config: []IPAMConfig{ic}}, // Options null, as dockerd's when none were given
 		Containers: map[string]Endpoint{}, Options: orEmpty(c.Options), Labels: orEmpty(c.Labels),
 	}
 }
@@ -350,7 +357,7 @@ func (s *Service) Create(o CreateOptions) (CreateResult, error) {
 		Labels: o.Labels, Options: o.Options}
 	if len(o.IPAM.Config) == 1 {
 		c := o.IPAM.Config[0]
-		co.Subnet, co.Gateway, co.IPRange = c.Subnet, c.Gateway, c.IPRange
+		co.Subnet, co.Gateway, co.IPRange, co.Aux = c.Subnet, c.Gateway, c.IPRange, c.AuxiliaryAddresses
 	}
 	c, err := s.b.Networks().Create(co, sandbox.ReservedSubnets()...)
 	if err != nil {

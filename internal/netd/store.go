@@ -23,7 +23,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -46,17 +45,20 @@ const MaxNetworks = 512
 
 // Config is a user-defined network as it is recorded.
 type Config struct {
-	ID         string            `json:"id"`
-	Name       string            `json:"name"`
-	Driver     string            `json:"driver"`
-	Created    time.Time         `json:"created"`
-	Internal   bool              `json:"internal,omitempty"`
-	Attachable bool              `json:"attachable,omitempty"`
-	Subnet     netip.Prefix      `json:"subnet"`
-	Gateway    netip.Addr        `json:"gateway"`
-	IPRange    netip.Prefix      `json:"ip_range,omitempty"`
-	Labels     map[string]string `json:"labels,omitempty"`
-	Options    map[string]string `json:"options,omitempty"`
+	ID         string       `json:"id"`
+	Name       string       `json:"name"`
+	Driver     string       `json:"driver"`
+	Created    time.Time    `json:"created"`
+	Internal   bool         `json:"internal,omitempty"`
+	Attachable bool         `json:"attachable,omitempty"`
+	Subnet     netip.Prefix `json:"subnet"`
+	Gateway    netip.Addr   `json:"gateway"`
+	IPRange    netip.Prefix `json:"ip_range,omitempty"`
+	// Aux are addresses of the subnet no endpoint gets (IPAM
+	// AuxiliaryAddresses: name → address).
+	Aux     map[string]netip.Addr `json:"aux,omitempty"`
+	Labels  map[string]string     `json:"labels,omitempty"`
+	Options map[string]string     `json:"options,omitempty"`
 	// Given: the subnet was asked for (else it came from a default pool).
 	Given bool `json:"given,omitempty"`
 }
@@ -71,6 +73,7 @@ type CreateOptions struct {
 	Subnet     string
 	Gateway    string
 	IPRange    string
+	Aux        map[string]string
 	Labels     map[string]string
 	Options    map[string]string
 }
@@ -84,8 +87,6 @@ func OpenStore(dir string) *Store { return &Store{dir: dir} }
 
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.dir }
-
-var validName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 
 func (s *Store) lock() (func(), error) {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
@@ -173,8 +174,8 @@ func (s *Store) Create(o CreateOptions, reserved ...netip.Prefix) (Config, error
 	if c.Driver != "bridge" {
 		return Config{}, fmt.Errorf("%w: network %s: driver %q is not supported: slopbox has bridge networks only", ErrInvalid, o.Name, c.Driver)
 	}
-	if !validName.MatchString(o.Name) || len(o.Name) > 255 {
-		return Config{}, fmt.Errorf("%w: network name %q: letters, digits, '_', '.' and '-', starting with a letter or digit", ErrInvalid, o.Name)
+	if o.Name == "" || len(o.Name) > 255 || strings.ContainsFunc(o.Name, func(r rune) bool { return r == '/' || r < 0x20 || r == 0x7f }) {
+		return Config{}, fmt.Errorf("%w: network name %q: at most 255 characters, no '/' or control characters", ErrInvalid, o.Name)
 	}
 	for k := range o.Options {
 		switch k {
@@ -212,6 +213,16 @@ func (s *Store) Create(o CreateOptions, reserved ...netip.Prefix) (Config, error
 			c.Gateway == c.Subnet.Addr() || c.Gateway == broadcast(c.Subnet) {
 			return Config{}, fmt.Errorf("%w: gateway %q is not a host address of subnet %s", ErrInvalid, o.Gateway, c.Subnet)
 		}
+	}
+	for name, v := range o.Aux {
+		a, err := netip.ParseAddr(v)
+		if err != nil || !c.Subnet.Contains(a) {
+			return Config{}, fmt.Errorf("%w: auxiliary address %s=%q is not an address of subnet %s", ErrInvalid, name, v, c.Subnet)
+		}
+		if c.Aux == nil {
+			c.Aux = map[string]netip.Addr{}
+		}
+		c.Aux[name] = a
 	}
 	unlock, err := s.lock()
 	if err != nil {
@@ -329,5 +340,13 @@ func (c Config) Hosts() netip.Prefix {
 
 // Usable reports whether a is an address an endpoint may have.
 func (c Config) Usable(a netip.Addr) bool {
-	return c.Subnet.Contains(a) && a != c.Subnet.Addr() && a != broadcast(c.Subnet) && a != c.Gateway
+	if !c.Subnet.Contains(a) || a == c.Subnet.Addr() || a == broadcast(c.Subnet) || a == c.Gateway {
+		return false
+	}
+	for _, x := range c.Aux {
+		if x == a {
+			return false
+		}
+	}
+	return true
 }

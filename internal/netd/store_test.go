@@ -39,7 +39,8 @@ func TestStore(t *testing.T) {
 		{Name: "c", Subnet: "10.5.0.0/24", Gateway: "10.5.0.0"},
 		{Name: "c", Subnet: "10.5.0.0/24", IPRange: "10.6.0.0/25"},
 		{Name: "c", Gateway: "10.5.0.1"},
-		{Name: "-c"},
+		{Name: "a/b"},
+		{Name: "c\n"},
 		{Name: "c", Driver: "overlay"},
 	} {
 		if _, err := s.Create(o); !errors.Is(err, ErrInvalid) {
