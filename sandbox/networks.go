@@ -280,8 +280,8 @@ func (b *Backend) ConnectNetwork(ref, network string, aliases []string, ipv4 str
 		// A running sandbox, or a created one whose PID 1 was started
 		// ahead (its start only runs the command): the interface now.
 		if rec.Pid > 0 && rec.alive() {
-			if os.Geteuid() != 0 && len(rec.Nets) == 0 {
-				return backend.InvalidValue("container %s was made without a user network: rootless, only a container made on one (--network NAME) can be connected to another while it runs; stop it first, or create it with --network %s", rec.Name, na.Name)
+			if os.Geteuid() != 0 && !rec.NetJoined {
+				return backend.InvalidValue("container %s was started without a user network: rootless, only a container started on one (--network NAME) can be connected to another while its PID 1 runs; stop it first (the connection then takes effect at its start), or create it with --network %s", rec.Name, na.Name)
 			}
 			c, err := b.netClient()
 			if err != nil {

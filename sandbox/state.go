@@ -58,8 +58,11 @@ type record struct {
 	Network   string            `json:"network"`
 	// Nets are its user-defined networks (Network is then bridge, for
 	// its outbound access, or none when they are all internal).
-	Nets       []netAttach `json:"networks,omitempty"`
-	ExtraHosts []string    `json:"extra_hosts,omitempty"`
+	Nets []netAttach `json:"networks,omitempty"`
+	// NetJoined (rootless): its PID 1 was started in the network helper's
+	// user namespace, so the helper may give it interfaces.
+	NetJoined  bool     `json:"net_joined,omitempty"`
+	ExtraHosts []string `json:"extra_hosts,omitempty"`
 	// AllowHostLoopback: a bridge sandbox may reach the host's loopback.
 	AllowHostLoopback bool     `json:"allow_host_loopback,omitempty"`
 	DNS               *oci.DNS `json:"dns,omitempty"`

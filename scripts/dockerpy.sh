@@ -42,10 +42,11 @@ for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.1; done
 # what the suite expects (volume prune keeps named volumes from 1.42 on).
 export DOCKER_TEST_API_VERSION=${DOCKER_TEST_API_VERSION:-1.41}
 # The runner's own files (core and extended, what -x runs) and docker-py's
-# build tests (api_build_test.py), which the runner leaves out.
+# build and network tests (api_build_test.py, api_network_test.py,
+# models_networks_test.py), which the runner leaves out.
 files=$(sed -n 's/^\(CORE\|EXTRA\)_FILES="\(.*\)"$/\2/p' "$shared/compat/run-dockerpy.sh" | tr '\n' ' ')
 [[ -n $files ]] || { echo "no CORE_FILES in $shared/compat/run-dockerpy.sh" >&2; exit 1; }
-files="$files api_build_test.py"
+files="$files api_build_test.py api_network_test.py models_networks_test.py"
 nfiles=$(wc -w <<<"$files")
 
 # -t: a test that hangs (an attach waiting for detach keys) costs 60 s,
