@@ -170,7 +170,7 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"run", "--rm", "--bogus-flag", e.ref, "true"}, "unknown flag"},
 		{[]string{"run", "--rm", e.ref[:strings.Index(e.ref, "/")] + "/missing/image:v1", "true"}, "image not found"},
 		{[]string{"run", "--rm", "-u", "nosuchuser", e.ref, "true"}, "unable to find user nosuchuser: no matching entries in passwd file"},
-		{[]string{"run", "--rm", "--network", "carrier-pigeon", e.ref, "true"}, "unknown network mode"},
+		{[]string{"run", "--rm", "--network", "carrier-pigeon", e.ref, "true"}, "network carrier-pigeon not found"},
 		{[]string{"run", "--rm", "NOT A REFERENCE", "true"}, "invalid image reference"},
 		{[]string{"run", "--rm", "--name", "bad/name", e.ref, "true"}, "invalid sandbox name"},
 	} {
