@@ -181,7 +181,7 @@ func (b *Backend) netSpawner(program string) (*spawner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("user networks: %w", err)
 	}
-	ns2 := &spawner{program: program, join: ns, netdPid: c.Pid}
+	ns2 := &spawner{program: program, join: ns, joined: true, netdPid: c.Pid}
 	b.mu.Lock()
 	if b.netSpawners == nil {
 		b.netSpawners = map[string]*spawner{}

@@ -434,7 +434,7 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 		if srv, err = b.netSpawner(bins.server); err != nil {
 			return fmt.Errorf("spawn: %w", err)
 		}
-		rec.NetJoined = srv.join != nil
+		rec.NetJoined = srv.joined
 	} else {
 		e = b.pool.take(t.key())
 	}
@@ -573,7 +573,7 @@ func (b *Backend) start(ctx context.Context, rec *record) error {
 			return fmt.Errorf("start: %w", err)
 		}
 	}
-	rec.NetJoined = srv.join != nil
+	rec.NetJoined = srv.joined
 	// Helpers of an earlier start whose PID 1 died without a stop.
 	dir := b.state.sandboxDir(rec.ID)
 	killHelpers(rec, dir)

@@ -41,8 +41,10 @@ type spawner struct {
 	marker string
 	// join (rootless, a sandbox on a user network): the network
 	// helper's user namespace, which the server joins (netdPid is that
-	// helper's pid).
+	// helper's pid). closeWait closes it (under mu); joined says, for
+	// ever, that the spawner was made with one.
 	join    *os.File
+	joined  bool
 	netdPid int
 
 	mu  sync.Mutex
@@ -176,8 +178,13 @@ func (s *spawner) closeWait(wait time.Duration) bool {
 	s.srv, s.clones, s.closed = nil, nil, true
 	all := s.dropped
 	s.dropped = nil
+	join := s.join // the network helper's user namespace: no server starts from it again
+	s.join = nil
 	s.mu.Unlock()
 	closeAll(clones)
+	if join != nil {
+		join.Close()
+	}
 	if sc != nil {
 		sc.stop()
 		all = append(all, sc)

@@ -96,6 +96,14 @@ wait 2>/dev/null || true
 # a RUN step's cost (bench/build.sh, build.json).
 bench/build.sh "$HARNESS/lib/common.sh" "$OUT" || echo "build bench failed" >&2
 
+# User-defined networks and compose (issue 42): compose up --wait and
+# down of a two-service project on its own network, name lookups inside
+# it and network create, for dockerd, rootless podman and rootless
+# slopbox serve through the same docker compose v2 (bench/network.sh,
+# network.json and network.jsonl).
+scripts/clients.sh "$OUT" >/dev/null
+bench/network.sh "$HARNESS/lib/common.sh" "$OUT" "$REPO/.work/bin/docker-compose" || echo "network bench failed" >&2
+
 # CPU time per container, the whole machine's (/proc/stat: every process,
 # the kernel's work included), measured the same way for crun, runc and
 # slopbox: CPU_RUNS runs of `true` in a row as the bench user, each in a

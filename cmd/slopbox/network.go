@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -128,6 +129,7 @@ func networkCmd() *cobra.Command {
 		}
 	}
 
+	var rmForce bool
 	rm := &cobra.Command{
 		Use:     "rm NETWORK...",
 		Aliases: []string{"remove"},
@@ -140,6 +142,9 @@ func networkCmd() *cobra.Command {
 			}
 			for _, ref := range args {
 				if err := svc.Remove(ref); err != nil {
+					if rmForce && errors.Is(err, networks.ErrNotFound) {
+						continue
+					}
 					return err
 				}
 				fmt.Println(ref)
@@ -147,6 +152,8 @@ func networkCmd() *cobra.Command {
 			return nil
 		},
 	}
+
+	rm.Flags().BoolVarP(&rmForce, "force", "f", false, "do not fail when a network does not exist")
 
 	var pruneFlags []string
 	var yes bool

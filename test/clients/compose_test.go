@@ -297,3 +297,62 @@ func TestComposeV1DependsOnHealthy(t *testing.T) {
 		t.Errorf("docker-compose down left containers: %s", out)
 	}
 }
+
+// composeV1Networked: two services on compose 1.29's project network
+// (P_default, no network_mode), one serving busybox httpd, the other
+// reaching it by service name.
+const composeV1Networked = `version: "2.4"
+services:
+  web:
+    image: busybox:latest
+    command: ["sh", "-c", "mkdir -p /www && echo hello over the v1 network > /www/index.html && exec httpd -f -p 80 -h /www"]
+    stop_grace_period: 1s
+  client:
+    image: busybox:latest
+    command: ["sleep", "3600"]
+    init: true
+    stop_grace_period: 1s
+    depends_on: [web]
+`
+
+// TestComposeV1Networked: Debian's docker-compose 1.29 (python, through
+// docker-py) unchanged on its project network: client reaches web by
+// service name and by container name through the network's DNS, and down
+// removes the containers and the network.
+func TestComposeV1Networked(t *testing.T) {
+	bin, err := exec.LookPath("docker-compose")
+	if err != nil || !strings.HasPrefix(bin, "/usr/bin/") {
+		t.Fatalf("Debian's docker-compose 1.29 is not installed (scripts/deps.sh installs it): %v %s", err, bin)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "docker-compose.yml"), []byte(composeV1Networked), 0o644)
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"-p", "v1net"}, args...)...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker-compose %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	t.Cleanup(func() {
+		cmd := exec.Command(bin, "-p", "v1net", "down", "-v", "--remove-orphans")
+		cmd.Dir = dir
+		cmd.Run()
+	})
+	run("up", "-d")
+	for _, name := range []string{"web", "v1net_web_1"} {
+		got := run("exec", "-T", "client", "sh", "-c", retried("timeout 5 wget -q -O - http://"+name+"/index.html"))
+		if got != "hello over the v1 network\n" {
+			t.Errorf("docker-compose exec client wget http://%s/: %q", name, got)
+		}
+	}
+	run("down", "-v")
+	if out, _ := exec.Command(slopbox, "--root", root, "ps", "-aq", "--filter", "label=com.docker.compose.project=v1net").Output(); strings.TrimSpace(string(out)) != "" {
+		t.Errorf("docker-compose down left containers: %s", out)
+	}
+	if out, _ := exec.Command(slopbox, "--root", root, "network", "ls", "-q", "--filter", "label=com.docker.compose.project=v1net").Output(); strings.TrimSpace(string(out)) != "" {
+		t.Errorf("docker-compose down left networks: %s", out)
+	}
+}

@@ -171,6 +171,30 @@ func report(w io.Writer, dir, chart string) []targetRow {
 			builds[r.Command] = r.Median * 1000
 		}
 	}
+	netRuns := map[string]float64{} // network.json (bench/network.sh): name → median ms
+	var netHF struct {
+		Results []struct {
+			Command string  `json:"command"`
+			Median  float64 `json:"median"`
+		} `json:"results"`
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "network.json")); err == nil && json.Unmarshal(b, &netHF) == nil {
+		for _, r := range netHF.Results {
+			netRuns[r.Command] = r.Median * 1000
+		}
+	}
+	netFigs := map[string]map[string]float64{} // network.jsonl: peer → figure
+	readLines(filepath.Join(dir, "network.jsonl"), func(b []byte) {
+		var f map[string]any
+		if json.Unmarshal(b, &f) == nil {
+			if peer, ok := f["peer"].(string); ok {
+				netFigs[peer] = map[string]float64{}
+				for k, v := range f {
+					netFigs[peer][k] = num(v)
+				}
+			}
+		}
+	})
 	engine := map[string]map[string]float64{} // peer → figure
 	readLines(filepath.Join(dir, "engine.jsonl"), func(b []byte) {
 		var f map[string]any
@@ -390,6 +414,38 @@ func report(w io.Writer, dir, chart string) []targetRow {
 		target("a RUN step (`RUN true`, --network none, --no-cache), rootless (Go API): per step, N steps against none, interleaved", st.MedianMs, "exec `true` in a running sandbox, same rounds", ex.MedianMs, "reported", true)
 		p("| … its overhead over the same command in a running sandbox | %.2f ms | - | - | ≤ 30 ms | %s |\n", ov.MedianMs, check(ov.MedianMs <= 30))
 	}
+	// User-defined networks and compose (issue 42, bench/network.sh).
+	if nb := netRuns["slopbox-rootless-up"]; nb > 0 {
+		for _, step := range []string{"up", "down"} {
+			ours := netRuns["slopbox-rootless-"+step]
+			name := "`compose up -d --wait` of a two-service project on its own network, rootless serve"
+			if step == "down" {
+				name = "`compose down -t 0` of that project, rootless serve"
+			}
+			dk, pd := netRuns["dockerd-"+step], netRuns["podman-rootless-"+step]
+			target(name, ours, "dockerd", dk, "≤ 0.25× dockerd", dk > 0 && ours > 0 && ours <= 0.25*dk)
+			target(name, ours, "podman service (rootless)", pd, "< podman", pd > 0 && ours > 0 && ours < pd)
+		}
+	}
+	if sb := netFigs["slopbox-rootless"]; sb != nil {
+		dns, hosts := sb["process_dns_ms"], sb["process_hosts_ms"]
+		target("a service-name lookup on a user network (a new process resolving it), rootless serve", dns, "localhost from /etc/hosts, the same way, same container", hosts, "≤ 2× /etc/hosts", hosts > 0 && dns > 0 && dns <= 2*hosts)
+		for _, peer := range []string{"dockerd", "podman-rootless"} {
+			if o := netFigs[peer]["dns_rtt_ms"]; o > 0 {
+				target("… the DNS round trip alone (in-process, no cache)", sb["dns_rtt_ms"], peer+"'s DNS server", o, "reported", true)
+			}
+		}
+		nc := sb["network_create_ms"]
+		target("`network create` through the Engine API (docker-py), rootless serve", nc, "", 0, "≤ 20 ms", nc > 0 && nc <= 20)
+		for _, peer := range []string{"dockerd", "podman-rootless"} {
+			if o := netFigs[peer]["network_create_ms"]; o > 0 {
+				target("`network create` through the Engine API (docker-py), rootless serve", nc, peer, o, "reported", true)
+			}
+		}
+		if cli := netRuns["slopbox-cli-network-create"]; cli > 0 {
+			target("`slopbox network create` (CLI, the whole run), rootless", cli, "", 0, "reported", true)
+		}
+	}
 	le, lf := api["rootless"]["local_exec_true_api"].MedianMs, api["rootless"]["fork_exec_floor"].MedianMs
 	target("local backend exec `true` (Go API)", le, "bare fork+exec from Go", lf, "≤ 1.5× floor", lf > 0 && le <= 1.5*lf)
 
@@ -431,6 +487,20 @@ func report(w io.Writer, dir, chart string) []targetRow {
 			f := engine[k]
 			p("| %s | %.2f | %.2f | %.2f | %.0f | %.0f → %.0f | %.0f | %.0f | %.0f | %.3f |\n", k, f["create_start_ms"], f["create_start_bridge_ms"], f["exec_run_true_ms"], f["scale_start_total_ms"], f["service_pss_kib_before"], f["service_pss_kib_after"], f["scale_new_procs"], f["scale_new_procs_pss_kib"], f["port_throughput_mib_s"], f["port_connect_ms"])
 		}
+	}
+
+	if len(netFigs) > 0 {
+		p("\n## Networks and compose (bench/network.sh: docker compose v2, a two-service project on its own network)\n\n| service | `up -d --wait` (ms) | `down -t 0` (ms) | lookup, new process: service name (ms) | … localhost from /etc/hosts (ms) | DNS round trip (ms) | network create, Engine API (ms) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		var nn []string
+		for k := range netFigs {
+			nn = append(nn, k)
+		}
+		sort.Strings(nn)
+		for _, k := range nn {
+			f := netFigs[k]
+			p("| %s | %s | %s | %s | %s | %s | %s |\n", k, msOrDash(netRuns[k+"-up"]), msOrDash(netRuns[k+"-down"]), msOrDash(f["process_dns_ms"]), msOrDash(f["process_hosts_ms"]), msOrDash(f["dns_rtt_ms"]), msOrDash(f["network_create_ms"]))
+		}
+		p("\nThe lookups run bench/cmd/lookupbench (static, Go's own resolver) bind-mounted into service a: each figure of a new process is a program that starts, resolves the name and exits, as `getent hosts` does; the round trip is one query and its answer from inside a process.\n")
 	}
 
 	p("\n## All peers, same run (hyperfine medians, ms)\n\n| peer | user | pull pyslim | run true | exec true | exec 10 MB stdout | scale: start per container | scale: PSS of new processes (KiB) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")

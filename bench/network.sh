@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# User-defined networks and compose (issue 42), side by side in one run;
+# called by scripts/bench.sh once the harness's services are up (registry,
+# dockerd), as root, with the harness's lib/common.sh at $1:
+#
+#   bench/network.sh HARNESS_LIB_COMMON OUT COMPOSE_BIN
+#
+# For dockerd (as root), rootless podman's service and rootless slopbox
+# serve (both as the bench user), each through the same docker compose v2
+# binary (COMPOSE_BIN, built from the Go module proxy by scripts/clients.sh):
+# - `compose up -d --wait` of a two-service project on its own network
+#   (compose's default: a network per project), timed with the project
+#   down before each run; then `compose down -t 0` with it up before each;
+# - inside service a, bench/cmd/lookupbench: service b's name through the
+#   network's DNS server beside localhost from /etc/hosts, each as a new
+#   process resolving it (and the DNS round trip in-process, reported);
+# - `network create` through the Engine API (docker-py, the round trip of
+#   POST /networks/create), its removal after each.
+#
+# Writes OUT/network.json: hyperfine's export, one result per command, each
+# named (command field) PEER-up and PEER-down as the report reads them; and
+# OUT/network.jsonl: one object per peer with its lookup and create figures.
+# A peer that fails is left out, with a line on stderr.
+set -euo pipefail
+# shellcheck source=/dev/null # the harness's, outside this repository
+source "$1"
+out=$2
+compose_src=$3
+runs=${RUNS_COMPOSE:-10}
+slopbox=${SLOPBOX_BENCH_CMD:-slopbox-bench} # the adapter's install
+repo=$(cd "$(dirname "$0")/.." && pwd)
+
+ctx=$(mktemp -d /tmp/slopbox-net-bench.XXXXXX)
+rt=/run/user/$(bench_uid)
+services=()
+cleanup() {
+	local p
+	for p in "${services[@]}"; do pkill -u "$(bench_uid)" -f "$p" || true; done
+	wait 2>/dev/null || true
+	rm -rf "$ctx"
+}
+trap cleanup EXIT
+mkdir -p "$ctx/bin" "$ctx/hf"
+install -m 755 "$compose_src" "$ctx/bin/docker-compose"
+(cd "$repo" && CGO_ENABLED=0 go build -tags netgo -o "$ctx/bin/lookupbench" ./bench/cmd/lookupbench)
+for peer in dockerd podman-rootless slopbox-rootless; do
+	mkdir -p "$ctx/$peer"
+	cat >"$ctx/$peer/compose.yaml" <<EOF
+name: netbench
+services:
+  a:
+    image: $BUSYBOX_REF
+    command: ["sleep", "3600"]
+    volumes: ["$ctx/bin:/bench:ro"]
+  b:
+    image: $BUSYBOX_REF
+    command: ["sleep", "3600"]
+EOF
+done
+chmod -R a+rX "$ctx"
+chmod 777 "$ctx/hf"
+
+json=()
+# one peer: name user|root socket
+one() {
+	local peer=$1 who=$2 sock=$3 f c pre dc
+	f=$ctx/hf/$peer.json
+	c="$ctx/bin/docker-compose -f $ctx/$peer/compose.yaml" # as hyperfine splits it
+	if [[ $who == user ]]; then pre=(as_user env "DOCKER_HOST=unix://$sock"); else pre=(env "DOCKER_HOST=unix://$sock"); fi
+	dc=("${pre[@]}" "$ctx/bin/docker-compose" -f "$ctx/$peer/compose.yaml")
+	"${dc[@]}" pull -q >/dev/null 2>&1 || true
+	if ! "${pre[@]}" hyperfine -N --warmup 1 --runs "$runs" --export-json "$f" \
+		--prepare "$c down -t 0" -n "$peer-up" "$c up -d --wait" >/dev/null; then
+		echo "network bench: compose up on $peer failed" >&2
+		"${dc[@]}" down -t 0 >/dev/null 2>&1 || true
+		return 0
+	fi
+	json+=("$f")
+	f=$ctx/hf/$peer-down.json
+	if "${pre[@]}" hyperfine -N --warmup 1 --runs "$runs" --export-json "$f" \
+		--prepare "$c up -d --wait" -n "$peer-down" "$c down -t 0" >/dev/null; then
+		json+=("$f")
+	else
+		echo "network bench: compose down on $peer failed" >&2
+	fi
+	# Name lookups, inside service a, with the project up.
+	local lookups='{}' create='{}'
+	if "${dc[@]}" up -d --wait >/dev/null 2>&1 &&
+		lookups=$("${dc[@]}" exec -T a /bench/lookupbench -n "${RUNS_LOOKUP:-300}" b localhost); then
+		:
+	else
+		echo "network bench: lookups on $peer failed" >&2
+		lookups='{}'
+	fi
+	"${dc[@]}" down -t 0 >/dev/null 2>&1 || true
+	# network create through the Engine API (docker-py), removed after each.
+	if ! create=$(/usr/bin/python3 - "$sock" "${RUNS_NETCREATE:-30}" <<'EOF'
+import json, statistics, sys, time
+import docker
+c = docker.DockerClient(base_url="unix://" + sys.argv[1], timeout=120)
+t = []
+for i in range(int(sys.argv[2]) + 3):
+    t0 = time.perf_counter()
+    n = c.networks.create("netbench-create")
+    d = time.perf_counter() - t0
+    n.remove()
+    if i >= 3:
+        t.append(d * 1000)
+print(json.dumps({"network_create_ms": statistics.median(t)}))
+EOF
+	); then
+		echo "network bench: network create on $peer failed" >&2
+		create='{}'
+	fi
+	jq -nc --arg peer "$peer" --argjson l "$lookups" --argjson c "$create" '{peer: $peer} + $l + $c' >>"$out/network.jsonl"
+}
+
+one dockerd root /var/run/docker.sock
+
+as_user podman system service --time=0 "unix://$rt/podman-net-bench.sock" &
+services+=("podman system service --time=0 unix://$rt/podman-net-bench.sock")
+for _ in $(seq 50); do [[ -S $rt/podman-net-bench.sock ]] && break; sleep 0.2; done
+as_user podman pull -q --tls-verify=false "$BUSYBOX_REF" >/dev/null 2>&1 || true
+one podman-rootless user "$rt/podman-net-bench.sock"
+
+as_user "$slopbox" serve --socket "$rt/slopbox-net-bench.sock" 2>"$ctx/serve.log" &
+services+=("$slopbox serve --socket $rt/slopbox-net-bench.sock")
+for _ in $(seq 50); do [[ -S $rt/slopbox-net-bench.sock ]] && break; sleep 0.2; done
+one slopbox-rootless user "$rt/slopbox-net-bench.sock"
+# The CLI's own network create (a new process each time), reported.
+f=$ctx/hf/slopbox-cli-create.json
+if as_user hyperfine -N --warmup 1 --runs "${RUNS_NETCREATE:-30}" --export-json "$f" \
+	--prepare "$slopbox network rm -f netbench-cli" -n slopbox-cli-network-create "$slopbox network create netbench-cli" >/dev/null; then
+	json+=("$f")
+fi
+as_user "$slopbox" network rm -f netbench-cli >/dev/null 2>&1 || true
+
+if ((${#json[@]})); then
+	jq -s '{results: [.[].results[]]}' "${json[@]}" >"$out/network.json"
+fi
