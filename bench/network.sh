@@ -10,7 +10,9 @@
 # binary (COMPOSE_BIN, built from the Go module proxy by scripts/clients.sh):
 # - `compose up -d --wait` of a two-service project on its own network
 #   (compose's default: a network per project), timed with the project
-#   down before each run; then `compose down -t 0` with it up before each;
+#   down before each run, and `up -d` alike (compose's --wait checks the
+#   containers on a 500 ms ticker, the first check after 500 ms: a floor
+#   no engine goes under); then `compose down -t 0` with it up before each;
 # - inside service a, bench/cmd/lookupbench: service b's name through the
 #   network's DNS server beside localhost from /etc/hosts, each as a new
 #   process resolving it (and the DNS round trip in-process, reported);
@@ -18,7 +20,8 @@
 #   POST /networks/create), its removal after each.
 #
 # Writes OUT/network.json: hyperfine's export, one result per command, each
-# named (command field) PEER-up and PEER-down as the report reads them; and
+# named (command field) PEER-up, PEER-up-nowait and PEER-down as the
+# report reads them; and
 # OUT/network.jsonl: one object per peer with its lookup and create figures.
 # A peer that fails is left out, with a line on stderr.
 set -euo pipefail
@@ -70,7 +73,8 @@ one() {
 	dc=("${pre[@]}" "$ctx/bin/docker-compose" -f "$ctx/$peer/compose.yaml")
 	"${dc[@]}" pull -q >/dev/null 2>&1 || true
 	if ! "${pre[@]}" hyperfine -N --warmup 1 --runs "$runs" --export-json "$f" \
-		--prepare "$c down -t 0" -n "$peer-up" "$c up -d --wait" >/dev/null; then
+		--prepare "$c down -t 0" -n "$peer-up" "$c up -d --wait" -n "$peer-up-nowait" "$c up -d" >"$ctx/$peer/up.log" 2>&1; then
+		cat "$ctx/$peer/up.log" >&2
 		echo "network bench: compose up on $peer failed" >&2
 		"${dc[@]}" down -t 0 >/dev/null 2>&1 || true
 		return 0
@@ -78,9 +82,10 @@ one() {
 	json+=("$f")
 	f=$ctx/hf/$peer-down.json
 	if "${pre[@]}" hyperfine -N --warmup 1 --runs "$runs" --export-json "$f" \
-		--prepare "$c up -d --wait" -n "$peer-down" "$c down -t 0" >/dev/null; then
+		--prepare "$c up -d --wait" -n "$peer-down" "$c down -t 0" >"$ctx/$peer/down.log" 2>&1; then
 		json+=("$f")
 	else
+		cat "$ctx/$peer/down.log" >&2
 		echo "network bench: compose down on $peer failed" >&2
 	fi
 	# Name lookups, inside service a, with the project up.
@@ -115,25 +120,37 @@ EOF
 	jq -nc --arg peer "$peer" --argjson l "$lookups" --argjson c "$create" '{peer: $peer} + $l + $c' >>"$out/network.jsonl"
 }
 
-one dockerd root /var/run/docker.sock
+podman_peer() {
+	as_user podman system service --time=0 "unix://$rt/podman-net-bench.sock" &
+	services+=("podman system service --time=0 unix://$rt/podman-net-bench.sock")
+	for _ in $(seq 50); do [[ -S $rt/podman-net-bench.sock ]] && break; sleep 0.2; done
+	as_user podman pull -q --tls-verify=false "$BUSYBOX_REF" >/dev/null 2>&1 || true
+	one podman-rootless user "$rt/podman-net-bench.sock"
+}
 
-as_user podman system service --time=0 "unix://$rt/podman-net-bench.sock" &
-services+=("podman system service --time=0 unix://$rt/podman-net-bench.sock")
-for _ in $(seq 50); do [[ -S $rt/podman-net-bench.sock ]] && break; sleep 0.2; done
-as_user podman pull -q --tls-verify=false "$BUSYBOX_REF" >/dev/null 2>&1 || true
-one podman-rootless user "$rt/podman-net-bench.sock"
+slopbox_peer() {
+	as_user "$slopbox" serve --socket "$rt/slopbox-net-bench.sock" 2>"$ctx/serve.log" &
+	services+=("$slopbox serve --socket $rt/slopbox-net-bench.sock")
+	for _ in $(seq 50); do [[ -S $rt/slopbox-net-bench.sock ]] && break; sleep 0.2; done
+	one slopbox-rootless user "$rt/slopbox-net-bench.sock"
+	# The CLI's own network create (a new process each time), reported.
+	local f=$ctx/hf/slopbox-cli-create.json
+	if as_user hyperfine -N --warmup 1 --runs "${RUNS_NETCREATE:-30}" --export-json "$f" \
+		--prepare "$slopbox network rm -f netbench-cli" -n slopbox-cli-network-create "$slopbox network create netbench-cli" >/dev/null; then
+		json+=("$f")
+	fi
+	as_user "$slopbox" network rm -f netbench-cli >/dev/null 2>&1 || true
+}
 
-as_user "$slopbox" serve --socket "$rt/slopbox-net-bench.sock" 2>"$ctx/serve.log" &
-services+=("$slopbox serve --socket $rt/slopbox-net-bench.sock")
-for _ in $(seq 50); do [[ -S $rt/slopbox-net-bench.sock ]] && break; sleep 0.2; done
-one slopbox-rootless user "$rt/slopbox-net-bench.sock"
-# The CLI's own network create (a new process each time), reported.
-f=$ctx/hf/slopbox-cli-create.json
-if as_user hyperfine -N --warmup 1 --runs "${RUNS_NETCREATE:-30}" --export-json "$f" \
-	--prepare "$slopbox network rm -f netbench-cli" -n slopbox-cli-network-create "$slopbox network create netbench-cli" >/dev/null; then
-	json+=("$f")
-fi
-as_user "$slopbox" network rm -f netbench-cli >/dev/null 2>&1 || true
+# NET_PEERS picks some (by hand).
+for peer in ${NET_PEERS:-dockerd podman-rootless slopbox-rootless}; do
+	case $peer in
+	dockerd) one dockerd root /var/run/docker.sock ;;
+	podman-rootless) podman_peer ;;
+	slopbox-rootless) slopbox_peer ;;
+	*) echo "network bench: no peer $peer" >&2 ;;
+	esac
+done
 
 if ((${#json[@]})); then
 	jq -s '{results: [.[].results[]]}' "${json[@]}" >"$out/network.json"

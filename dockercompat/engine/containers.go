@@ -540,7 +540,7 @@ func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error 
 		// Stopped while its restart policy was starting it again: the
 		// run that restart started has its die from the watch the
 		// restart gave it.
-	case !watch.await():
+	case !watch.finish():
 		// A main command this server started has its die from its
 		// watch; one started elsewhere (the slopbox CLI, an earlier
 		// server) here.

@@ -197,16 +197,16 @@ func (w *exitWatch) next(tick *time.Ticker) {
 // container no longer running, before it is started again or removed, so
 // that each run has exactly one die, with its own exit code (a watch
 // polling slowly would otherwise miss the exit a start clears). A nil w
-// has nothing to finish.
-func (w *exitWatch) finish() {
+// has nothing to finish and reports false.
+func (w *exitWatch) finish() bool {
 	if w == nil {
-		return
+		return false
 	}
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
-	w.await()
+	return w.await()
 }
 
 // watchOf is the watch of container id, or nil.
