@@ -72,10 +72,12 @@ one() {
 	if [[ $who == user ]]; then pre=(as_user env "DOCKER_HOST=unix://$sock"); else pre=(env "DOCKER_HOST=unix://$sock"); fi
 	dc=("${pre[@]}" "$ctx/bin/docker-compose" -f "$ctx/$peer/compose.yaml")
 	"${dc[@]}" pull -q >/dev/null 2>&1 || true
-	if ! "${pre[@]}" hyperfine -N --warmup 1 --runs "$runs" --export-json "$f" \
+	if ! "${pre[@]}" hyperfine -N ${NET_SHOW:+--show-output} --warmup 1 --runs "$runs" --export-json "$f" \
 		--prepare "$c down -t 0" -n "$peer-up" "$c up -d --wait" -n "$peer-up-nowait" "$c up -d" >"$ctx/$peer/up.log" 2>&1; then
 		cat "$ctx/$peer/up.log" >&2
-		echo "network bench: compose up on $peer failed" >&2
+		echo "network bench: compose up on $peer failed; once more, shown:" >&2
+		"${dc[@]}" down -t 0 >&2 || true
+		"${dc[@]}" up -d --wait >&2 || true
 		"${dc[@]}" down -t 0 >/dev/null 2>&1 || true
 		return 0
 	fi
@@ -121,6 +123,21 @@ EOF
 }
 
 podman_peer() {
+	# Names between a project's containers come, for podman, from
+	# netavark and aardvark-dns (reference/networks.md's design); Debian
+	# 12's podman defaults to CNI without a DNS plugin, where no service
+	# name resolves. The bench user's podman is set to netavark.
+	local p missing=()
+	for p in netavark aardvark-dns; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
+	if ((${#missing[@]})); then
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || echo "network bench: could not install ${missing[*]}" >&2
+	fi
+	local conf
+	conf=$(getent passwd "$BENCH_USER" | cut -d: -f6)/.config/containers
+	as_user mkdir -p "$conf"
+	if ! grep -qs network_backend "$conf/containers.conf"; then
+		printf '[network]\nnetwork_backend = "netavark"\n' | as_user tee -a "$conf/containers.conf" >/dev/null
+	fi
 	as_user podman system service --time=0 "unix://$rt/podman-net-bench.sock" &
 	services+=("podman system service --time=0 unix://$rt/podman-net-bench.sock")
 	for _ in $(seq 50); do [[ -S $rt/podman-net-bench.sock ]] && break; sleep 0.2; done

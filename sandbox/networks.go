@@ -136,7 +136,13 @@ func backendError(err error) error {
 // netClient is this Backend's connection to the network helper (kept: it
 // keeps the helper, and rootless its user namespace, while the Backend's
 // joined spawn server lives).
+//
+// One caller at a time checks and replaces it (netdMu): two sandboxes
+// created at once (compose's services) would otherwise each connect, and
+// the second would close the connection the first is using.
 func (b *Backend) netClient() (*netd.Client, error) {
+	b.netdMu.Lock()
+	defer b.netdMu.Unlock()
 	b.mu.Lock()
 	c := b.netd
 	b.mu.Unlock()
@@ -144,16 +150,13 @@ func (b *Backend) netClient() (*netd.Client, error) {
 		if c.Alive() {
 			return c, nil
 		}
-		c.Close()
+		c.Close() // its helper is gone: nobody can use it
 	}
 	c, err := netd.Connect(b.Networks().Dir(), b.store.Mapping())
 	if err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
-	if b.netd != nil && b.netd != c {
-		b.netd.Close()
-	}
 	b.netd = c
 	b.mu.Unlock()
 	return c, nil
@@ -167,6 +170,8 @@ func (b *Backend) netSpawner(program string) (*spawner, error) {
 	if os.Geteuid() == 0 {
 		return b.spawnerFor(program), nil
 	}
+	b.netSpawnMu.Lock()
+	defer b.netSpawnMu.Unlock()
 	c, err := b.netClient()
 	if err != nil {
 		return nil, fmt.Errorf("user networks: %w", err)

@@ -57,7 +57,11 @@ type Backend struct {
 	// netSpawners (rootless) the spawn servers in its user namespace.
 	netd        *netd.Client
 	netSpawners map[string]*spawner
-	warming     sync.WaitGroup // Prewarm's start, which Close waits for
+	// netdMu and netSpawnMu: one caller at a time connects to the helper
+	// and makes a joined spawn server (each replaces, and closes, what it
+	// finds stale).
+	netdMu, netSpawnMu sync.Mutex
+	warming            sync.WaitGroup // Prewarm's start, which Close waits for
 
 	// slices (root only) gives each sandbox host ids of its own
 	// (slices.go); nil rootless.

@@ -1,13 +1,20 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // TestUserNetworks: user-defined networks, root and rootless, through the
@@ -106,4 +113,66 @@ func netdProcs(root string) []int {
 		}
 	}
 	return out
+}
+
+// TestServeNetworkedAtOnce: a fresh serve asked to create and start four
+// containers on one network at the same moment (compose's services): each
+// starts and reaches the others by name. The first attaches of a serve
+// used to race to connect to the network helper, the second closing the
+// connection the first was using ("use of closed network connection").
+func TestServeNetworkedAtOnce(t *testing.T) {
+	e := newEnv(t)
+	e.must("pull", e.ref)
+	e.must("network", "create", "burst")
+	sock := e.serve(t)
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}, Timeout: fixtures.Patience()}
+	post := func(path, body string) (int, string) {
+		resp, err := client.Post("http://slopbox/v1.44"+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	const n = 4
+	var wg sync.WaitGroup
+	errs := make([]string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("burst%d", i)
+			body := fmt.Sprintf(`{"Image":%q,"Cmd":["sleep","infinity"],"HostConfig":{"NetworkMode":"burst"}}`, e.ref)
+			if code, out := post("/containers/create?name="+name, body); code != 201 {
+				errs[i] = fmt.Sprintf("create %s: %d %s", name, code, out)
+				return
+			}
+			if code, out := post("/containers/"+name+"/start", ""); code != 204 {
+				errs[i] = fmt.Sprintf("start %s: %d %s", name, code, out)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for i := range n {
+			e.run("", "rm", "-f", fmt.Sprintf("burst%d", i))
+		}
+		e.run("", "network", "rm", "burst")
+	})
+	for _, s := range errs {
+		if s != "" {
+			t.Error(s)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	for i := 1; i < n; i++ {
+		if out, code := e.run("", "exec", "burst0", "busybox", "ping", "-c", "1", "-W", "2", fmt.Sprintf("burst%d", i)); code != 0 {
+			t.Errorf("burst0 → burst%d: exit %d %q", i, code, out)
+		}
+	}
 }
