@@ -9,8 +9,11 @@ import (
 	"slices"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/netd"
+	"github.com/slopbox/slopbox/oci"
 )
 
 // User-defined networks (package netd): a sandbox on one gets, when its
@@ -309,9 +312,45 @@ func (b *Backend) ConnectNetwork(ref, network string, aliases []string, ipv4 str
 			// without a default route.
 			rec.Network = backend.NetworkBridge
 		}
+		first := len(rec.Nets) == 0
 		rec.Nets = append(rec.Nets, na)
+		if first && na.Endpoint != nil {
+			// As Docker's resolver starts when a running container joins
+			// its first user network: its names resolve now. If that
+			// fails, the connection is undone: nothing is half-made.
+			if err := b.rewriteResolvConf(rec); err != nil {
+				if c, cerr := b.netClient(); cerr == nil {
+					c.Detach(na.ID, rec.ID)
+				}
+				return err
+			}
+		}
 		return nil
 	})
+}
+
+// rewriteResolvConf writes a running sandbox's /etc/resolv.conf again, in
+// place (it is a bind-mounted file, so a new file would not be seen), for
+// its networks now. The file is in the sandbox's directory on the host,
+// which the sandbox cannot write: only the file itself is mounted into it.
+// A resolv.conf of the caller's own mounts is left alone.
+func (b *Backend) rewriteResolvConf(rec *record) error {
+	if coveredBy(rec.Mounts, "/etc/resolv.conf") {
+		return nil
+	}
+	hostResolv, _ := os.ReadFile("/etc/resolv.conf")
+	var dns oci.DNS
+	if rec.DNS != nil {
+		dns = *rec.DNS
+	}
+	_, gateway := bridgeAddrs(rec)
+	f, err := os.OpenFile(filepath.Join(b.state.sandboxDir(rec.ID), etcDir, "resolv.conf"), os.O_WRONLY|os.O_TRUNC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("resolv.conf for network %s: %w", rec.Nets[len(rec.Nets)-1].Name, err)
+	}
+	defer f.Close()
+	_, err = f.Write(oci.ResolvConf(hostResolv, rec.Network, gateway, dns))
+	return err
 }
 
 // DisconnectNetwork detaches sandbox ref from network.

@@ -85,8 +85,21 @@ func TestUserNetworks(t *testing.T) {
 	if got := e.must("network", "ls", "-q", "--filter", "label=tier=back"); len(strings.Fields(got)) != 1 {
 		t.Errorf("network ls --filter label=tier=back: %q", got)
 	}
+	// A container started with no network, connected while it runs: as
+	// root it resolves and reaches web at once (its resolv.conf now names
+	// front's DNS server, as Docker's starts its resolver); rootless the
+	// connection is refused until it is stopped, and says so.
+	e.must("run", "-d", "--name", "lone", "--network", "none", e.ref, "sleep", "infinity")
+	if os.Geteuid() == 0 {
+		e.must("network", "connect", "front", "lone")
+		if out, code := e.run("", "exec", "lone", "timeout", "5", "wget", "-q", "-O", "-", "http://web/hostname"); code != 0 || strings.TrimSpace(out) == "" {
+			t.Errorf("lone → web after connect: exit %d %q (resolv.conf: %q)", code, out, e.must("exec", "lone", "cat", "/etc/resolv.conf"))
+		}
+	} else if out, code := e.run("", "network", "connect", "front", "lone"); code == 0 || !strings.Contains(out, "stop it first") {
+		t.Errorf("rootless connect of a running container started on none: exit %d %q", code, out)
+	}
 	e.must("network", "disconnect", "back", "cli")
-	e.must("rm", "-f", "web", "db", "cli")
+	e.must("rm", "-f", "web", "db", "cli", "lone")
 	e.must("network", "rm", "front", "back")
 	// The helper goes with the last container on a network.
 	deadline := time.Now().Add(5 * time.Second)
