@@ -162,7 +162,12 @@ func bridgeAddrs(rec *record) (own, dns netip.Addr) {
 	if len(rec.Nets) > 0 {
 		// The first network's DNS server, on its gateway: it answers the
 		// names of every network the sandbox is on and forwards the rest.
-		return netip.Addr{}, rec.Nets[0].Gateway
+		// Its own address there, once attached (/etc/hosts names it, as
+		// Docker's does).
+		if ep := rec.Nets[0].Endpoint; ep != nil {
+			own = ep.IPAddress
+		}
+		return own, rec.Nets[0].Gateway
 	}
 	if rec.Network == backend.NetworkBridge {
 		return bridgeIP, bridgeDNS

@@ -780,11 +780,6 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 		}
 		req.Mounts = append(req.Mounts, lm)
 	}
-	etc, err := b.etcFiles(rec, req.Hostname)
-	if err != nil {
-		return fmt.Errorf("start: %w", err)
-	}
-	req.Mounts = append(req.Mounts, etc...)
 	rec.Pid = pid
 	start, _, ok := procStart(pid)
 	if !ok {
@@ -800,16 +795,24 @@ func (b *Backend) claim(ctx context.Context, srv *spawner, rec *record, pid int)
 	// the interface up while PID 1 mounts. A failed claim's sandbox is
 	// destroyed by the caller, helper included (its pid is recorded).
 	netReady := func() error { return nil }
+	var err error
 	if rec.Network == backend.NetworkBridge {
 		if netReady, err = b.startNetHelper(rec, pid); err != nil {
 			return fmt.Errorf("start: %w", err)
 		}
 	}
-	// Its interfaces on user networks, before it runs anything.
+	// Its interfaces on user networks, before it runs anything; then its
+	// /etc files, which name its address there.
 	if err := b.attachNetworks(rec, pid); err != nil {
 		netReady()
 		return fmt.Errorf("start: %w", err)
 	}
+	etc, err := b.etcFiles(rec, req.Hostname)
+	if err != nil {
+		netReady()
+		return fmt.Errorf("start: %w", err)
+	}
+	req.Mounts = append(req.Mounts, etc...)
 	_, err = srv.call(ctx, b.store.Mapping(), &req, fds, false)
 	if nerr := netReady(); err == nil && nerr != nil {
 		err = nerr

@@ -53,6 +53,11 @@ func TestUserNetworks(t *testing.T) {
 	if !strings.HasPrefix(webIP, "172.") {
 		t.Errorf("web's address on front: %q (want one of Docker's default pools)", webIP)
 	}
+	// Its /etc/hosts names its own address on its first network, as
+	// Docker's does (hostname -i).
+	if hosts := e.must("exec", "web", "cat", "/etc/hosts"); webIP == "" || !strings.Contains(hosts, webIP+"\t") {
+		t.Errorf("web's /etc/hosts does not name its address %s:\n%s", webIP, hosts)
+	}
 	for _, name := range []string{"web", "www", webInfo[0].Id[:12]} {
 		if out, code := e.run("", "exec", "cli", "timeout", "5", "wget", "-q", "-O", "-", "http://"+name+"/hostname"); code != 0 || strings.TrimSpace(out) == "" {
 			t.Errorf("cli → %s on front: exit %d %q", name, code, out)
