@@ -307,9 +307,21 @@ func (b *Backend) ConnectNetwork(ref, network string, aliases []string, ipv4 str
 			na.Endpoint = &ep
 		}
 		if rec.Network == backend.NetworkNone && !na.Internal {
-			// Outbound access (its own slirp4netns) from its next start: a
-			// running sandbox's namespace gets the network's interface now,
-			// without a default route.
+			// Outbound access: its own slirp4netns, now if PID 1 runs (a
+			// created container's too: compose creates on one network,
+			// connects the others, then starts), else from its start.
+			if na.Endpoint != nil {
+				wait, err := b.startNetHelper(rec, rec.Pid)
+				if err == nil {
+					err = wait()
+				}
+				if err != nil {
+					if c, cerr := b.netClient(); cerr == nil {
+						c.Detach(na.ID, rec.ID)
+					}
+					return fmt.Errorf("outbound access for network %s: %w", na.Name, err)
+				}
+			}
 			rec.Network = backend.NetworkBridge
 		}
 		first := len(rec.Nets) == 0

@@ -282,7 +282,7 @@ TMPDIR=$cli_tmp GOTMPDIR=$cli_tmp SLOPBOX_BIN=$logs/slopbox-race checked_bg race
 # shellcheck disable=SC2317 # run through checked (bash -c)
 fuzz() {
 	local target name pkg bound rc=0
-	for target in "FuzzApplyLayer ./image/archive/ 20000x" "FuzzParseReference ./image/ 40000x" "FuzzAgentRequest ./sandbox/ 8000x" "FuzzMonitorLog ./sandbox/ 400x" "FuzzParseSpec ./dockercompat/ 40000x" "FuzzGlob ./dockercompat/ 200000x" "FuzzReadArchive ./dockercompat/ 5000x"; do
+	for target in "FuzzApplyLayer ./image/archive/ 20000x" "FuzzParseReference ./image/ 40000x" "FuzzAgentRequest ./sandbox/ 8000x" "FuzzMonitorLog ./sandbox/ 400x" "FuzzParseSpec ./dockercompat/ 40000x" "FuzzGlob ./dockercompat/ 200000x" "FuzzReadArchive ./dockercompat/ 5000x" "FuzzAnswer ./internal/netd/ 40000x"; do
 		read -r name pkg bound <<<"$target"
 		go test -tags "$TAGS" -ldflags "$LDFLAGS" -run '^$' -fuzz "^$name\$" -fuzztime "${FUZZTIME:-$bound}" "$pkg" || rc=1
 	done

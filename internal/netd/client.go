@@ -251,6 +251,9 @@ type AttachOptions struct {
 // network.
 func (c *Client) Attach(o AttachOptions) (Endpoint, error) {
 	var resp response
+	// What the helper needs of the network: not its labels or options,
+	// which may be large (a message is at most 64 KiB).
+	o.Network.Labels, o.Network.Options = nil, nil
 	_, err := c.call(request{Op: "attach", Network: o.Network, Container: o.Container, Pid: o.Pid, PidStart: o.PidStart,
 		Names: o.Names, Aliases: o.Aliases, IPv4: o.IPv4}, &resp)
 	if err != nil {

@@ -41,6 +41,14 @@ const (
 )
 
 func init() {
+	if _, ok := os.LookupEnv(strings.TrimSuffix(Marker, "=")); ok {
+		// The helper: its main goroutine keeps the main thread for good
+		// (inits run on it, locked), so that no goroutine of onThreadIn,
+		// whose threads end in other namespaces, ever runs there: Go
+		// parks the main thread of a locked goroutine that ends rather
+		// than ending it, and it would hold that namespace.
+		runtime.LockOSThread()
+	}
 	reexec.Register(Handler, func() int {
 		if len(os.Args) < 2 {
 			fmt.Fprintln(os.Stderr, "slopbox-netd: no directory")
@@ -163,6 +171,15 @@ func serve(dir string, ready *os.File) error {
 			continue
 		}
 		d.mu.Lock()
+		select {
+		case <-d.done:
+			// Idle since: this helper is exiting. The client finds the
+			// socket gone and starts the next helper.
+			d.mu.Unlock()
+			c.Close()
+			return nil
+		default:
+		}
 		d.conns++
 		d.mu.Unlock()
 		go d.handle(c)
@@ -192,14 +209,16 @@ func (d *daemon) handle(c *net.UnixConn) {
 	}()
 	buf := make([]byte, 1<<16)
 	for {
-		n, err := c.Read(buf)
+		n, _, flags, _, err := c.ReadMsgUnix(buf, nil)
 		if err != nil || n == 0 {
 			return
 		}
 		var req request
 		var resp response
 		var fds []int
-		if err := json.Unmarshal(buf[:n], &req); err != nil {
+		if flags&unix.MSG_TRUNC != 0 {
+			resp = response{Error: fmt.Sprintf("bad request: more than %d bytes", len(buf)), Class: "invalid"}
+		} else if err := json.Unmarshal(buf[:n], &req); err != nil {
 			resp = response{Error: "bad request: " + err.Error(), Class: "invalid"}
 		} else {
 			switch req.Op {
@@ -307,8 +326,9 @@ func (d *daemon) dropLocked(n *network, container string) {
 		return
 	}
 	if l, err := n.h.LinkByName(ep.hostIf); err == nil {
-		n.h.LinkDel(l) // its peer in the container goes with it
+		n.h.LinkDel(l) // its peer in the container, and its forwarding entry, go with it
 	}
+	n.h.NeighDel(&netlink.Neigh{LinkIndex: n.br, Family: netlink.FAMILY_V4, IP: ep.IPAddress.AsSlice()})
 	delete(n.used, ep.IPAddress)
 	delete(n.eps, container)
 	if len(n.eps) == 0 {
@@ -521,6 +541,9 @@ func (d *daemon) attachLockedIn(n *network, req request, cns netns.NsHandle) (En
 	}()
 	hl, err := n.h.LinkByName(hostIf)
 	if err == nil {
+		err = pin(n, hl, ip, mac)
+	}
+	if err == nil {
 		err = n.h.LinkSetUp(hl)
 	}
 	if err != nil {
@@ -555,6 +578,29 @@ func (d *daemon) attachLockedIn(n *network, req request, cns netns.NsHandle) (En
 	n.used[ip] = true
 	ok = true
 	return ep.Endpoint, nil
+}
+
+// pin ties the container's address and MAC to its bridge port: the port
+// learns no address (a frame with another container's MAC as its source
+// cannot take that container's traffic), a static forwarding entry sends
+// the MAC's frames to this port only, and the bridge's neighbour entry for
+// the address is permanent (no ARP a container sends changes where the
+// helper's replies go). So a container that sends with another's address
+// as its source never gets the answers: the DNS server, which tells
+// askers apart by their address, answers the owner.
+func pin(n *network, port netlink.Link, ip netip.Addr, mac net.HardwareAddr) error {
+	if err := n.h.LinkSetLearning(port, false); err != nil {
+		return fmt.Errorf("bridge port without learning: %w", err)
+	}
+	fdb := &netlink.Neigh{LinkIndex: port.Attrs().Index, Family: unix.AF_BRIDGE, Flags: netlink.NTF_MASTER, State: netlink.NUD_NOARP, HardwareAddr: mac}
+	if err := n.h.NeighAdd(fdb); err != nil {
+		return fmt.Errorf("static forwarding entry: %w", err)
+	}
+	nb := &netlink.Neigh{LinkIndex: n.br, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT, IP: ip.AsSlice(), HardwareAddr: mac}
+	if err := n.h.NeighSet(nb); err != nil {
+		return fmt.Errorf("static neighbour entry: %w", err)
+	}
+	return nil
 }
 
 func endpointID(network, container string, start uint64) string {

@@ -165,6 +165,10 @@ func (s *Store) Get(ref string) (Config, error) {
 
 // Create records a new network. reserved are subnets in use otherwise
 // (the predefined bridge's), which a network may not overlap either.
+// maxAux bounds a network's auxiliary addresses (each attach carries them
+// to the helper).
+const maxAux = 256
+
 func (s *Store) Create(o CreateOptions, reserved ...netip.Prefix) (Config, error) {
 	c := Config{Name: o.Name, Driver: o.Driver, Internal: o.Internal, Attachable: o.Attachable,
 		Labels: o.Labels, Options: o.Options, Created: time.Now().UTC()}
@@ -198,6 +202,9 @@ func (s *Store) Create(o CreateOptions, reserved ...netip.Prefix) (Config, error
 		if c.Subnet.Bits() > 30 || c.Subnet.Bits() < 8 {
 			return Config{}, fmt.Errorf("%w: subnet %s: a prefix length of 8 to 30", ErrInvalid, o.Subnet)
 		}
+		if a := c.Subnet.Addr(); a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() || a.As4()[0] == 0 || a.As4()[0] >= 240 {
+			return Config{}, fmt.Errorf("%w: subnet %s is not a unicast range a network can use (loopback, 0.0.0.0/8, link-local, multicast and 240.0.0.0/4 are not)", ErrInvalid, o.Subnet)
+		}
 		c.Given = true
 	} else if o.Gateway != "" || o.IPRange != "" {
 		return Config{}, fmt.Errorf("%w: a gateway or ip range needs a subnet", ErrInvalid)
@@ -213,6 +220,9 @@ func (s *Store) Create(o CreateOptions, reserved ...netip.Prefix) (Config, error
 			c.Gateway == c.Subnet.Addr() || c.Gateway == broadcast(c.Subnet) {
 			return Config{}, fmt.Errorf("%w: gateway %q is not a host address of subnet %s", ErrInvalid, o.Gateway, c.Subnet)
 		}
+	}
+	if len(o.Aux) > maxAux {
+		return Config{}, fmt.Errorf("%w: %d auxiliary addresses, at most %d", ErrInvalid, len(o.Aux), maxAux)
 	}
 	for name, v := range o.Aux {
 		a, err := netip.ParseAddr(v)

@@ -39,6 +39,11 @@ func TestStore(t *testing.T) {
 		{Name: "c", Subnet: "10.5.0.0/24", Gateway: "10.5.0.0"},
 		{Name: "c", Subnet: "10.5.0.0/24", IPRange: "10.6.0.0/25"},
 		{Name: "c", Gateway: "10.5.0.1"},
+		{Name: "c", Subnet: "127.0.0.0/8"},
+		{Name: "c", Subnet: "0.0.0.0/8"},
+		{Name: "c", Subnet: "224.0.0.0/8"},
+		{Name: "c", Subnet: "169.254.0.0/16"},
+		{Name: "c", Subnet: "240.0.0.0/8"},
 		{Name: "a/b"},
 		{Name: "c\n"},
 		{Name: "c", Driver: "overlay"},
@@ -47,7 +52,9 @@ func TestStore(t *testing.T) {
 			t.Errorf("%+v: %v, want invalid", o, err)
 		}
 	}
-	c, err := s.Create(CreateOptions{Name: "c", Subnet: "10.5.0.0/24", Gateway: "10.5.0.254", IPRange: "10.5.0.128/25"})
+	// (Not a name that is also hex: "c" would be a prefix of another
+	// network's id one time in eight, and Get takes id prefixes.)
+	c, err := s.Create(CreateOptions{Name: "given", Subnet: "10.5.0.0/24", Gateway: "10.5.0.254", IPRange: "10.5.0.128/25"})
 	if err != nil || !c.Usable(netip.MustParseAddr("10.5.0.2")) || c.Usable(netip.MustParseAddr("10.5.0.254")) || c.Hosts().String() != "10.5.0.128/25" {
 		t.Fatalf("given subnet: %+v %v", c, err)
 	}
@@ -55,19 +62,19 @@ func TestStore(t *testing.T) {
 	if len(all) != 3 {
 		t.Errorf("%d networks recorded, want 3", len(all))
 	}
-	for _, ref := range []string{c.ID, "c", c.ID[:10]} {
+	for _, ref := range []string{c.ID, "given", c.ID[:10]} {
 		if got, err := s.Get(ref); err != nil || got.ID != c.ID {
 			t.Errorf("Get(%s): %v", ref, err)
 		}
 	}
 	inUse := errors.New("in use")
-	if err := s.Remove("c", func(Config) error { return inUse }); !errors.Is(err, inUse) {
+	if err := s.Remove("given", func(Config) error { return inUse }); !errors.Is(err, inUse) {
 		t.Errorf("remove in use: %v", err)
 	}
-	if err := s.Remove("c", nil); err != nil {
+	if err := s.Remove("given", nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get("c"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Get("given"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("after remove: %v", err)
 	}
 }

@@ -103,8 +103,23 @@ func TestUserNetworks(t *testing.T) {
 	} else if out, code := e.run("", "network", "connect", "front", "lone"); code == 0 || !strings.Contains(out, "stop it first") {
 		t.Errorf("rootless connect of a running container started on none: exit %d %q", code, out)
 	}
+	// Compose's order: created on an internal network, connected to
+	// another, then started. It has outbound access (a default route) and
+	// resolves web on front through inner's DNS server, which answers for
+	// every network the asker is on.
+	e.must("network", "create", "--internal", "inner")
+	e.must("create", "--name", "mix", "--network", "inner", e.ref, "sleep", "infinity")
+	e.must("network", "connect", "front", "mix")
+	e.must("start", "mix")
+	if out := e.must("exec", "mix", "ip", "route"); !strings.Contains(out, "default") {
+		t.Errorf("mix, created on an internal network and connected to front: no default route:\n%s", out)
+	}
+	if out, code := e.run("", "exec", "mix", "timeout", "5", "wget", "-q", "-O", "-", "http://web/hostname"); code != 0 || strings.TrimSpace(out) == "" {
+		t.Errorf("mix → web: exit %d %q (resolv.conf: %q)", code, out, e.must("exec", "mix", "cat", "/etc/resolv.conf"))
+	}
 	e.must("network", "disconnect", "back", "cli")
-	e.must("rm", "-f", "web", "db", "cli", "lone")
+	e.must("rm", "-f", "web", "db", "cli", "lone", "mix")
+	e.must("network", "rm", "inner")
 	e.must("network", "rm", "front", "back")
 	// The helper goes with the last container on a network.
 	deadline := time.Now().Add(5 * time.Second)
