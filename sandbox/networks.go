@@ -87,6 +87,11 @@ func (b *Backend) resolveNetworks(spec backend.SpawnSpec) (mode string, nets []n
 		if err != nil {
 			return "", nil, backendError(err)
 		}
+		for _, al := range a.Aliases {
+			if !dnsName(al) {
+				return "", nil, backend.InvalidValue("network alias %q is not a DNS name (labels of letters, digits, '-' and '_', each at most 63 characters, separated by dots)", al)
+			}
+		}
 		i := slices.IndexFunc(nets, func(n netAttach) bool { return n.ID == cfg.ID })
 		if i >= 0 {
 			// The same network twice (compose's EndpointsConfig beside
@@ -101,11 +106,6 @@ func (b *Backend) resolveNetworks(spec backend.SpawnSpec) (mode string, nets []n
 			}
 			continue
 		}
-		for _, al := range a.Aliases {
-			if al == "" || len(al) > 255 || strings.ContainsAny(al, " \t\n/") {
-				return "", nil, backend.InvalidValue("network alias %q is not a DNS name", al)
-			}
-		}
 		if a.IPv4 != "" {
 			ip, err := netip.ParseAddr(a.IPv4)
 			if err != nil || !cfg.Usable(ip) {
@@ -115,6 +115,11 @@ func (b *Backend) resolveNetworks(spec backend.SpawnSpec) (mode string, nets []n
 		nets = append(nets, netAttach{ID: cfg.ID, Name: cfg.Name, Aliases: a.Aliases, IPv4: a.IPv4, Gateway: cfg.Gateway, Internal: cfg.Internal})
 		outbound = outbound || !cfg.Internal
 	}
+	for _, n := range nets {
+		if len(n.Aliases) > maxAliases {
+			return "", nil, backend.InvalidValue("network %s: %d aliases, at most %d", n.Name, len(n.Aliases), maxAliases)
+		}
+	}
 	if len(nets) > 32 {
 		return "", nil, backend.InvalidValue("a container may be on at most 32 networks")
 	}
@@ -123,6 +128,29 @@ func (b *Backend) resolveNetworks(spec backend.SpawnSpec) (mode string, nets []n
 		mode = backend.NetworkBridge
 	}
 	return mode, nets, nil
+}
+
+// maxAliases bounds a container's aliases on one network.
+const maxAliases = 64
+
+// dnsName reports whether s is a name the network's DNS server can answer:
+// dot-separated labels of letters, digits, '-' and '_' (compose's service
+// names may have them), each 1 to 63 long, 253 in all.
+func dnsName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(s, ".") {
+		if l == "" || len(l) > 63 {
+			return false
+		}
+		for _, r := range l {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // backendError gives netd's errors their backend class.

@@ -470,9 +470,12 @@ func refuseOperatorOnly(file string, args, positional []string, allowVolumes boo
 	}
 	// The network as parsed (--network, --net, = or split): rlm_code
 	// refuses host; another sandbox's namespace is no better.
-	if n := fs.Lookup("network").Value.String(); n == "host" || strings.HasPrefix(n, "container:") {
-		return fmt.Errorf("%w: %s: sandbox.docker.extra_args give --network %s: it shares the host's or another sandbox's network; rlm_code's policy refuses it (network_enabled governs the network)",
-			backend.ErrUnsafe, file, n)
+	nets, _ := fs.GetStringArray("network")
+	for _, n := range nets {
+		if n == "host" || strings.HasPrefix(n, "container:") {
+			return fmt.Errorf("%w: %s: sandbox.docker.extra_args give --network %s: it shares the host's or another sandbox's network; rlm_code's policy refuses it (network_enabled governs the network)",
+				backend.ErrUnsafe, file, n)
+		}
 	}
 	// Named volumes and --volumes-from are other sandboxes' data.
 	if from, _ := fs.GetStringArray("volumes-from"); len(from) > 0 && !allowVolumes {

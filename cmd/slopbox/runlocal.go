@@ -123,8 +123,8 @@ func refuseLocal(cmd *cobra.Command, sf spawnFlags) error {
 			return fmt.Errorf("run --backend local: %s is not supported: the local backend runs the command on the host, and %s (use the sandbox backend)", flag, why[name])
 		}
 	}
-	if (cmd.Flags().Changed("network") || cmd.Flags().Changed("net")) && sf.network != backend.NetworkHost {
-		return fmt.Errorf("run --backend local: --network %s is not supported: the local backend runs the command on the host, with the host's network (only --network host is accepted; use the sandbox backend)", sf.network)
+	if (cmd.Flags().Changed("network") || cmd.Flags().Changed("net")) && sf.network() != backend.NetworkHost {
+		return fmt.Errorf("run --backend local: --network %s is not supported: the local backend runs the command on the host, with the host's network (only --network host is accepted; use the sandbox backend)", sf.network())
 	}
 	return nil
 }

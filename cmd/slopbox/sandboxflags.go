@@ -26,23 +26,32 @@ const (
 )
 
 // spawnFlags are the docker-style flags of run and create.
+// network is the first --network: the mode, or the user-defined network
+// --network-alias and --ip are for.
+func (f *spawnFlags) network() string {
+	if len(f.networks) == 0 {
+		return ""
+	}
+	return f.networks[0]
+}
+
 type spawnFlags struct {
-	name, workdir, user, network, workspace, memory string
-	networkAliases                                  []string
-	ip                                              string
-	volumes, env, setup, tmpfs, storageOpts         []string
-	capAdd, capDrop, securityOpts, allowUnsafe      []string
-	devices, mounts, labels, envFiles               []string
-	addHosts, dns, dnsSearch, dnsOptions            []string
-	publish                                         []string
-	groupAdd                                        []string
-	hostname, entrypoint, platform                  string
-	initFlag                                        bool
-	privileged                                      bool
-	pidNS, ipcNS, utsNS, userNS                     string
-	cpus                                            float64
-	pids                                            int64
-	keep, strict, readOnly, allowHostLoopback       bool
+	name, workdir, user, workspace, memory     string
+	networks, networkAliases                   []string
+	ip                                         string
+	volumes, env, setup, tmpfs, storageOpts    []string
+	capAdd, capDrop, securityOpts, allowUnsafe []string
+	devices, mounts, labels, envFiles          []string
+	addHosts, dns, dnsSearch, dnsOptions       []string
+	publish                                    []string
+	groupAdd                                   []string
+	hostname, entrypoint, platform             string
+	initFlag                                   bool
+	privileged                                 bool
+	pidNS, ipcNS, utsNS, userNS                string
+	cpus                                       float64
+	pids                                       int64
+	keep, strict, readOnly, allowHostLoopback  bool
 	// Docker's create options kept for inspect (dockercompat.Echoed).
 	cpusetCpus, cpusetMems, runtime, isolation, volumeDriver string
 	macAddress, memorySwap                                   string
@@ -58,11 +67,11 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "set KEY=VALUE (KEY alone takes the value from the host)")
 	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory of commands (and the workspace's mount point with --workspace)")
 	fs.StringVarP(&f.user, "user", "u", "", "user: name|uid[:group|gid] from the image's /etc/passwd")
-	fs.StringVar(&f.network, "network", "", "network: none (loopback only; the default), bridge (its own, with outbound access through slirp4netns; the default with -p), host, or a user-defined network's name (slopbox network create)")
+	fs.StringArrayVar(&f.networks, "network", nil, "network: none (loopback only; the default), bridge (its own, with outbound access through slirp4netns; the default with -p), host, or a user-defined network's name (slopbox network create); repeated, one more user-defined network each time")
 	fs.StringArrayVar(&f.networkAliases, "network-alias", nil, "another name the user-defined network's DNS gives the sandbox")
 	fs.StringVar(&f.ip, "ip", "", "the sandbox's IPv4 address on its user-defined network")
 	fs.BoolVar(&f.allowHostLoopback, "allow-host-loopback", false, "with --network bridge: let the sandbox reach the host's loopback (at 10.0.2.2)")
-	fs.StringVar(&f.network, "net", "", "alias of --network")
+	fs.StringArrayVar(&f.networks, "net", nil, "alias of --network")
 	fs.StringVar(&f.workspace, "workspace", "", "host directory mounted read-write at --workdir (default /workspace)")
 	fs.StringVarP(&f.memory, "memory", "m", "", "memory limit (e.g. 512m, 2g)")
 	fs.Float64Var(&f.cpus, "cpus", 0, "number of CPUs")
@@ -130,7 +139,13 @@ func (f *spawnFlags) options(fs *pflag.FlagSet, img string, args []string) (dock
 		o.Mounts = append(o.Mounts, mo)
 	}
 	o.Name, o.Image, o.Cmd, o.User, o.Hostname, o.Workdir = f.name, img, args, f.user, f.hostname, f.workdir
-	o.Network, o.AllowHostLoopback, o.Publish, o.Volumes, o.Labels = f.network, f.allowHostLoopback, f.publish, f.volumes, f.labels
+	o.Network, o.AllowHostLoopback, o.Publish, o.Volumes, o.Labels = f.network(), f.allowHostLoopback, f.publish, f.volumes, f.labels
+	for _, n := range f.networks[min(1, len(f.networks)):] {
+		// Docker 25's repeated --network: the first is the mode or
+		// network the aliases and --ip are for, each further one another
+		// network.
+		o.Networks = append(o.Networks, backend.NetworkAttachment{Network: n})
+	}
 	o.NetworkAliases, o.IP = f.networkAliases, f.ip
 	o.CallerDir, _ = os.Getwd()
 	o.ReadOnly, o.Keep, o.Setup = f.readOnly, f.keep, f.setup

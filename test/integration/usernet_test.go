@@ -117,8 +117,16 @@ func TestUserNetworks(t *testing.T) {
 	if out, code := e.run("", "exec", "mix", "timeout", "5", "wget", "-q", "-O", "-", "http://web/hostname"); code != 0 || strings.TrimSpace(out) == "" {
 		t.Errorf("mix → web: exit %d %q (resolv.conf: %q)", code, out, e.must("exec", "mix", "cat", "/etc/resolv.conf"))
 	}
+	// Docker 25's repeated --network: one container on both.
+	e.must("run", "-d", "--name", "two", "--network", "front", "--network", "back", e.ref, "sleep", "infinity")
+	if out := e.must("inspect", "-f", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}", "two"); strings.Fields(out) == nil || !strings.Contains(out, "front") || !strings.Contains(out, "back") {
+		t.Errorf("run --network front --network back: on %q", out)
+	}
+	if out, code := e.run("", "exec", "two", "busybox", "ping", "-c", "1", "-W", "2", "db"); code != 0 {
+		t.Errorf("two → db on back: exit %d %q", code, out)
+	}
 	e.must("network", "disconnect", "back", "cli")
-	e.must("rm", "-f", "web", "db", "cli", "lone", "mix")
+	e.must("rm", "-f", "web", "db", "cli", "lone", "mix", "two")
 	e.must("network", "rm", "inner")
 	e.must("network", "rm", "front", "back")
 	// The helper goes with the last container on a network.
