@@ -187,6 +187,13 @@ func (c *Client) call(req request, resp *response) ([]int, error) {
 			}
 		}
 	}
+	if req.Op != "userns" {
+		// Only that reply carries a descriptor: any other is closed.
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		fds = nil
+	}
 	if err := json.Unmarshal(buf[:n], resp); err != nil {
 		return fds, err
 	}
