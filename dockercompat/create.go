@@ -84,6 +84,10 @@ type CreateOptions struct {
 	LogConfig     LogConfig
 	CpuShares     int64
 	Healthcheck   *v1.HealthConfig
+	// CPURealtimePeriod and CPURealtimeRuntime (µs: --cpu-rt-period,
+	// --cpu-rt-runtime, HostConfig.CpuRealtimePeriod and
+	// CpuRealtimeRuntime) are refused when set (realtime.go).
+	CPURealtimePeriod, CPURealtimeRuntime int64
 	// Kept for inspect, and honoured, checked or warned of (echoed.go).
 	Echoed
 	// Lookup finds another container by name or id, for VolumesFrom and
@@ -143,6 +147,9 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 		return s, nil, nil, backend.InvalidValue("invalid CPU shares (%d): the minimum is 0", o.CpuShares)
 	}
 	if err := checkHealthcheck(o.Healthcheck); err != nil {
+		return s, nil, nil, err
+	}
+	if err := CheckRealtime(o.CPURealtimePeriod, o.CPURealtimeRuntime); err != nil {
 		return s, nil, nil, err
 	}
 	for _, opt := range o.SecurityOpt {

@@ -14,8 +14,31 @@ cd "$(dirname "$0")/.."
 
 export TAGS="seccomp netgo osusergo slopbox_helper"
 export LDFLAGS="-extldflags -static"
+
+# SLOPBOX_TEST_PHASES=NAME,... runs only those phases (and only the set-up
+# they need), in their usual order: toolchain, root (the root pass and the
+# race-detector packages), stress, race-cli, fuzz, rootless (the rootless
+# packages and their stress steps), clients, vm, docker-py. Unset, every
+# phase runs; the phases left out are said in the summary.
+ALL_PHASES=(toolchain root stress race-cli fuzz rootless clients vm docker-py)
+if [[ -n ${SLOPBOX_TEST_PHASES:-} ]]; then
+	IFS=', ' read -r -a phases <<<"$SLOPBOX_TEST_PHASES"
+	for p in "${phases[@]}"; do
+		[[ " ${ALL_PHASES[*]} " == *" $p "* ]] || { echo "SLOPBOX_TEST_PHASES: no phase $p (${ALL_PHASES[*]})" >&2; exit 2; }
+	done
+else
+	phases=("${ALL_PHASES[@]}")
+fi
+# phase NAME: whether NAME is to run.
+phase() { [[ " ${phases[*]} " == *" $1 "* ]]; }
+# Any phase that runs Go tests needs the helper.
+go_phases=""
+for p in root stress race-cli fuzz rootless clients; do
+	phase "$p" && go_phases=1
+done
+
 # Test binaries embed the spawn server as bin/slopbox does (make helper).
-make -s helper
+[[ -z $go_phases ]] || make -s helper
 GOTESTSUM=${GOTESTSUM:-.work/bin/gotestsum}
 TEST_USER=${SLOPBOX_TEST_USER:-slopbox-test}
 # Packages whose behaviour depends on the caller's privileges run twice.
@@ -57,6 +80,14 @@ phase_tmps=()
 declare -A phase_user=()
 fuzz_tmp="" race_tmp="" root_tmp="" stress_tmp="" cli_tmp="" clients_tmp="" clients_out=""
 trap 'sweep_all; [[ -n $keep_logs ]] || rm -rf "$logs"; rm -rf ${work:+"$work"} ${clients_out:+"$clients_out"}' EXIT
+if [[ -n ${SLOPBOX_TEST_PHASES:-} ]]; then
+	left_out=()
+	for p in "${ALL_PHASES[@]}"; do
+		phase "$p" || left_out+=("$p")
+	done
+	echo "== only these phases (SLOPBOX_TEST_PHASES): ${phases[*]}" >&2
+	((${#left_out[@]} == 0)) || echo "== LEFT OUT: the phases ${left_out[*]} (SLOPBOX_TEST_PHASES=$SLOPBOX_TEST_PHASES)" >>"$summary"
+fi
 
 # sweep_all: sweeps every phase's TMPDIR that is left (the EXIT trap's).
 # shellcheck disable=SC2317 # run by the EXIT trap
@@ -219,15 +250,33 @@ toolchain_check() {
 	rm -rf "$tc"
 }
 export -f toolchain_check
-checked toolchain 5m bash -c toolchain_check || status=1
+if phase toolchain; then
+	checked toolchain 5m bash -c toolchain_check || status=1
+fi
+
+# make_work: the copy of the checkout's tracked files (and bin/slopbox)
+# that $TEST_USER can read, for the rootless phases and docker-py's; made
+# once, by the first phase that needs it, and removed when the run ends.
+make_work() {
+	[[ -z $work ]] || return 0
+	[[ $(id -u) -eq 0 ]] || { echo "not root: the rootless run needs root to switch to $TEST_USER" >&2; exit 1; }
+	work=$(mktemp -d /tmp/slopbox-rootless.XXXXXX)
+	# The user must be able to read the sources (testdata) wherever CI cloned them.
+	git ls-files -z | xargs -0 -I{} cp --parents {} "$work/"
+	mkdir -p "$work/bin" && cp bin/slopbox "$work/bin/slopbox" # for test/integration
+	chmod -R a+rX "$work"
+	chmod 755 "$work"
+}
 
 # Bridge networking runs slirp4netns as the user, which opens
 # The real clients (docker compose v2, the client tests) build in the
 # background while the root pass runs; the clients phase waits for them.
-clients_out=$(mktemp -d /tmp/slopbox-clients.XXXXXX)
-clients_bin=$clients_out/clients.test
-chmod 755 "$clients_out"
-checked_bg clients-build "$logs/clients-build.out" checked clients-build 20m scripts/clients.sh "$clients_out"
+if phase clients; then
+	clients_out=$(mktemp -d /tmp/slopbox-clients.XXXXXX)
+	clients_bin=$clients_out/clients.test
+	chmod 755 "$clients_out"
+	checked_bg clients-build "$logs/clients-build.out" checked clients-build 20m scripts/clients.sh "$clients_out"
+fi
 
 # /dev/net/tun: most distributions ship it 0666, these machines 0600
 # (`slopbox doctor` explains it). Set it as distributions do.
@@ -244,32 +293,39 @@ fi
 # run 42 (cold, two CPU burners beside it) the race phase took 1039 s,
 # its sandbox package 676 s, and fuzzing spent over 3 min compiling its
 # instrumented binaries before the first input.
-mapfile -t race_pkgs < <(go list "${RACE_PKGS[@]}")
-mapfile -t plain_pkgs < <(go list ./... | grep -vxF -f <(printf '%s\n' "${race_pkgs[@]}"))
-# Each phase in a TMPDIR of its own (phase_tmp), swept when it ends: what
-# a phase its time limit killed left running goes, and only that.
-phase_tmp race_tmp
-phase_tmp root_tmp
-TMPDIR=$race_tmp GOTMPDIR=$race_tmp checked_bg root-race "$logs/root-race.out" gotest root-race 25m -race -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 22m -skip "$STRESS" "${race_pkgs[@]}"
-TMPDIR=$root_tmp GOTMPDIR=$root_tmp gotest root 22m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 20m -skip "$STRESS|$RACE_CLI" "${plain_pkgs[@]}" || status=1
-sweep "$root_tmp" || status=1
-wait_bg root-race || status=1
-sweep "$race_tmp" || status=1
-phase_tmp stress_tmp
-TMPDIR=$stress_tmp GOTMPDIR=$stress_tmp gotest root-stress 6m -p 1 -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 5m -run "$STRESS" "${STRESS_PKGS[@]}" || status=1
-sweep "$stress_tmp" || status=1
+if phase root; then
+	mapfile -t race_pkgs < <(go list "${RACE_PKGS[@]}")
+	mapfile -t plain_pkgs < <(go list ./... | grep -vxF -f <(printf '%s\n' "${race_pkgs[@]}"))
+	# Each phase in a TMPDIR of its own (phase_tmp), swept when it ends: what
+	# a phase its time limit killed left running goes, and only that.
+	phase_tmp race_tmp
+	phase_tmp root_tmp
+	TMPDIR=$race_tmp GOTMPDIR=$race_tmp checked_bg root-race "$logs/root-race.out" gotest root-race 25m -race -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 22m -skip "$STRESS" "${race_pkgs[@]}"
+	TMPDIR=$root_tmp GOTMPDIR=$root_tmp gotest root 22m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 20m -skip "$STRESS|$RACE_CLI" "${plain_pkgs[@]}" || status=1
+	sweep "$root_tmp" || status=1
+	wait_bg root-race || status=1
+	sweep "$race_tmp" || status=1
+fi
+
+if phase stress; then
+	phase_tmp stress_tmp
+	TMPDIR=$stress_tmp GOTMPDIR=$stress_tmp gotest root-stress 6m -p 1 -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 5m -run "$STRESS" "${STRESS_PKGS[@]}" || status=1
+	sweep "$stress_tmp" || status=1
+fi
 
 # The CLI and serve under the race detector: a -race slopbox drives the
 # integration tests named in RACE_CLI, in the background while fuzzing and
 # the rootless packages run (each mostly waits on processes); the stress
 # steps come after it, alone.
-go build -race -tags "$TAGS" -o "$logs/slopbox-race" ./cmd/slopbox
-# Its limit leaves room: it took 802-827 s in runs 44 and 45 and passed
-# its old 14 min test timeout in run 46 (burners, and an engineer's builds
-# beside it). It runs beside fuzzing and the rootless packages, which take
-# longer (about 1200 s), so the room costs a passing run nothing.
-phase_tmp cli_tmp
-TMPDIR=$cli_tmp GOTMPDIR=$cli_tmp SLOPBOX_BIN=$logs/slopbox-race checked_bg race-cli "$logs/race-cli.out" gotest race-cli 24m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 22m -run "$RACE_CLI" ./test/integration/
+if phase race-cli; then
+	go build -race -tags "$TAGS" -o "$logs/slopbox-race" ./cmd/slopbox
+	# Its limit leaves room: it took 802-827 s in runs 44 and 45 and passed
+	# its old 14 min test timeout in run 46 (burners, and an engineer's builds
+	# beside it). It runs beside fuzzing and the rootless packages, which take
+	# longer (about 1200 s), so the room costs a passing run nothing.
+	phase_tmp cli_tmp
+	TMPDIR=$cli_tmp GOTMPDIR=$cli_tmp SLOPBOX_BIN=$logs/slopbox-race checked_bg race-cli "$logs/race-cli.out" gotest race-cli 24m -tags "$TAGS" -ldflags "$LDFLAGS" -count=1 -timeout 22m -run "$RACE_CLI" ./test/integration/
+fi
 
 # Each fuzz target for a count of inputs, about 10 s each here (their
 # seeds and testdata/fuzz corpora also ran above, as tests); FUZZTIME
@@ -279,48 +335,50 @@ TMPDIR=$cli_tmp GOTMPDIR=$cli_tmp SLOPBOX_BIN=$logs/slopbox-race checked_bg race
 # fuzzing coordinator, golang/go#75804; run 50 in FuzzGlob). Under load a
 # count only takes longer. FuzzApplyLayer's body crashes on an input
 # ApplyLayer spends over 5 s on, so a real hang is still caught.
-# shellcheck disable=SC2317 # run through checked (bash -c)
-fuzz() {
-	local target name pkg bound rc=0
-	for target in "FuzzApplyLayer ./image/archive/ 20000x" "FuzzParseReference ./image/ 40000x" "FuzzAgentRequest ./sandbox/ 8000x" "FuzzMonitorLog ./sandbox/ 400x" "FuzzParseSpec ./dockercompat/ 40000x" "FuzzGlob ./dockercompat/ 200000x" "FuzzReadArchive ./dockercompat/ 5000x" "FuzzAnswer ./internal/netd/ 40000x"; do
-		read -r name pkg bound <<<"$target"
-		go test -tags "$TAGS" -ldflags "$LDFLAGS" -run '^$' -fuzz "^$name\$" -fuzztime "${FUZZTIME:-$bound}" "$pkg" || rc=1
-	done
-	return "$rc"
-}
-export -f fuzz
-# In a TMPDIR of its own, swept when the phase ends: in run 42 the time
-# limit killed FuzzAgentRequest, and its sandboxes' PID 1s stayed.
-phase_tmp fuzz_tmp
-GOTMPDIR=$fuzz_tmp TMPDIR=$fuzz_tmp checked fuzz 12m bash -c fuzz || status=1
-sweep "$fuzz_tmp" || status=1
+if phase fuzz; then
+	# shellcheck disable=SC2317 # run through checked (bash -c)
+	fuzz() {
+		local target name pkg bound rc=0
+		for target in "FuzzApplyLayer ./image/archive/ 20000x" "FuzzParseReference ./image/ 40000x" "FuzzAgentRequest ./sandbox/ 8000x" "FuzzMonitorLog ./sandbox/ 400x" "FuzzParseSpec ./dockercompat/ 40000x" "FuzzGlob ./dockercompat/ 200000x" "FuzzReadArchive ./dockercompat/ 5000x" "FuzzAnswer ./internal/netd/ 40000x"; do
+			read -r name pkg bound <<<"$target"
+			go test -tags "$TAGS" -ldflags "$LDFLAGS" -run '^$' -fuzz "^$name\$" -fuzztime "${FUZZTIME:-$bound}" "$pkg" || rc=1
+		done
+		return "$rc"
+	}
+	export -f fuzz
+	# In a TMPDIR of its own, swept when the phase ends: in run 42 the time
+	# limit killed FuzzAgentRequest, and its sandboxes' PID 1s stayed.
+	phase_tmp fuzz_tmp
+	GOTMPDIR=$fuzz_tmp TMPDIR=$fuzz_tmp checked fuzz 12m bash -c fuzz || status=1
+	sweep "$fuzz_tmp" || status=1
+fi
 
-[[ $(id -u) -eq 0 ]] || { echo "not root: the rootless run needs root to switch to $TEST_USER" >&2; exit 1; }
-work=$(mktemp -d /tmp/slopbox-rootless.XXXXXX)
-# The user must be able to read the sources (testdata) wherever CI cloned them.
-git ls-files -z | xargs -0 -I{} cp --parents {} "$work/"
-mkdir -p "$work/bin" && cp bin/slopbox "$work/bin/slopbox" # for test/integration
-chmod -R a+rX "$work"
-chmod 755 "$work"
-stress_bins=()
-for pkg in "${ROOTLESS_PKGS[@]}"; do
-	[[ -d $pkg ]] || continue
-	ls "$pkg"/*_test.go >/dev/null 2>&1 || continue
-	bin="$work/$(echo "$pkg" | tr -c 'a-z0-9\n' '_').test"
-	go test -c -tags "$TAGS" -ldflags "$LDFLAGS" -o "$bin" "$pkg"
-	chmod 755 "$bin"
-	name=rootless-$(basename "$pkg")
-	asuser "$name" 12m "$pkg" "$bin" -test.timeout=11m -test.skip "$ROOT_ONLY|$STRESS" || status=1
-	if [[ " ${STRESS_PKGS[*]} " == *" $pkg "* ]]; then
-		stress_bins+=("$name-stress $pkg $bin")
-	fi
-done
-wait_bg race-cli || status=1
-sweep "$cli_tmp" || status=1
-for step in "${stress_bins[@]}"; do
-	read -r name pkg bin <<<"$step"
-	asuser "$name" 6m "$pkg" "$bin" -test.timeout=5m -test.run "$STRESS" || status=1
-done
+if phase rootless; then
+	make_work
+	stress_bins=()
+	for pkg in "${ROOTLESS_PKGS[@]}"; do
+		[[ -d $pkg ]] || continue
+		ls "$pkg"/*_test.go >/dev/null 2>&1 || continue
+		bin="$work/$(echo "$pkg" | tr -c 'a-z0-9\n' '_').test"
+		go test -c -tags "$TAGS" -ldflags "$LDFLAGS" -o "$bin" "$pkg"
+		chmod 755 "$bin"
+		name=rootless-$(basename "$pkg")
+		asuser "$name" 12m "$pkg" "$bin" -test.timeout=11m -test.skip "$ROOT_ONLY|$STRESS" || status=1
+		if [[ " ${STRESS_PKGS[*]} " == *" $pkg "* ]]; then
+			stress_bins+=("$name-stress $pkg $bin")
+		fi
+	done
+fi
+if phase race-cli; then
+	wait_bg race-cli || status=1
+	sweep "$cli_tmp" || status=1
+fi
+if phase rootless; then
+	for step in "${stress_bins[@]}"; do
+		read -r name pkg bin <<<"$step"
+		asuser "$name" 6m "$pkg" "$bin" -test.timeout=5m -test.run "$STRESS" || status=1
+	done
+fi
 
 # Real clients nobody here wrote, pinned in modules of their own and built
 # from the Go module proxy by scripts/clients.sh (started at the top, in
@@ -328,52 +386,62 @@ done
 # testcontainers-go (test/clients). As root against a root serve, and as
 # $TEST_USER against a rootless one; each test binary starts its own serve
 # on a state root of its own.
-if wait_bg clients-build; then
-	cp .work/bin/docker-compose "$work/bin/docker-compose" && chmod 755 "$work/bin/docker-compose"
-	phase_tmp clients_tmp
-	checked clients-root 10m "$GOTESTSUM" --format pkgname-and-test-fails --jsonfile "$logs/clients-root.json" --raw-command -- \
-		bash -o pipefail -c "cd test/clients && TMPDIR='$clients_tmp' '$clients_bin' -test.v=test2json -test.count=1 -test.timeout=9m 2>&1 | go tool test2json -t -p ./test/clients/" || status=1
-	sweep "$clients_tmp" || status=1
-	asuser rootless-clients 10m ./test/clients/ "$clients_bin" -test.timeout=9m || status=1
-else
-	echo "== FAILED: clients: scripts/clients.sh could not build them" | tee -a "$summary" >&2
-	status=1
+if phase clients; then
+	if wait_bg clients-build; then
+		make_work
+		cp .work/bin/docker-compose "$work/bin/docker-compose" && chmod 755 "$work/bin/docker-compose"
+		phase_tmp clients_tmp
+		checked clients-root 10m "$GOTESTSUM" --format pkgname-and-test-fails --jsonfile "$logs/clients-root.json" --raw-command -- \
+			bash -o pipefail -c "cd test/clients && TMPDIR='$clients_tmp' '$clients_bin' -test.v=test2json -test.count=1 -test.timeout=9m 2>&1 | go tool test2json -t -p ./test/clients/" || status=1
+		sweep "$clients_tmp" || status=1
+		asuser rootless-clients 10m ./test/clients/ "$clients_bin" -test.timeout=9m || status=1
+	else
+		echo "== FAILED: clients: scripts/clients.sh could not build them" | tee -a "$summary" >&2
+		status=1
+	fi
 fi
 
 # The cgroup v2 suite in a VM (Vagrantfile, test/vm): what a cgroup v1
 # host cannot show. It boots and runs (QEMU) while docker-py runs here.
 # SLOPBOX_SKIP_VM=1 leaves it out of a local run, and says so; CI runs it.
-if [[ -n ${SLOPBOX_SKIP_VM:-} ]]; then
-	echo "== VM suite LEFT OUT (SLOPBOX_SKIP_VM is set)" >&2
-	echo "== LEFT OUT: the VM suite (SLOPBOX_SKIP_VM is set)" >>"$summary"
-else
-	checked_bg vm "$logs/vm.out" checked vm 30m scripts/vm-test.sh
+vm_started=""
+if phase vm; then
+	if [[ -n ${SLOPBOX_SKIP_VM:-} ]]; then
+		echo "== VM suite LEFT OUT (SLOPBOX_SKIP_VM is set)" >&2
+		echo "== LEFT OUT: the VM suite (SLOPBOX_SKIP_VM is set)" >>"$summary"
+	else
+		vm_started=1
+		checked_bg vm "$logs/vm.out" checked vm 30m scripts/vm-test.sh
+	fi
 fi
 
 # docker-py's own integration suite against serve, client and server as
 # the same user: as root and as $TEST_USER, side by side (each mostly waits
 # on its sandboxes); the rootless run's output is shown when both are done.
-shared=${SLOPBOX_SHARED:-../shared}
-if [[ -d $shared/peers/docker-py-5.0.3 && -x $shared/compat/run-dockerpy.sh ]]; then
-	mkdir -p "$work/shared" && cp -r "$shared/compat" "$shared/peers" "$work/shared/" && chmod -R a+rX "$work/shared"
-	install -d -o "$TEST_USER" "$work/dockerpy-rootless"
-	checked docker-py-rootless 14m su "$TEST_USER" -s /bin/sh -c \
-		"cd '$work' && SLOPBOX_SHARED='$work/shared' HOME=\$(getent passwd $TEST_USER | cut -d: -f6) scripts/dockerpy.sh rootless bin/slopbox '$work/dockerpy-rootless'" \
-		>"$logs/docker-py-rootless.out" 2>&1 &
-	rootless_dpy=$!
-	SLOPBOX_SHARED=$shared checked docker-py-root 14m scripts/dockerpy.sh root bin/slopbox "$logs/dockerpy-root" || status=1
-	wait "$rootless_dpy" || status=1
-	cat "$logs/docker-py-rootless.out"
-elif [[ -n ${CI:-} ]]; then
-	echo "== FAILED: docker-py: no docker-py suite at $shared (peers/docker-py-5.0.3, compat/run-dockerpy.sh): shared/ belongs beside the checkout, or set SLOPBOX_SHARED" | tee -a "$summary" >&2
-	status=1
-else
-	# A user's clone has no shared/ beside it: the phase is not run, and
-	# says how to run it; under CI it is a failure (above).
-	echo "== NOT RUN: docker-py's suite: there is no $shared/peers/docker-py-5.0.3 with $shared/compat/run-dockerpy.sh beside this checkout; to run it, set SLOPBOX_SHARED to a directory holding peers/docker-py-5.0.3 (a docker-py 5.0.3 checkout) and compat/run-dockerpy.sh" | tee -a "$summary" >&2
+if phase docker-py; then
+	shared=${SLOPBOX_SHARED:-../shared}
+	if [[ -d $shared/peers/docker-py-5.0.3 && -x $shared/compat/run-dockerpy.sh ]]; then
+		make_work
+		mkdir -p "$work/shared" && cp -r "$shared/compat" "$shared/peers" "$work/shared/" && chmod -R a+rX "$work/shared"
+		install -d -o "$TEST_USER" "$work/dockerpy-rootless"
+		checked docker-py-rootless 14m su "$TEST_USER" -s /bin/sh -c \
+			"cd '$work' && SLOPBOX_SHARED='$work/shared' HOME=\$(getent passwd $TEST_USER | cut -d: -f6) scripts/dockerpy.sh rootless bin/slopbox '$work/dockerpy-rootless'" \
+			>"$logs/docker-py-rootless.out" 2>&1 &
+		rootless_dpy=$!
+		SLOPBOX_SHARED=$shared checked docker-py-root 14m scripts/dockerpy.sh root bin/slopbox "$logs/dockerpy-root" || status=1
+		wait "$rootless_dpy" || status=1
+		cat "$logs/docker-py-rootless.out"
+	elif [[ -n ${CI:-} ]]; then
+		echo "== FAILED: docker-py: no docker-py suite at $shared (peers/docker-py-5.0.3, compat/run-dockerpy.sh): shared/ belongs beside the checkout, or set SLOPBOX_SHARED" | tee -a "$summary" >&2
+		status=1
+	else
+		# A user's clone has no shared/ beside it: the phase is not run, and
+		# says how to run it; under CI it is a failure (above).
+		echo "== NOT RUN: docker-py's suite: there is no $shared/peers/docker-py-5.0.3 with $shared/compat/run-dockerpy.sh beside this checkout; to run it, set SLOPBOX_SHARED to a directory holding peers/docker-py-5.0.3 (a docker-py 5.0.3 checkout) and compat/run-dockerpy.sh" | tee -a "$summary" >&2
+	fi
 fi
 
-if [[ -z ${SLOPBOX_SKIP_VM:-} ]]; then
+if [[ -n $vm_started ]]; then
 	wait_bg vm || status=1
 fi
 

@@ -58,6 +58,7 @@ type spawnFlags struct {
 	volumesFrom, links, deviceCgroupRules                    []string
 	stopTimeout                                              int
 	memorySwappiness                                         int64
+	cpuRtPeriod, cpuRtRuntime                                int64
 }
 
 func (f *spawnFlags) register(fs *pflag.FlagSet) {
@@ -108,6 +109,8 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.cpusetMems, "cpuset-mems", "", "accepted with a warning: not applied")
 	fs.StringVar(&f.memorySwap, "memory-swap", "", "memory plus swap: the --memory value (no swap) is applied, another is accepted with a warning")
 	fs.Int64Var(&f.memorySwappiness, "memory-swappiness", -1, "accepted with a warning: not applied")
+	fs.Int64Var(&f.cpuRtPeriod, "cpu-rt-period", 0, "refused: slopbox gives sandboxes no real-time CPU budget")
+	fs.Int64Var(&f.cpuRtRuntime, "cpu-rt-runtime", 0, "refused: slopbox gives sandboxes no real-time CPU budget")
 	fs.StringVar(&f.macAddress, "mac-address", "", "accepted with a warning: not applied")
 	fs.StringArrayVar(&f.deviceCgroupRules, "device-cgroup-rule", nil, "refused: host devices are not passed into sandboxes")
 	fs.StringArrayVar(&f.allowUnsafe, "allow-unsafe", nil, "allow one weakening the policy refuses: cap-add=NAME, seccomp=unconfined or mount=PATH")
@@ -152,6 +155,7 @@ func (f *spawnFlags) options(fs *pflag.FlagSet, img string, args []string) (dock
 	o.CapAdd, o.CapDrop, o.SecurityOpt, o.AllowUnsafe = f.capAdd, f.capDrop, f.securityOpts, f.allowUnsafe
 	o.ExtraHosts, o.DNS, o.DNSSearch, o.DNSOptions = f.addHosts, f.dns, f.dnsSearch, f.dnsOptions
 	o.GroupAdd = f.groupAdd
+	o.CPURealtimePeriod, o.CPURealtimeRuntime = f.cpuRtPeriod, f.cpuRtRuntime
 	o.HostSharing = backend.HostSharing{Privileged: f.privileged, Devices: f.devices, DeviceCgroupRules: f.deviceCgroupRules, PidMode: f.pidNS, IpcMode: f.ipcNS, UTSMode: f.utsNS, UsernsMode: f.userNS}
 	o.Echoed = dockercompat.Echoed{CpusetCpus: f.cpusetCpus, CpusetMems: f.cpusetMems, Runtime: f.runtime, Isolation: f.isolation,
 		VolumeDriver: f.volumeDriver, VolumesFrom: f.volumesFrom, Links: f.links, MacAddress: f.macAddress}

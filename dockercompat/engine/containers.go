@@ -84,6 +84,7 @@ type createBody struct {
 		Memory                                 int64
 		NanoCpus                               int64
 		CpuQuota, CpuPeriod                    int64
+		CpuRealtimePeriod, CpuRealtimeRuntime  int64
 		PidsLimit                              *int64
 		AutoRemove                             bool
 		ReadonlyRootfs                         bool
@@ -131,6 +132,7 @@ func (s *Server) options(c *createBody, name string) (dockercompat.CreateOptions
 		ExtraHosts: h.ExtraHosts, DNS: h.Dns, DNSSearch: h.DnsSearch, DNSOptions: h.DnsOptions,
 		AllowedMountRoots: s.AllowedMountRoots, PolicyUnsafe: s.AllowUnsafe,
 		GroupAdd: h.GroupAdd, RestartPolicy: h.RestartPolicy, LogConfig: h.LogConfig, CpuShares: h.CpuShares, Healthcheck: c.Healthcheck,
+		CPURealtimePeriod: h.CpuRealtimePeriod, CPURealtimeRuntime: h.CpuRealtimeRuntime,
 		AnonymousVolumes: slices.Sorted(maps.Keys(c.Volumes)),
 		Echoed: dockercompat.Echoed{CpusetCpus: h.CpusetCpus, CpusetMems: h.CpusetMems, Runtime: h.Runtime, Isolation: h.Isolation,
 			VolumeDriver: h.VolumeDriver, VolumesFrom: h.VolumesFrom, Init: h.Init, MemorySwap: h.MemorySwap,

@@ -24,10 +24,12 @@ func (s *Server) inspect(i sandbox.Info) map[string]any {
 
 // containerUpdate is POST /containers/{id}/update: resources (Memory,
 // NanoCpus or CpuQuota/CpuPeriod, PidsLimit; CpuShares recorded) and the
-// restart policy.
+// restart policy; CpuRealtimePeriod and CpuRealtimeRuntime are refused as
+// at create (dockercompat.CheckRealtime).
 func (s *Server) containerUpdate(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
 	var body struct {
 		Memory, MemorySwap, NanoCpus, CpuQuota, CpuPeriod int64
+		CpuRealtimePeriod, CpuRealtimeRuntime             int64
 		CpuShares                                         *int64
 		PidsLimit                                         *int64
 		RestartPolicy                                     *dockercompat.RestartPolicy
@@ -45,6 +47,10 @@ func (s *Server) containerUpdate(w http.ResponseWriter, r *request, sb *sandbox.
 		if p.Name == "" {
 			p.Name = "no"
 		}
+	}
+	if err := dockercompat.CheckRealtime(body.CpuRealtimePeriod, body.CpuRealtimeRuntime); err != nil {
+		fail(w, err)
+		return
 	}
 	if body.CpuShares != nil && *body.CpuShares < 0 {
 		writeError(w, 400, fmt.Sprintf("invalid CPU shares (%d): the minimum is 0", *body.CpuShares))

@@ -4,7 +4,8 @@
 // with slopbox as its docker, the docker-py harness against `slopbox
 // serve`, and the Go program built as a module of its own (its go.mod
 // replaces slopbox with this checkout), which shows that the public API
-// is enough to write one.
+// is enough to write one; and make test's entry script, scripts/test.sh,
+// as a user's clone without ../shared runs it (testscript_test.go).
 package examples
 
 import (
