@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,7 +98,18 @@ func runBlock(t *testing.T, bin, block string) {
 	cmd.Env = append(os.Environ(), "PATH="+pathDir+":"+os.Getenv("PATH"), "HOME="+dir)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
+	// The block runs in a process group of its own: what it started in
+	// the background (a serve) and left running is killed after it, and
+	// holds the output pipe for a second at most. A block that leaves a
+	// process behind fails (exec.ErrWaitDelay) even when it exits 0.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	if cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	if err != nil {
 		t.Errorf("the block failed: %v\n--- block\n%s\n--- output\n%s", err, block, out.String())
 	}
 }
