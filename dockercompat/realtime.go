@@ -14,7 +14,7 @@ var rtCgroupDir = "/sys/fs/cgroup/cpu"
 // CheckRealtime refuses --cpu-rt-period and --cpu-rt-runtime
 // (HostConfig.CpuRealtimePeriod, CpuRealtimeRuntime) before anything is
 // created, for create (CreateOptions.ToSpawnSpec) and serve's update:
-// with dockerd's words (verifyPlatformContainerResources) where the host
+// with dockerd's words (runconfig's validateResources, Docker 20.10 to 25) where the host
 // cannot set them, and in slopbox's where it could.
 //
 // Where the kernel has real-time group scheduling and slopbox runs as
@@ -46,10 +46,10 @@ func CheckRealtime(p, r int64) error {
 			continue
 		}
 		if _, err := os.Stat(rtCgroupDir + "/" + c.file); err != nil {
-			return backend.InvalidValue("Your kernel does not support cgroup cpu real-time %s (no %s/%s: the kernel has no real-time group scheduling, CONFIG_RT_GROUP_SCHED, or this is cgroup v2, which has no real-time limits)", c.name, rtCgroupDir, c.file)
+			return backend.InvalidValue("Your kernel does not support CPU real-time scheduler (cpu real-time %s: no %s/%s: the kernel has no real-time group scheduling, CONFIG_RT_GROUP_SCHED, or this is cgroup v2, which has no real-time limits)", c.name, rtCgroupDir, c.file)
 		}
 		if rootless {
-			return backend.InvalidValue("Your kernel does not support cgroup cpu real-time %s (for rootless slopbox: the kernel has it, but a rootless sandbox has no cpu cgroup of its own to set it in)", c.name)
+			return backend.InvalidValue("Your kernel does not support CPU real-time scheduler (cpu real-time %s, for rootless slopbox: the kernel has it, but a rootless sandbox has no cpu cgroup of its own to set it in)", c.name)
 		}
 	}
 	if p != 0 && r != 0 && r > p {

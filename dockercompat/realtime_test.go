@@ -33,12 +33,12 @@ func TestCheckRealtime(t *testing.T) {
 	}{
 		{none, 0, 0, "", ""},
 		{both, 0, 0, "", ""},
-		{none, 1000, 500, "Your kernel does not support cgroup cpu real-time period (no ", ""},
-		{none, 0, 500, "Your kernel does not support cgroup cpu real-time runtime (no ", ""},
+		{none, 1000, 500, "Your kernel does not support CPU real-time scheduler (cpu real-time period: no ", ""},
+		{none, 0, 500, "Your kernel does not support CPU real-time scheduler (cpu real-time runtime: no ", ""},
 		{none, -1, 0, "invalid cpu real-time period -1", ""},
-		{both, 1000, 500, "cpu real-time period and runtime are not supported by slopbox", "Your kernel does not support cgroup cpu real-time period (for rootless slopbox"},
-		{both, 0, 500, "cpu real-time period and runtime are not supported by slopbox", "Your kernel does not support cgroup cpu real-time runtime (for rootless slopbox"},
-		{both, 500, 1000, "cpu real-time runtime cannot be higher than cpu real-time period", "Your kernel does not support cgroup cpu real-time period (for rootless slopbox"},
+		{both, 1000, 500, "cpu real-time period and runtime are not supported by slopbox", "Your kernel does not support CPU real-time scheduler (cpu real-time period, for rootless slopbox"},
+		{both, 0, 500, "cpu real-time period and runtime are not supported by slopbox", "Your kernel does not support CPU real-time scheduler (cpu real-time runtime, for rootless slopbox"},
+		{both, 500, 1000, "cpu real-time runtime cannot be higher than cpu real-time period", "Your kernel does not support CPU real-time scheduler (cpu real-time period, for rootless slopbox"},
 	} {
 		rtCgroupDir = tc.dir
 		want := tc.want

@@ -25,7 +25,7 @@ func TestCreateRefusesCPURealtime(t *testing.T) {
 	want := func(rootlessWant, rootWant string) string {
 		switch {
 		case statErr != nil:
-			return "Your kernel does not support cgroup cpu real-time"
+			return "Your kernel does not support CPU real-time scheduler"
 		case rootless:
 			return rootlessWant
 		}
@@ -37,11 +37,11 @@ func TestCreateRefusesCPURealtime(t *testing.T) {
 	}{
 		// docker-py's test_create_with_cpu_rt_options.
 		{map[string]any{"CpuRealtimePeriod": 1000, "CpuRealtimeRuntime": 500},
-			want("Your kernel does not support cgroup cpu real-time period (for rootless slopbox", "cpu real-time period and runtime are not supported by slopbox")},
+			want("Your kernel does not support CPU real-time scheduler (cpu real-time period, for rootless slopbox", "cpu real-time period and runtime are not supported by slopbox")},
 		{map[string]any{"CpuRealtimeRuntime": 500},
-			want("Your kernel does not support cgroup cpu real-time runtime (for rootless slopbox", "cpu real-time period and runtime are not supported by slopbox")},
+			want("Your kernel does not support CPU real-time scheduler (cpu real-time runtime, for rootless slopbox", "cpu real-time period and runtime are not supported by slopbox")},
 		{map[string]any{"CpuRealtimePeriod": 500, "CpuRealtimeRuntime": 1000},
-			want("Your kernel does not support cgroup cpu real-time period (for rootless slopbox", "cpu real-time runtime cannot be higher than cpu real-time period")},
+			want("Your kernel does not support CPU real-time scheduler (cpu real-time period, for rootless slopbox", "cpu real-time runtime cannot be higher than cpu real-time period")},
 	} {
 		code, out := call(t, c, "POST", "/containers/create?name=rt", map[string]any{"Image": ref, "Cmd": []string{"true"}, "HostConfig": tc.hc})
 		var e struct{ Message string }
