@@ -3,6 +3,8 @@ package netd
 import (
 	"net"
 	"net/netip"
+	"slices"
+	"sync"
 	"testing"
 
 	"golang.org/x/net/dns/dnsmessage"
@@ -62,7 +64,8 @@ func TestDNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
-	forwarded := make(chan string, 16)
+	var mu sync.Mutex
+	var forwarded []string // the names the upstream was asked, in order
 	go func() {
 		buf := make([]byte, 4096)
 		for {
@@ -73,7 +76,9 @@ func TestDNS(t *testing.T) {
 			var p dnsmessage.Parser
 			h, _ := p.Start(buf[:k])
 			qs, _ := p.AllQuestions()
-			forwarded <- qs[0].Name.String()
+			mu.Lock()
+			forwarded = append(forwarded, qs[0].Name.String())
+			mu.Unlock()
 			out := reply(h, qs, dnsmessage.RCodeSuccess, []dnsmessage.AResource{{A: [4]byte{93, 184, 216, 34}}})
 			up.WriteTo(out, from)
 		}
@@ -115,11 +120,9 @@ func TestDNS(t *testing.T) {
 	}
 	// A container's own names never go upstream: forwarded are only the
 	// two names no container has.
-	close(forwarded)
-	var names []string
-	for n := range forwarded {
-		names = append(names, n)
-	}
+	mu.Lock()
+	names := slices.Clone(forwarded)
+	mu.Unlock()
 	if len(names) != 2 || names[0] != "example.com." || names[1] != "a." {
 		t.Errorf("forwarded: %q", names)
 	}
