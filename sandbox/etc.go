@@ -30,7 +30,6 @@ func (b *Backend) etcFiles(rec *record, hostname string) ([]spawnd.Mount, error)
 		return nil, err
 	}
 	hostHosts, _ := os.ReadFile("/etc/hosts")
-	hostResolv, _ := os.ReadFile("/etc/resolv.conf")
 	var extra []oci.HostEntry
 	for _, h := range rec.ExtraHosts {
 		e, err := oci.ParseHostEntry(h)
@@ -42,18 +41,14 @@ func (b *Backend) etcFiles(rec *record, hostname string) ([]spawnd.Mount, error)
 		}
 		extra = append(extra, e)
 	}
-	var dns oci.DNS
-	if rec.DNS != nil {
-		dns = *rec.DNS
-	}
-	ownIP, gateway := bridgeAddrs(rec)
+	ownIP, _ := bridgeAddrs(rec)
 	files := []struct {
 		name string
 		data []byte
 	}{
 		{"hosts", oci.EtcHosts(hostHosts, rec.Network, hostname, ownIP, extra)},
 		{"hostname", oci.EtcHostname(hostname)},
-		{"resolv.conf", oci.ResolvConf(hostResolv, rec.Network, gateway, dns)},
+		{"resolv.conf", resolvConf(rec)},
 	}
 	var out []spawnd.Mount
 	for _, f := range files {
@@ -71,6 +66,18 @@ func (b *Backend) etcFiles(rec *record, hostname string) ([]spawnd.Mount, error)
 		out = append(out, spawnd.Mount{Source: p, Destination: dst, ReadOnly: rec.ReadOnly || rec.Limits.RootfsBytes > 0})
 	}
 	return out, nil
+}
+
+// resolvConf is the sandbox's /etc/resolv.conf for its networks now (the
+// host's, as oci.ResolvConf adapts it).
+func resolvConf(rec *record) []byte {
+	hostResolv, _ := os.ReadFile("/etc/resolv.conf")
+	var dns oci.DNS
+	if rec.DNS != nil {
+		dns = *rec.DNS
+	}
+	_, gateway := bridgeAddrs(rec)
+	return oci.ResolvConf(hostResolv, rec.Network, gateway, dns)
 }
 
 // coveredBy reports whether a mount's destination is dst or one of its

@@ -13,7 +13,6 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/netd"
-	"github.com/slopbox/slopbox/oci"
 )
 
 // User-defined networks (package netd): a sandbox on one gets, when its
@@ -334,6 +333,22 @@ func (b *Backend) ConnectNetwork(ref, network string, aliases []string, ipv4 str
 			}
 			na.Endpoint = &ep
 		}
+		// A failure from here on undoes what was done for this connect:
+		// its interface, and the slirp4netns it started (nothing records
+		// either, since the record is not written).
+		slirp := false
+		undo := func(err error) error {
+			if na.Endpoint != nil {
+				if c, cerr := b.netClient(); cerr == nil {
+					c.Detach(na.ID, rec.ID)
+				}
+			}
+			if slirp {
+				killMarked(helperMarker + rec.ID)
+				os.Remove(filepath.Join(b.state.sandboxDir(rec.ID), netHelperFile))
+			}
+			return err
+		}
 		if rec.Network == backend.NetworkNone && !na.Internal {
 			// Outbound access: its own slirp4netns, now if PID 1 runs (a
 			// created container's too: compose creates on one network,
@@ -341,14 +356,12 @@ func (b *Backend) ConnectNetwork(ref, network string, aliases []string, ipv4 str
 			if na.Endpoint != nil {
 				wait, err := b.startNetHelper(rec, rec.Pid)
 				if err == nil {
-					err = wait()
+					err = wait() // on failure it has killed the helper itself
 				}
 				if err != nil {
-					if c, cerr := b.netClient(); cerr == nil {
-						c.Detach(na.ID, rec.ID)
-					}
-					return fmt.Errorf("outbound access for network %s: %w", na.Name, err)
+					return undo(fmt.Errorf("outbound access for network %s: %w", na.Name, err))
 				}
+				slirp = true
 			}
 			rec.Network = backend.NetworkBridge
 		}
@@ -359,10 +372,7 @@ func (b *Backend) ConnectNetwork(ref, network string, aliases []string, ipv4 str
 			// its first user network: its names resolve now. If that
 			// fails, the connection is undone: nothing is half-made.
 			if err := b.rewriteResolvConf(rec); err != nil {
-				if c, cerr := b.netClient(); cerr == nil {
-					c.Detach(na.ID, rec.ID)
-				}
-				return err
+				return undo(err)
 			}
 		}
 		return nil
@@ -378,18 +388,12 @@ func (b *Backend) rewriteResolvConf(rec *record) error {
 	if coveredBy(rec.Mounts, "/etc/resolv.conf") {
 		return nil
 	}
-	hostResolv, _ := os.ReadFile("/etc/resolv.conf")
-	var dns oci.DNS
-	if rec.DNS != nil {
-		dns = *rec.DNS
-	}
-	_, gateway := bridgeAddrs(rec)
 	f, err := os.OpenFile(filepath.Join(b.state.sandboxDir(rec.ID), etcDir, "resolv.conf"), os.O_WRONLY|os.O_TRUNC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("resolv.conf for network %s: %w", rec.Nets[len(rec.Nets)-1].Name, err)
 	}
 	defer f.Close()
-	_, err = f.Write(oci.ResolvConf(hostResolv, rec.Network, gateway, dns))
+	_, err = f.Write(resolvConf(rec))
 	return err
 }
 

@@ -256,20 +256,28 @@ services:
         condition: service_healthy
 `
 
-// TestComposeV1DependsOnHealthy: Debian's docker-compose 1.29 (python,
-// through docker-py), unchanged: up waits for db's healthcheck before it
-// starts app, exec lands in each service's own container, down -v
-// leaves nothing.
-func TestComposeV1DependsOnHealthy(t *testing.T) {
+// composeV1 writes file as docker-compose.yml in a directory of its own
+// and returns a runner of Debian's docker-compose 1.29 on project there
+// (a failed command fails the test); the project is brought down, with
+// its volumes and orphans, when the test ends.
+func composeV1(t *testing.T, project, file string) func(args ...string) string {
+	t.Helper()
 	bin, err := exec.LookPath("docker-compose")
 	if err != nil || !strings.HasPrefix(bin, "/usr/bin/") {
 		t.Fatalf("Debian's docker-compose 1.29 is not installed (scripts/deps.sh installs it): %v %s", err, bin)
 	}
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "docker-compose.yml"), []byte(composeV1File), 0o644)
-	run := func(args ...string) string {
+	if err := os.WriteFile(filepath.Join(dir, "docker-compose.yml"), []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd := exec.Command(bin, "-p", project, "down", "-v", "--remove-orphans")
+		cmd.Dir = dir
+		cmd.Run()
+	})
+	return func(args ...string) string {
 		t.Helper()
-		cmd := exec.Command(bin, append([]string{"-p", "v1deps"}, args...)...)
+		cmd := exec.Command(bin, append([]string{"-p", project}, args...)...)
 		cmd.Dir = dir
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -277,11 +285,14 @@ func TestComposeV1DependsOnHealthy(t *testing.T) {
 		}
 		return string(out)
 	}
-	t.Cleanup(func() {
-		cmd := exec.Command(bin, "-p", "v1deps", "down", "-v", "--remove-orphans")
-		cmd.Dir = dir
-		cmd.Run()
-	})
+}
+
+// TestComposeV1DependsOnHealthy: Debian's docker-compose 1.29 (python,
+// through docker-py), unchanged: up waits for db's healthcheck before it
+// starts app, exec lands in each service's own container, down -v
+// leaves nothing.
+func TestComposeV1DependsOnHealthy(t *testing.T) {
+	run := composeV1(t, "v1deps", composeV1File)
 	run("up", "-d")
 	if got := strings.TrimSpace(run("exec", "-T", "app", "pwd")); got != "/usr/local" {
 		t.Errorf("docker-compose exec app pwd: %q", got)
@@ -320,27 +331,7 @@ services:
 // service name and by container name through the network's DNS, and down
 // removes the containers and the network.
 func TestComposeV1Networked(t *testing.T) {
-	bin, err := exec.LookPath("docker-compose")
-	if err != nil || !strings.HasPrefix(bin, "/usr/bin/") {
-		t.Fatalf("Debian's docker-compose 1.29 is not installed (scripts/deps.sh installs it): %v %s", err, bin)
-	}
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "docker-compose.yml"), []byte(composeV1Networked), 0o644)
-	run := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(bin, append([]string{"-p", "v1net"}, args...)...)
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("docker-compose %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
-	t.Cleanup(func() {
-		cmd := exec.Command(bin, "-p", "v1net", "down", "-v", "--remove-orphans")
-		cmd.Dir = dir
-		cmd.Run()
-	})
+	run := composeV1(t, "v1net", composeV1Networked)
 	run("up", "-d")
 	for _, name := range []string{"web", "v1net_web_1"} {
 		got := run("exec", "-T", "client", "sh", "-c", retried("timeout 5 wget -q -O - http://"+name+"/index.html"))

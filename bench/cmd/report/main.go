@@ -147,66 +147,11 @@ func report(w io.Writer, dir, chart string) []targetRow {
 		}
 		return 0
 	}
-	ctr := map[string]float64{} // runtime → ms
-	var ctrRuns struct {
-		Results []struct {
-			Command string  `json:"command"`
-			Median  float64 `json:"median"`
-		} `json:"results"`
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, "ctr.json")); err == nil && json.Unmarshal(b, &ctrRuns) == nil {
-		for _, r := range ctrRuns.Results {
-			ctr[r.Command] = r.Median * 1000
-		}
-	}
-	builds := map[string]float64{} // build.json (bench/build.sh): name → median ms
-	var buildRuns struct {
-		Results []struct {
-			Command string  `json:"command"`
-			Median  float64 `json:"median"`
-		} `json:"results"`
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, "build.json")); err == nil && json.Unmarshal(b, &buildRuns) == nil {
-		for _, r := range buildRuns.Results {
-			builds[r.Command] = r.Median * 1000
-		}
-	}
-	netRuns := map[string]float64{} // network.json (bench/network.sh): name → median ms
-	var netHF struct {
-		Results []struct {
-			Command string  `json:"command"`
-			Median  float64 `json:"median"`
-		} `json:"results"`
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, "network.json")); err == nil && json.Unmarshal(b, &netHF) == nil {
-		for _, r := range netHF.Results {
-			netRuns[r.Command] = r.Median * 1000
-		}
-	}
-	netFigs := map[string]map[string]float64{} // network.jsonl: peer → figure
-	readLines(filepath.Join(dir, "network.jsonl"), func(b []byte) {
-		var f map[string]any
-		if json.Unmarshal(b, &f) == nil {
-			if peer, ok := f["peer"].(string); ok {
-				netFigs[peer] = map[string]float64{}
-				for k, v := range f {
-					netFigs[peer][k] = num(v)
-				}
-			}
-		}
-	})
-	engine := map[string]map[string]float64{} // peer → figure
-	readLines(filepath.Join(dir, "engine.jsonl"), func(b []byte) {
-		var f map[string]any
-		if json.Unmarshal(b, &f) == nil {
-			if peer, ok := f["peer"].(string); ok {
-				engine[peer] = map[string]float64{}
-				for k, v := range f {
-					engine[peer][k] = num(v)
-				}
-			}
-		}
-	})
+	ctr := hyperfineMedians(filepath.Join(dir, "ctr.json"))         // runtime → ms
+	builds := hyperfineMedians(filepath.Join(dir, "build.json"))    // bench/build.sh: name → median ms
+	netRuns := hyperfineMedians(filepath.Join(dir, "network.json")) // bench/network.sh: name → median ms
+	netFigs := peerFigures(filepath.Join(dir, "network.jsonl"))     // peer → figure
+	engine := peerFigures(filepath.Join(dir, "engine.jsonl"))       // peer → figure
 	// The 1,000-sandbox runs (scripts/bench.sh: api-scale-many-rootless.jsonl,
 	// engine-scale-many.jsonl).
 	var many apiFigure
@@ -573,6 +518,43 @@ func msOrDash(v float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", v)
+}
+
+// hyperfineMedians reads a hyperfine export (or one of the same shape the
+// bench scripts join): each result's command (its -n name) → its median
+// in ms; empty when the file is missing or unreadable.
+func hyperfineMedians(path string) map[string]float64 {
+	out := map[string]float64{}
+	var runs struct {
+		Results []struct {
+			Command string  `json:"command"`
+			Median  float64 `json:"median"`
+		} `json:"results"`
+	}
+	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &runs) == nil {
+		for _, r := range runs.Results {
+			out[r.Command] = r.Median * 1000
+		}
+	}
+	return out
+}
+
+// peerFigures reads lines of JSON objects, each with its "peer": peer →
+// its numeric figures (engine.jsonl, network.jsonl).
+func peerFigures(path string) map[string]map[string]float64 {
+	out := map[string]map[string]float64{}
+	readLines(path, func(b []byte) {
+		var f map[string]any
+		if json.Unmarshal(b, &f) == nil {
+			if peer, ok := f["peer"].(string); ok {
+				out[peer] = map[string]float64{}
+				for k, v := range f {
+					out[peer][k] = num(v)
+				}
+			}
+		}
+	})
+	return out
 }
 
 func readLines(path string, f func([]byte)) {
