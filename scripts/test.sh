@@ -200,17 +200,30 @@ fi
 # checked_bg NAME OUT CMD...: a phase (a checked or gotest call) run in the
 # background, its output kept in OUT and shown by wait_bg NAME when it ends.
 declare -A bg_pids=() bg_outs=()
+# The job's status goes to OUT.rc, not through bash's memory of its pid:
+# pid_max is 32768 here without systemd, and bash forgets a finished
+# child's status when a later child of its own takes the same pid.
 checked_bg() {
 	local name=$1 out=$2
 	shift 2
-	"$@" >"$out" 2>&1 &
+	rm -f "$out.rc"
+	{
+		local rc=0
+		"$@" >"$out" 2>&1 || rc=$?
+		echo "$rc" >"$out.rc"
+	} &
 	bg_pids[$name]=$!
 	bg_outs[$name]=$out
 }
 wait_bg() {
-	local rc=0
-	wait "${bg_pids[$1]}" || rc=1
-	cat "${bg_outs[$1]}"
+	local out=${bg_outs[$1]} rc
+	wait "${bg_pids[$1]}" || true
+	cat "$out"
+	rc=$(cat "$out.rc" 2>/dev/null) || rc=""
+	if [[ -z $rc ]]; then
+		echo "== FAILED: $1: ended without a status (killed?)" | tee -a "$summary" >&2
+		return 1
+	fi
 	return "$rc"
 }
 
@@ -402,7 +415,10 @@ if phase clients; then
 		sweep "$clients_tmp" || status=1
 		asuser rootless-clients 10m ./test/clients/ "$clients_bin" -test.timeout=9m || status=1
 	else
-		echo "== FAILED: clients: scripts/clients.sh could not build them" | tee -a "$summary" >&2
+		{
+			echo "== FAILED: clients: scripts/clients.sh could not build them; the end of its output:"
+			tail -n 15 "$logs/clients-build.out" | sed 's/^/   /'
+		} | tee -a "$summary" >&2
 		status=1
 	fi
 fi
@@ -430,13 +446,10 @@ if phase docker-py; then
 		make_work
 		mkdir -p "$work/shared" && cp -r "$shared/compat" "$shared/peers" "$work/shared/" && chmod -R a+rX "$work/shared"
 		install -d -o "$TEST_USER" "$work/dockerpy-rootless"
-		checked docker-py-rootless 14m su "$TEST_USER" -s /bin/sh -c \
-			"cd '$work' && SLOPBOX_SHARED='$work/shared' HOME=\$(getent passwd $TEST_USER | cut -d: -f6) scripts/dockerpy.sh rootless bin/slopbox '$work/dockerpy-rootless'" \
-			>"$logs/docker-py-rootless.out" 2>&1 &
-		rootless_dpy=$!
+		checked_bg docker-py-rootless "$logs/docker-py-rootless.out" checked docker-py-rootless 14m su "$TEST_USER" -s /bin/sh -c \
+			"cd '$work' && SLOPBOX_SHARED='$work/shared' HOME=\$(getent passwd $TEST_USER | cut -d: -f6) scripts/dockerpy.sh rootless bin/slopbox '$work/dockerpy-rootless'"
 		SLOPBOX_SHARED=$shared checked docker-py-root 14m scripts/dockerpy.sh root bin/slopbox "$logs/dockerpy-root" || status=1
-		wait "$rootless_dpy" || status=1
-		cat "$logs/docker-py-rootless.out"
+		wait_bg docker-py-rootless || status=1
 	elif [[ -n ${CI:-} ]]; then
 		echo "== FAILED: docker-py: no docker-py suite at $shared (peers/docker-py-5.0.3, compat/run-dockerpy.sh): shared/ belongs beside the checkout, or set SLOPBOX_SHARED" | tee -a "$summary" >&2
 		status=1
