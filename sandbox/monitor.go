@@ -304,13 +304,22 @@ func monitorMain(args []string) int {
 	}
 	dir := filepath.Join(root, "c", id)
 	p := &proc{lost: args[4] != "ok", status: syscall.WaitStatus(val)}
-	var b bytes.Buffer
-	json.NewEncoder(&b).Encode(exitRecord{ExitCode: p.exitCode(), FinishedAt: time.Now().UTC()})
 	if _, err := os.Stat(filepath.Join(dir, stateFile)); err != nil {
 		return 0 // removed meanwhile
 	}
-	record := slices.Clone(b.Bytes())
-	if atomicfile.WriteVolatile(filepath.Join(dir, exitFile), &b, 0o600) != nil || p.lost {
+	// The monitor recorded the exit before it exec'd this (monitor.c's
+	// write_exit; the start before it removed any earlier record); here
+	// only when it could not.
+	record, err := os.ReadFile(filepath.Join(dir, exitFile))
+	if _, ok := readExit(dir); err != nil || !ok {
+		var b bytes.Buffer
+		json.NewEncoder(&b).Encode(exitRecord{ExitCode: p.exitCode(), FinishedAt: time.Now().UTC()})
+		record = slices.Clone(b.Bytes())
+		if atomicfile.WriteVolatile(filepath.Join(dir, exitFile), &b, 0o600) != nil {
+			return 0
+		}
+	}
+	if p.lost {
 		return 0 // the sandbox went away (stop, rm): its stopper handles the rest
 	}
 	bk, err := New(root)
@@ -343,11 +352,15 @@ func (s *Sandbox) awaitExitRecord() {
 	if pid == os.Getpid() {
 		return
 	}
+	// The monitor writes it within a millisecond of PID 1's end: polled
+	// from 200 µs, backing off to 2 ms.
+	nap := 200 * time.Microsecond
 	for deadline := time.Now().Add(5 * time.Second); alive && time.Now().Before(deadline); _, alive = monitorPid(s.dir) {
 		if _, ok := readExit(s.dir); ok {
 			return
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(nap)
+		nap = min(2*nap, 2*time.Millisecond)
 	}
 	if alive {
 		killMonitor(s.dir)
@@ -579,6 +592,34 @@ func killMonitor(dir string) error { return killRecorded(dir, monitorFile, "the 
 // still runs) gets the old record or the new, never an empty file.
 func writePidFile(path string, pid int, start uint64) error {
 	return atomicfile.WriteVolatile(path, strings.NewReader(fmt.Sprintf("%d %d\n", pid, start)), 0o600)
+}
+
+// signalRecorded SIGKILLs the process recorded ("pid start-time") in
+// dir/file, if it still runs, and does not wait for it; false when there
+// is no such record.
+func signalRecorded(dir, file string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return false
+	}
+	var pid int
+	var start uint64
+	if _, err := fmt.Sscan(string(b), &pid, &start); err != nil || pid <= 1 || pid == os.Getpid() {
+		return false
+	}
+	// Through a pidfd opened before the process is checked: never a
+	// process that took the pid since.
+	if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+		defer unix.Close(fd)
+		if st, _, ok := procStart(pid); ok && st == start {
+			unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		}
+		return true
+	}
+	if st, _, ok := procStart(pid); ok && st == start {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return true
 }
 
 // killRecorded kills the process recorded ("pid start-time") in dir/file,

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -375,6 +376,69 @@ func TestMonitorEnds(t *testing.T) {
 	}
 	if e, ok := readExit(r.dir); !ok || e.ExitCode != backend.ExitSignalBase+int(syscall.SIGKILL) {
 		t.Errorf("exit record %+v %v, want PID 1 lost (SIGKILL)", e, ok)
+	}
+}
+
+// TestMonitorRecordsTheExit: the monitor itself records how the command
+// ended, before it runs the slopbox program (a docker stop waiting for the
+// record does not wait for a Go runtime to start), over whatever had the
+// name (a planted symlink is replaced, not followed); when PID 1 went away
+// first (stop, kill, rm) it runs no program at all. Here the program is
+// /bin/false: had it run, the monitor would end with status 1.
+func TestMonitorRecordsTheExit(t *testing.T) {
+	bin, root := testMonitor(t)
+	for _, tc := range []struct {
+		name    string
+		reply   []byte // PID 1's report; short: PID 1 lost
+		code    int
+		program bool
+	}{
+		{"exited", binary.NativeEndian.AppendUint32(binary.NativeEndian.AppendUint32(nil, replyExited), 7<<8), 7, true},
+		{"lost", binary.NativeEndian.AppendUint32(nil, replyExited), backend.ExitSignalBase + int(syscall.SIGKILL), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := startMonitor(t, bin, filepath.Join(root, tc.name), "/bin/false", "pipes")
+			victim := filepath.Join(t.TempDir(), "victim")
+			if err := os.WriteFile(victim, []byte("untouched"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(victim, filepath.Join(r.dir, exitFile)); err != nil {
+				t.Fatal(err)
+			}
+			r.waitReady()
+			r.out.Close()
+			r.err.Close()
+			if _, err := r.agent.Write(tc.reply); err != nil {
+				t.Fatal(err)
+			}
+			if len(tc.reply) < 8 {
+				r.agent.Close()
+			}
+			select {
+			case <-r.done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the monitor did not end; its stderr:\n%s", r.stderr.String())
+			}
+			var ee *exec.ExitError
+			switch ran := errors.As(r.waitErr, &ee) && ee.ExitCode() == 1; {
+			case ran != tc.program:
+				t.Errorf("the monitor ended with %v (the program run: %v, want %v); its stderr:\n%s", r.waitErr, ran, tc.program, r.stderr.String())
+			case !ran && r.waitErr != nil:
+				t.Errorf("the monitor: %v; its stderr:\n%s", r.waitErr, r.stderr.String())
+			}
+			if fi, err := os.Lstat(filepath.Join(r.dir, exitFile)); err != nil || !fi.Mode().IsRegular() {
+				t.Fatalf("%s is %v (%v), want the monitor's own file", exitFile, fi, err)
+			}
+			if e, ok := readExit(r.dir); !ok || e.ExitCode != tc.code || time.Since(e.FinishedAt) > time.Minute || e.FinishedAt.Location() != time.UTC {
+				t.Errorf("exit record %+v %v, want exit %d just now, in UTC", e, ok, tc.code)
+			}
+			if b, _ := os.ReadFile(victim); string(b) != "untouched" {
+				t.Errorf("the file a planted %s pointed to holds %q", exitFile, b)
+			}
+			if ents, _ := os.ReadDir(r.dir); slices.ContainsFunc(ents, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), ".tmp-") }) {
+				t.Errorf("a temporary file is left in the state directory: %v", ents)
+			}
+		})
 	}
 }
 

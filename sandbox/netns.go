@@ -151,7 +151,13 @@ func killHelpers(rec *record, dir string) error {
 	if rec.Network != backend.NetworkBridge && len(rec.Ports) == 0 {
 		return nil
 	}
-	killMarked(helperMarker + rec.ID)
+	// By the pids recorded, as a rule; by the marker (a scan of every
+	// process's environment, milliseconds) when one is not: a helper whose
+	// starter was killed before it wrote the pid, or none to record.
+	_, err := os.Lstat(filepath.Join(dir, portsFile))
+	if !signalRecorded(dir, netHelperFile) || len(rec.Ports) > 0 && err != nil {
+		killMarked(helperMarker + rec.ID)
+	}
 	os.Remove(filepath.Join(dir, netHelperFile))
 	return killPorts(dir)
 }

@@ -60,7 +60,9 @@ func serveCmd() *cobra.Command {
 			b.KeepReady(true) // a warm pool per image, as the Go API keeps
 			srv := engine.New(b, version)
 			if debug {
-				srv.Log = func(f string, a ...any) { fmt.Fprintf(os.Stderr, "slopbox serve: "+f+"\n", a...) }
+				srv.Log = func(f string, a ...any) {
+					fmt.Fprintf(os.Stderr, "%s slopbox serve: "+f+"\n", append([]any{time.Now().Format("15:04:05.000000")}, a...)...)
+				}
 			}
 			if pol, err := loadPolicy(); err != nil {
 				return err

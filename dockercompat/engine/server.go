@@ -137,6 +137,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req := &request{Request: r, version: version}
 	if s.Log != nil {
 		s.Log("%s %s (API %s)", r.Method, r.URL.RequestURI(), version)
+		defer func(start time.Time) {
+			s.Log("%s %s: done in %v", r.Method, r.URL.Path, time.Since(start).Round(10*time.Microsecond))
+		}(time.Now())
 	}
 	s.route(w, req)
 }

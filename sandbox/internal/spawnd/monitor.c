@@ -18,12 +18,14 @@
 //     monitor had not read yet, is in the log (its partial line too), so
 //     that a reader who connects first (sandbox/monitor.go's syncLog) finds
 //     all of the command's output so far in the log, from its first byte.
-// Then, with the output drained (for at most 2 s), it execs the slopbox
-// program that started it (an fd of it, fd 3), as
+// Then, with the output drained (for at most 2 s), it records the exit
+// (exit.json) and, unless PID 1 went away first (stop, kill, rm: its
+// stopper does the rest), execs the slopbox program that started it (an
+// fd of it, fd 3), as
 //   slopbox-monitor ROOT ID exited STATUS ok|lost
-// under the same pid, which records the exit and stops (or removes) the
-// sandbox: the Go runtime runs only once the command is done, never while
-// the sandbox is idle. The forwarded signals stay blocked across that exec
+// under the same pid, which stops (or removes) the sandbox: the Go runtime
+// runs only once the command has ended by itself, never while the sandbox
+// is idle, nor on the way of a docker stop. The forwarded signals stay blocked across that exec
 // (the Go runtime keeps a blocked signal blocked), so a late `kill -s`
 // cannot end the process half-way.
 //
@@ -67,6 +69,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 
 #define AGENT_MAGIC 0x534c4f50u
 #define OP_KILL 2u
@@ -146,6 +149,36 @@ static int create(const char *name, int flags) {
 	if (unlinkat(dir_fd, name, 0) < 0 && errno != ENOENT)
 		return -1;
 	return openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | flags, 0600);
+}
+
+/* write_exit records how the command ended (exit.json: sandbox/monitor.go's
+ * exitRecord), here rather than in the slopbox program exec'd next, so that
+ * a stopper waiting for the record (awaitExitRecord) does not wait for a Go
+ * runtime to start: a new file renamed over the name. Not for a sandbox
+ * whose state is gone (removed meanwhile). 0 once recorded. */
+static int write_exit(int status, int lost) {
+	struct stat st;
+	if (dir_fd < 0 || fstatat(dir_fd, "state.json", &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -1;
+	int code = lost ? 128 + SIGKILL : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+	struct timespec ts;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	if (!gmtime_r(&ts.tv_sec, &tm))
+		return -1;
+	char rec[128], tmp[48];
+	int n = snprintf(rec, sizeof rec, "{\"exit_code\":%d,\"finished_at\":\"%04d-%02d-%02dT%02d:%02d:%02d.%09ldZ\"}\n", code,
+			 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec);
+	snprintf(tmp, sizeof tmp, ".tmp-exit.json-monitor-%d", (int)getpid());
+	int fd = create(tmp, 0);
+	if (fd < 0)
+		return -1;
+	int ok = n > 0 && n < (int)sizeof rec && write_all(fd, rec, (size_t)n) == 0;
+	if (close(fd) < 0 || !ok || renameat(dir_fd, tmp, dir_fd, "exit.json") < 0) {
+		unlinkat(dir_fd, tmp, 0);
+		return -1;
+	}
+	return 0;
 }
 
 static int log_broken; /* the log ends with a partial line (a failed write) */
@@ -609,18 +642,25 @@ static void monitor_main(int argc, char **argv) {
 		unlinkat(dir_fd, "monitor.sock", 0);
 		close(lfd);
 	}
+	if (agent >= 0) {
+		close(agent);
+		agent = -1;
+		lost = 1;
+	}
+	int recorded = write_exit(status, lost) == 0;
 	if (dir_fd >= 0)
 		close(dir_fd);
 	for (int i = 0; i < 2; i++)
 		if (streams[i].fd >= 0)
 			close(streams[i].fd);
-	if (agent >= 0) {
-		close(agent);
-		lost = 1;
-	}
 	if (sfd >= 0)
 		close(sfd);
-	/* The slopbox program records the exit and stops the sandbox. */
+	/* PID 1 went away (stop, kill, rm): its stopper does the rest, and with
+	 * the exit recorded there is nothing left for the slopbox program. */
+	if (lost && recorded)
+		_exit(0);
+	/* The slopbox program stops the sandbox (and records the exit, if that
+	 * failed here). */
 	char st[16];
 	snprintf(st, sizeof st, "%d", (int)status);
 	char *args[] = {"slopbox-monitor", (char *)root, (char *)id, "exited", st, lost ? "lost" : "ok", NULL};
