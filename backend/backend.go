@@ -9,21 +9,22 @@ package backend
 
 import (
 	"context"
-	"errors"
 	"os"
 	"time"
+
+	"github.com/containerd/errdefs"
 )
 
 // Sentinel errors, checked with errors.Is.
 var (
 	// ErrClosed is returned by every method of a Sandbox after Cleanup.
-	ErrClosed = errors.New("sandbox has been cleaned up")
+	ErrClosed = errdefs.ErrNotFound.WithMessage("sandbox has been cleaned up")
 	// ErrStdinInStream is returned by Stream when the request carries stdin.
-	ErrStdinInStream = errors.New("stdin is not supported in streaming mode; use Exec")
+	ErrStdinInStream = errdefs.ErrInvalidArgument.WithMessage("stdin is not supported in streaming mode; use Exec")
 	// ErrUnknownUser is wrapped when a user name is not in the image's passwd file.
-	ErrUnknownUser = errors.New("no matching entries in passwd file")
+	ErrUnknownUser = errdefs.ErrInvalidArgument.WithMessage("no matching entries in passwd file")
 	// ErrBusy is returned when a command is started while another one runs.
-	ErrBusy = errors.New("a command is already running in this sandbox")
+	ErrBusy = errdefs.ErrConflict.WithMessage("a command is already running in this sandbox")
 )
 
 // Backend creates sandboxes.

@@ -1,18 +1,19 @@
 package backend
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/containerd/errdefs"
 )
 
 // ErrUnsafe is wrapped when a SpawnSpec weakens the sandbox in a way the
 // policy refuses unless SpawnSpec.Unsafe allows it explicitly.
-var ErrUnsafe = errors.New("refused by the sandbox policy")
+var ErrUnsafe = errdefs.ErrInvalidArgument.WithMessage("refused by the sandbox policy")
 
 // UnsafeCapabilities reach the kernel or other processes: adding one (or
 // ALL) needs an explicit "cap-add=NAME" in SpawnSpec.Unsafe.

@@ -1,25 +1,26 @@
 package backend
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"runtime"
+
+	"github.com/containerd/errdefs"
 )
 
 // Sentinel errors for values a backend refuses before it creates anything,
 // checked with errors.Is.
 var (
 	// ErrInvalidLimit is wrapped when a Limits value cannot be applied.
-	ErrInvalidLimit = errors.New("invalid resource limit")
+	ErrInvalidLimit = errdefs.ErrInvalidArgument.WithMessage("invalid resource limit")
 	// ErrInvalidTimeout is wrapped when ExecRequest.Timeout is negative.
-	ErrInvalidTimeout = errors.New("invalid timeout")
+	ErrInvalidTimeout = errdefs.ErrInvalidArgument.WithMessage("invalid timeout")
 	// ErrUnmappedUser is wrapped when a user's uid, gid or a supplementary
 	// group lies outside the ids the sandbox's user namespace maps.
-	ErrUnmappedUser = errors.New("user outside the sandbox's id range")
+	ErrUnmappedUser = errdefs.ErrInvalidArgument.WithMessage("user outside the sandbox's id range")
 	// ErrInvalidValue is wrapped when a name, flag or option given is not
 	// one slopbox takes (see InvalidValue).
-	ErrInvalidValue = errors.New("invalid value")
+	ErrInvalidValue = errdefs.ErrInvalidArgument.WithMessage("invalid value")
 )
 
 // InvalidValue is an error with the message given that matches
@@ -42,8 +43,8 @@ type valueError struct {
 	sentinel error
 }
 
-func (e *valueError) Error() string        { return e.msg }
-func (e *valueError) Is(target error) bool { return target == e.sentinel }
+func (e *valueError) Error() string { return e.msg }
+func (e *valueError) Unwrap() error { return e.sentinel }
 
 // Validate reports the first value of l that cannot be applied as it
 // says, wrapping ErrInvalidLimit: a negative memory limit, one below

@@ -1,7 +1,6 @@
 package dockercompat
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -9,13 +8,14 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/containerd/errdefs"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/slopbox/slopbox/backend"
 )
 
 // ErrBadSpec is wrapped by every environment-spec validation error.
-var ErrBadSpec = errors.New("invalid environment spec")
+var ErrBadSpec = errdefs.ErrInvalidArgument.WithMessage("invalid environment spec")
 
 // Spec is a SlopCodeBench environment spec (EnvironmentSpec, with its
 // DockerEnvironmentSpec and LocalEnvironmentSpec variants).

@@ -40,8 +40,8 @@ var ErrTooLarge = sparse.ErrTooLarge
 // tooLargeError is ErrTooLarge saying what, how large, and the bound.
 type tooLargeError struct{ msg string }
 
-func (e *tooLargeError) Error() string        { return e.msg }
-func (e *tooLargeError) Is(target error) bool { return target == ErrTooLarge }
+func (e *tooLargeError) Error() string { return e.msg }
+func (e *tooLargeError) Unwrap() error { return ErrTooLarge }
 
 func tooLarge(what string, size int64, bound int) error {
 	kind := "manifests and indexes (containerd's bound)"

@@ -11,13 +11,14 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/containerd/errdefs"
 	"github.com/slopbox/slopbox/internal/atomicfile"
 	"github.com/slopbox/slopbox/internal/userns"
 )
 
 // ErrInUse is wrapped when an image cannot be removed because sandboxes
 // use its layers.
-var ErrInUse = errors.New("image is in use")
+var ErrInUse = errdefs.ErrConflict.WithMessage("image is in use")
 
 // A lease keeps extracted layers in the store while something (a sandbox)
 // uses them, as containerd's leases keep content: GC never removes a

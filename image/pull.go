@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -136,7 +137,7 @@ func explainRemote(r name.Reference, err error) error {
 }
 
 // ErrUnauthorized is wrapped when a registry refuses our credentials.
-var ErrUnauthorized = errors.New("unauthorized")
+var ErrUnauthorized = errdefs.ErrUnauthenticated.WithMessage("unauthorized")
 
 // httpPolicy lets plain HTTP reach only loopback registries and those named
 // with WithInsecureRegistries. (go-containerregistry would also fall back to
@@ -163,4 +164,4 @@ func loopback(host string) bool {
 
 // ErrInsecure is wrapped when a registry would need plain HTTP without
 // being allowed to.
-var ErrInsecure = errors.New("insecure registry")
+var ErrInsecure = errdefs.ErrInvalidArgument.WithMessage("insecure registry")

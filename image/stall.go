@@ -1,12 +1,13 @@
 package image
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/containerd/errdefs"
 )
 
 // DefaultStallTimeout is how long a registry may send nothing while a
@@ -16,7 +17,7 @@ import (
 const DefaultStallTimeout = 60 * time.Second
 
 // ErrStalled is wrapped when a registry sent nothing for the stall timeout.
-var ErrStalled = errors.New("the registry stopped sending data")
+var ErrStalled = errdefs.ErrUnavailable.WithMessage("the registry stopped sending data")
 
 // WithStallTimeout sets how long a registry may stall mid-response before
 // the pull fails with ErrStalled (DefaultStallTimeout when 0).

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/gofrs/flock"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -26,9 +27,9 @@ import (
 
 // Sentinel errors, checked with errors.Is.
 var (
-	ErrNotFound   = errors.New("image not found")
-	ErrBadRef     = errors.New("invalid image reference")
-	ErrBadArchive = errors.New("not a docker-save tarball or OCI archive/layout")
+	ErrNotFound   = errdefs.ErrNotFound.WithMessage("image not found")
+	ErrBadRef     = errdefs.ErrInvalidArgument.WithMessage("invalid image reference")
+	ErrBadArchive = errdefs.ErrInvalidArgument.WithMessage("not a docker-save tarball or OCI archive/layout")
 )
 
 // AnnotationRefName is the OCI annotation that names an index entry.

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/backendkit"
 )
@@ -29,7 +30,7 @@ const Name = "local"
 
 // ErrSwitchUser is wrapped when a command asks for another user and slopbox
 // is not running as root.
-var ErrSwitchUser = errors.New("switching users needs root")
+var ErrSwitchUser = errdefs.ErrPermissionDenied.WithMessage("switching users needs root")
 
 func init() {
 	backend.Register(Name, func() (backend.Backend, error) { return New(), nil })

@@ -1,25 +1,25 @@
 package oci
 
 import (
-	"errors"
 	"fmt"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // Mount errors, wrapped with context; check them with errors.Is.
 var (
 	// ErrMountInWorkdir: a bind mount target lies strictly inside the workdir.
-	ErrMountInWorkdir = errors.New("mount target is inside the workdir")
+	ErrMountInWorkdir = errdefs.ErrInvalidArgument.WithMessage("mount target is inside the workdir")
 	// ErrMountNotAllowed: a bind source lies outside every allowed root.
-	ErrMountNotAllowed = errors.New("mount source is outside the allowed mount roots")
+	ErrMountNotAllowed = errdefs.ErrInvalidArgument.WithMessage("mount source is outside the allowed mount roots")
 	// ErrBadMount: a mount is malformed (empty or relative paths, "/" as
 	// target, a static save_path escaping /static, ...).
-	ErrBadMount = errors.New("invalid mount")
+	ErrBadMount = errdefs.ErrInvalidArgument.WithMessage("invalid mount")
 )
 
 // DefaultWorkdir is where the workspace is mounted when MountPlan.Workdir is

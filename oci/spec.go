@@ -1,12 +1,12 @@
 package oci
 
 import (
-	"errors"
 	"fmt"
 	"path"
 	"slices"
 	"strings"
 
+	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -14,7 +14,7 @@ import (
 type Opt func(*specs.Spec) error
 
 // ErrBadOption is wrapped by every option that rejects its arguments.
-var ErrBadOption = errors.New("invalid spec option")
+var ErrBadOption = errdefs.ErrInvalidArgument.WithMessage("invalid spec option")
 
 // Defaults used by New.
 const (

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -11,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/internal/copytar"
@@ -53,9 +53,9 @@ func (s *Sandbox) mountOf(p string) (source, rel string, readOnly, ok bool) {
 // Errors of WriteFiles, checked with errors.Is.
 var (
 	// ErrNotMounted: the path is in a stopped sandbox's own filesystem.
-	ErrNotMounted = errors.New("not below a mount")
+	ErrNotMounted = errdefs.ErrConflict.WithMessage("not below a mount")
 	// ErrReadOnlyMount: the path is below a read-only mount.
-	ErrReadOnlyMount = errors.New("is on a read-only mount")
+	ErrReadOnlyMount = errdefs.ErrPermissionDenied.WithMessage("is on a read-only mount")
 )
 
 // readMounted is ReadFiles of src when it lies below a bind mount; ok is

@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/containerd/errdefs"
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/atomicfile"
 	"github.com/slopbox/slopbox/internal/pidwatch"
@@ -472,7 +473,7 @@ var forwardedSignals = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQU
 	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGCONT, syscall.SIGWINCH, syscall.SIGABRT}
 
 // ErrNoMainCommand: the sandbox has no running main command to signal.
-var ErrNoMainCommand = errors.New("no main command is running")
+var ErrNoMainCommand = errdefs.ErrFailedPrecondition.WithMessage("no main command is running")
 
 // Signal sends sig to the processes of the sandbox's main command (docker
 // kill -s), through its monitor. SIGKILL stops the sandbox (Stop).

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/slopbox/slopbox/backend"
 )
 
@@ -37,7 +37,7 @@ var (
 
 // ErrNoNetHelper is wrapped when bridge networking cannot be set up on
 // this host.
-var ErrNoNetHelper = errors.New("bridge networking is not available")
+var ErrNoNetHelper = errdefs.ErrUnavailable.WithMessage("bridge networking is not available")
 
 // netHelper returns slirp4netns's path, or why bridge networking cannot
 // work for this user.

@@ -2,12 +2,13 @@ package sandbox
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/containerd/errdefs"
 )
 
 // Pause and Unpause (docker pause): every process of the sandbox but PID 1
@@ -21,8 +22,8 @@ import (
 
 // ErrPaused, ErrNotPaused: docker's 409s for pause and unpause.
 var (
-	ErrPaused    = errors.New("is paused")
-	ErrNotPaused = errors.New("is not paused")
+	ErrPaused    = errdefs.ErrFailedPrecondition.WithMessage("is paused")
+	ErrNotPaused = errdefs.ErrFailedPrecondition.WithMessage("is not paused")
 )
 
 // Pause stops every process of the running sandbox but PID 1.

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/gofrs/flock"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -28,8 +29,8 @@ import (
 
 // Sentinel errors, checked with errors.Is.
 var (
-	ErrNotFound  = errors.New("no such sandbox")
-	ErrNameInUse = errors.New("sandbox name is already in use")
+	ErrNotFound  = errdefs.ErrNotFound.WithMessage("no such sandbox")
+	ErrNameInUse = errdefs.ErrConflict.WithMessage("sandbox name is already in use")
 )
 
 // record is a sandbox's state on disk (state.json), shared by every slopbox

@@ -24,8 +24,8 @@ type identity struct {
 // no matching entries in passwd file") and matches backend.ErrUnknownUser.
 type unknownUserError struct{ msg string }
 
-func (e *unknownUserError) Error() string        { return e.msg }
-func (e *unknownUserError) Is(target error) bool { return target == backend.ErrUnknownUser }
+func (e *unknownUserError) Error() string { return e.msg }
+func (e *unknownUserError) Unwrap() error { return backend.ErrUnknownUser }
 
 // resolveUser turns "uid[:gid]" or "name[:group]" into ids through the
 // image's /etc/passwd and /etc/group, as docker does. An unknown name fails
@@ -61,8 +61,8 @@ func resolveUser(layers []string, spec string) (identity, error) {
 // backend.ErrUnmappedUser.
 type unmappedUserError struct{ msg string }
 
-func (e *unmappedUserError) Error() string        { return e.msg }
-func (e *unmappedUserError) Is(target error) bool { return target == backend.ErrUnmappedUser }
+func (e *unmappedUserError) Error() string { return e.msg }
+func (e *unmappedUserError) Unwrap() error { return backend.ErrUnmappedUser }
 
 // checkMapped refuses a user whose uid, gid or supplementary groups the
 // sandbox's user namespace (m) does not map: the kernel would only refuse

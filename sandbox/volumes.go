@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/gofrs/flock"
 
 	"github.com/slopbox/slopbox/backend"
@@ -29,9 +30,9 @@ import (
 
 // Volume errors, checked with errors.Is.
 var (
-	ErrVolumeNotFound = errors.New("no such volume")
-	ErrVolumeInUse    = errors.New("volume is in use")
-	ErrVolumeName     = errors.New("invalid volume name")
+	ErrVolumeNotFound = errdefs.ErrNotFound.WithMessage("no such volume")
+	ErrVolumeInUse    = errdefs.ErrConflict.WithMessage("volume is in use")
+	ErrVolumeName     = errdefs.ErrInvalidArgument.WithMessage("invalid volume name")
 )
 
 // Volume describes a named volume in Docker's shape.

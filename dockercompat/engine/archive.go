@@ -11,6 +11,7 @@ import (
 	"path"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/slopbox/slopbox/internal/sparse"
 	"github.com/slopbox/slopbox/sandbox"
 )
@@ -27,7 +28,7 @@ import (
 func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
 	p := r.URL.Query().Get("path")
 	if p == "" {
-		writeError(w, http.StatusBadRequest, "path is required")
+		fail(w, errdefs.ErrInvalidArgument.WithMessage("path is required"))
 		return
 	}
 	running := sb.Running()
@@ -36,7 +37,7 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 		// Docker takes the tar compressed too (testcontainers' gzip).
 		body, done, err := decompressStream(r.Body)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "the archive: "+err.Error())
+			fail(w, errdefs.ErrInvalidArgument.WithMessage("the archive: "+err.Error()))
 			return
 		}
 		defer done()
@@ -47,18 +48,19 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 			// (Sandbox.WriteFiles); its own filesystem only while it runs.
 			err = sb.WriteFiles(body, p)
 		}
+		// Not below a mount: conflict; a read-only one: permission
+		// denied (their classes); a missing directory: not found; any
+		// other: the archive's fault.
 		switch {
-		case errors.Is(err, sandbox.ErrNotMounted):
-			writeError(w, http.StatusConflict, err.Error())
-			return
-		case errors.Is(err, sandbox.ErrReadOnlyMount):
-			writeError(w, http.StatusForbidden, err.Error())
+		case err == nil:
+		case statusOf(err) != http.StatusInternalServerError:
+			fail(w, err)
 			return
 		case errors.Is(err, fs.ErrNotExist):
-			writeError(w, http.StatusNotFound, err.Error())
+			fail(w, classedAs(errdefs.ErrNotFound, err.Error()))
 			return
-		case err != nil:
-			writeError(w, http.StatusBadRequest, err.Error())
+		default:
+			fail(w, classedAs(errdefs.ErrInvalidArgument, err.Error()))
 			return
 		}
 		w.WriteHeader(http.StatusOK)
@@ -76,7 +78,7 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 		tr := tar.NewReader(pr)
 		h, err := tr.Next()
 		if err != nil {
-			writeError(w, http.StatusNotFound, "Could not find the file "+p+" in container "+sb.Name())
+			fail(w, errdefs.ErrNotFound.WithMessage("Could not find the file "+p+" in container "+sb.Name()))
 			return
 		}
 		mode := fs.FileMode(h.Mode & 0o777)
@@ -101,7 +103,7 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 		size := sparse.Counter{Bound: sb.CopyBound()}
 		if h.Typeflag == tar.TypeReg {
 			if err := size.Add(h.Name, h.Size); err != nil {
-				writeError(w, http.StatusInsufficientStorage, "copy from "+sb.Name()+": the copy is "+err.Error())
+				fail(w, errdefs.ErrResourceExhausted.WithMessage("copy from "+sb.Name()+": the copy is "+err.Error()))
 				return
 			}
 		}
@@ -133,6 +135,6 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 			tw.Close()
 		}
 	default:
-		writeError(w, http.StatusNotFound, "page not found: "+r.Method+" archive")
+		fail(w, errdefs.ErrNotFound.WithMessage("page not found: "+r.Method+" archive"))
 	}
 }

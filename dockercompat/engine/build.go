@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/containerd/errdefs"
 	"github.com/slopbox/slopbox/build"
 	"github.com/slopbox/slopbox/image"
 )
@@ -21,11 +22,11 @@ import (
 func (s *Server) imageBuild(w http.ResponseWriter, r *request) {
 	q := r.URL.Query()
 	if q.Get("remote") != "" {
-		writeError(w, http.StatusBadRequest, "remote build contexts (remote="+q.Get("remote")+") are not supported by slopbox: send the context as the request body")
+		fail(w, errdefs.ErrInvalidArgument.WithMessage("remote build contexts (remote="+q.Get("remote")+") are not supported by slopbox: send the context as the request body"))
 		return
 	}
 	if v := q.Get("version"); v == "2" {
-		writeError(w, http.StatusBadRequest, "BuildKit (version=2) is not supported by slopbox: use the classic builder (DOCKER_BUILDKIT=0)")
+		fail(w, errdefs.ErrInvalidArgument.WithMessage("BuildKit (version=2) is not supported by slopbox: use the classic builder (DOCKER_BUILDKIT=0)"))
 		return
 	}
 	o := build.Options{Dockerfile: q.Get("dockerfile"), Target: q.Get("target"), NoCache: boolParam(r, "nocache"),
@@ -35,7 +36,7 @@ func (s *Server) imageBuild(w http.ResponseWriter, r *request) {
 	}
 	for _, t := range q["t"] {
 		if _, err := s.b.Store().ParseReference(t); err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid tag %q: %v", t, err))
+			fail(w, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid tag %q: %v", t, err)))
 			return
 		}
 		o.Tags = append(o.Tags, withLatest(t))
@@ -43,7 +44,7 @@ func (s *Server) imageBuild(w http.ResponseWriter, r *request) {
 	if v := q.Get("buildargs"); v != "" {
 		var args map[string]*string
 		if err := json.Unmarshal([]byte(v), &args); err != nil {
-			writeError(w, http.StatusBadRequest, "buildargs: not a JSON object of strings: "+err.Error())
+			fail(w, errdefs.ErrInvalidArgument.WithMessage("buildargs: not a JSON object of strings: "+err.Error()))
 			return
 		}
 		o.BuildArgs = map[string]string{}
@@ -55,7 +56,7 @@ func (s *Server) imageBuild(w http.ResponseWriter, r *request) {
 	}
 	if v := q.Get("cachefrom"); v != "" {
 		if err := json.Unmarshal([]byte(v), &o.CacheFrom); err != nil {
-			writeError(w, http.StatusBadRequest, "cachefrom: not a JSON array of strings: "+err.Error())
+			fail(w, errdefs.ErrInvalidArgument.WithMessage("cachefrom: not a JSON array of strings: "+err.Error()))
 			return
 		}
 	}
@@ -69,13 +70,13 @@ func (s *Server) imageBuild(w http.ResponseWriter, r *request) {
 	}
 	if v := q.Get("labels"); v != "" {
 		if err := json.Unmarshal([]byte(v), &o.Labels); err != nil {
-			writeError(w, http.StatusBadRequest, "labels: not a JSON object of strings: "+err.Error())
+			fail(w, errdefs.ErrInvalidArgument.WithMessage("labels: not a JSON object of strings: "+err.Error()))
 			return
 		}
 	}
 	dir, df, remove, err := build.ContextFromTar(r.Body)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		fail(w, errdefs.ErrInvalidArgument.WithMessage(err.Error()))
 		return
 	}
 	defer remove()
@@ -96,11 +97,11 @@ func (s *Server) imageBuild(w http.ResponseWriter, r *request) {
 			detail = map[string]any{"message": msg, "code": se.ExitCode}
 		}
 		if !sw.started() {
-			status := statusOf(err)
-			if status == http.StatusInternalServerError && se == nil {
-				status = http.StatusBadRequest // the Dockerfile or the options
+			if statusOf(err) == http.StatusInternalServerError && se == nil {
+				fail(w, errdefs.ErrInvalidArgument.WithMessage(msg)) // the Dockerfile or the options
+				return
 			}
-			writeError(w, status, msg)
+			fail(w, classedAs(err, msg))
 			return
 		}
 		sw.message(map[string]any{"errorDetail": detail, "error": msg})
@@ -177,7 +178,7 @@ func (s *Server) imageCommit(w http.ResponseWriter, r *request) {
 	o := build.CommitOptions{Container: q.Get("container"), Comment: q.Get("comment"), Author: q.Get("author"),
 		NoPause: q.Has("pause") && !boolParam(r, "pause")}
 	if o.Container == "" {
-		writeError(w, http.StatusBadRequest, "container is required")
+		fail(w, errdefs.ErrInvalidArgument.WithMessage("container is required"))
 		return
 	}
 	if repo := q.Get("repo"); repo != "" {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/slopbox/slopbox/backend"
@@ -231,11 +232,11 @@ func (s *Server) policyError(err error) error {
 func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 	var c createBody
 	if err := json.NewDecoder(r.Body).Decode(&c); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid JSON in the request body: "+err.Error())
+		fail(w, errdefs.ErrInvalidArgument.WithMessage("invalid JSON in the request body: "+err.Error()))
 		return
 	}
 	if c.Image == "" {
-		writeError(w, http.StatusBadRequest, "config.Image is required")
+		fail(w, errdefs.ErrInvalidArgument.WithMessage("config.Image is required"))
 		return
 	}
 	img, err := s.b.Store().Get(c.Image)
@@ -261,13 +262,13 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 	}
 	cmd := opts.Command(img.Config.Config.Entrypoint, img.Config.Config.Cmd)
 	if len(cmd) == 0 {
-		writeError(w, http.StatusBadRequest, "no command specified")
+		fail(w, errdefs.ErrInvalidArgument.WithMessage("no command specified"))
 		return
 	}
 	sb, err := s.b.Create(r.Context(), spec, cmd)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrNameInUse) {
-			writeError(w, http.StatusConflict, fmt.Sprintf("Conflict. The container name %q is already in use by another container. You have to remove (or rename) that container to be able to reuse that name.", "/"+spec.Name))
+			fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Conflict. The container name %q is already in use by another container. You have to remove (or rename) that container to be able to reuse that name.", "/"+spec.Name)))
 			return
 		}
 		fail(w, s.policyError(err))
@@ -304,7 +305,7 @@ func (s *Server) open(w http.ResponseWriter, ref string) *sandbox.Sandbox {
 	sb, err := s.b.Open(ref)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrNotFound) {
-			writeError(w, http.StatusNotFound, "No such container: "+ref)
+			fail(w, errdefs.ErrNotFound.WithMessage("No such container: "+ref))
 		} else {
 			fail(w, err)
 		}
@@ -337,7 +338,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		s.containerUpdate(w, r, sb)
 	case verb == "start" && m == http.MethodPost:
 		if sb.Paused() {
-			writeError(w, http.StatusConflict, fmt.Sprintf("cannot start a paused container %s, try unpause instead", ref))
+			fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("cannot start a paused container %s, try unpause instead", ref)))
 			return
 		}
 		if sb.Running() {
@@ -365,7 +366,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			}
 			var se *sandbox.StartError
 			if errors.As(err, &se) {
-				writeError(w, http.StatusBadRequest, "failed to create task for container: "+se.Msg)
+				fail(w, errdefs.ErrInvalidArgument.WithMessage("failed to create task for container: "+se.Msg))
 				return
 			}
 			fail(w, err)
@@ -424,12 +425,12 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		if v := r.URL.Query().Get("signal"); v != "" {
 			var err error
 			if sig, err = dockercompat.ParseSignal(v); err != nil {
-				writeError(w, http.StatusBadRequest, err.Error())
+				fail(w, errdefs.ErrInvalidArgument.WithMessage(err.Error()))
 				return
 			}
 		}
 		if !sb.Running() {
-			writeError(w, http.StatusConflict, fmt.Sprintf("Cannot kill container: %s: container %s is not running", ref, sb.ID()))
+			fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot kill container: %s: container %s is not running", ref, sb.ID())))
 			return
 		}
 		watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
@@ -508,7 +509,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		}
 		if err := do(); err != nil {
 			if errors.Is(err, sandbox.ErrPaused) || errors.Is(err, sandbox.ErrNotPaused) || !sb.Running() {
-				writeError(w, http.StatusConflict, fmt.Sprintf("Container %s: %v", ref, err))
+				fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s: %v", ref, err)))
 				return
 			}
 			fail(w, err)
@@ -516,7 +517,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		}
 		w.WriteHeader(http.StatusNoContent)
 	default:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("page not found: %s /containers/%s/%s is not served by slopbox", m, ref, verb))
+		fail(w, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("page not found: %s /containers/%s/%s is not served by slopbox", m, ref, verb)))
 	}
 }
 
@@ -557,7 +558,7 @@ func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error 
 // its environment stays, as in Docker's).
 func (s *Server) linkRemove(w http.ResponseWriter, ref, alias string) {
 	if alias == "" {
-		writeError(w, http.StatusConflict, "Conflict, cannot remove the default link name of the container")
+		fail(w, errdefs.ErrConflict.WithMessage("Conflict, cannot remove the default link name of the container"))
 		return
 	}
 	sb := s.open(w, ref)
@@ -581,7 +582,7 @@ func (s *Server) linkRemove(w http.ResponseWriter, ref, alias string) {
 	case err != nil:
 		fail(w, err)
 	case !found:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("Could not find container for entity id /%s/%s", sb.Name(), alias))
+		fail(w, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("Could not find container for entity id /%s/%s", sb.Name(), alias)))
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
@@ -596,7 +597,7 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 		s.watchOf(sb.ID()).finish() // an exit its restart policy answers: restarting first
 	}
 	if s.isRestarting(sb.ID()) && !boolParam(r, "force") {
-		writeError(w, http.StatusConflict, restartingConflict(sb.ID()))
+		fail(w, errdefs.ErrConflict.WithMessage(restartingConflict(sb.ID())))
 		return
 	}
 	if p := s.cancelRestart(sb.ID()); s.restartBegun(p) {
@@ -606,7 +607,7 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 		sb = s.reopen(sb)
 	}
 	if sb.Running() && !boolParam(r, "force") {
-		writeError(w, http.StatusConflict, dockercompat.ErrRemoveRunning(sb.ID()).Error())
+		fail(w, errdefs.ErrConflict.WithMessage(dockercompat.ErrRemoveRunning(sb.ID()).Error()))
 		return
 	}
 	if sb.Running() && len(sb.Info().Command) > 0 {
@@ -648,7 +649,7 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 	switch cond {
 	case "", sandbox.WaitNotRunning, sandbox.WaitNextExit, sandbox.WaitRemoved:
 	default:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid condition: %q", cond))
+		fail(w, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid condition: %q", cond)))
 		return
 	}
 	sb := s.open(w, ref)
@@ -679,7 +680,7 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *request, sb *sandbox.Sa
 	if t := q.Get("tail"); t != "" && t != "all" {
 		n, err := strconv.Atoi(t)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid tail "+t)
+			fail(w, errdefs.ErrInvalidArgument.WithMessage("invalid tail "+t))
 			return
 		}
 		o.Tail = n
@@ -694,7 +695,7 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *request, sb *sandbox.Sa
 		}
 		ts, err := logTime(v, time.Now())
 		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid value for %q: %v", t.name, err))
+			fail(w, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid value for %q: %v", t.name, err)))
 			return
 		}
 		*t.to = ts

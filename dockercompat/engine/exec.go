@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/sandbox"
 )
@@ -62,7 +63,7 @@ func (s *Server) execCreate(w http.ResponseWriter, r *request, sb *sandbox.Sandb
 		User, WorkingDir, DetachKeys                             string
 	}
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid JSON in the request body: "+err.Error())
+		fail(w, errdefs.ErrInvalidArgument.WithMessage("invalid JSON in the request body: "+err.Error()))
 		return
 	}
 	keys, err := parseDetachKeys(body.DetachKeys)
@@ -71,19 +72,19 @@ func (s *Server) execCreate(w http.ResponseWriter, r *request, sb *sandbox.Sandb
 		return
 	}
 	if len(body.Cmd) == 0 {
-		writeError(w, http.StatusBadRequest, "No exec command specified")
+		fail(w, errdefs.ErrInvalidArgument.WithMessage("No exec command specified"))
 		return
 	}
 	if body.Privileged {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%v: a privileged exec would turn the sandbox off; slopbox has no privileged mode", backend.ErrUnsafe))
+		fail(w, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("%v: a privileged exec would turn the sandbox off; slopbox has no privileged mode", backend.ErrUnsafe)))
 		return
 	}
 	if !sb.Running() {
-		writeError(w, http.StatusConflict, fmt.Sprintf("container %s is not running", sb.ID()))
+		fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("container %s is not running", sb.ID())))
 		return
 	}
 	if sb.Paused() {
-		writeError(w, http.StatusConflict, fmt.Sprintf("Container %s is paused, unpause the container before exec", sb.ID()))
+		fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is paused, unpause the container before exec", sb.ID())))
 		return
 	}
 	s.dropExecs()
@@ -95,7 +96,7 @@ func (s *Server) execCreate(w http.ResponseWriter, r *request, sb *sandbox.Sandb
 	s.mu.Lock()
 	if !s.roomForExec(e.Container) {
 		s.mu.Unlock()
-		writeError(w, http.StatusConflict, fmt.Sprintf("container %s has %d exec instances created and not started, the most serve keeps for a container: start them, or create more once they expire (%v after their creation)", sb.ID(), maxIdleExecs, execExpiry))
+		fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("container %s has %d exec instances created and not started, the most serve keeps for a container: start them, or create more once they expire (%v after their creation)", sb.ID(), maxIdleExecs, execExpiry)))
 		return
 	}
 	s.execs[e.ID] = e
@@ -156,7 +157,7 @@ func (s *Server) execRoute(w http.ResponseWriter, r *request, id, verb string) {
 		e = nil
 	}
 	if e == nil {
-		writeError(w, http.StatusNotFound, "No such exec instance: "+id)
+		fail(w, errdefs.ErrNotFound.WithMessage("No such exec instance: "+id))
 		return
 	}
 	switch {
@@ -175,7 +176,7 @@ func (s *Server) execRoute(w http.ResponseWriter, r *request, id, verb string) {
 		wd, _ := strconv.Atoi(r.URL.Query().Get("w"))
 		e.mu.Lock()
 		if h <= 0 || wd <= 0 || h >= 1<<16 || wd >= 1<<16 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("resize: h=%d w=%d: want sizes from 1 to 65535", h, wd))
+			fail(w, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("resize: h=%d w=%d: want sizes from 1 to 65535", h, wd)))
 			return
 		}
 		t := e.term
@@ -188,7 +189,7 @@ func (s *Server) execRoute(w http.ResponseWriter, r *request, id, verb string) {
 		}
 		w.WriteHeader(http.StatusOK)
 	default:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("page not found: %s /exec/%s/%s is not served by slopbox", r.Method, id, verb))
+		fail(w, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("page not found: %s /exec/%s/%s is not served by slopbox", r.Method, id, verb)))
 	}
 }
 
@@ -271,14 +272,14 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 	}
 	if r.ContentLength != 0 {
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
-			writeError(w, http.StatusBadRequest, "invalid JSON in the request body: "+err.Error())
+			fail(w, errdefs.ErrInvalidArgument.WithMessage("invalid JSON in the request body: "+err.Error()))
 			return
 		}
 	}
 	e.mu.Lock()
 	if e.started {
 		e.mu.Unlock()
-		writeError(w, http.StatusConflict, "exec "+e.ID+" has already been started")
+		fail(w, errdefs.ErrConflict.WithMessage("exec "+e.ID+" has already been started"))
 		return
 	}
 	e.started, e.running = true, true
@@ -293,7 +294,7 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 	sb, err := s.b.Open(e.Container)
 	if err != nil {
 		finish(126)
-		writeError(w, http.StatusNotFound, "No such container: "+e.Container)
+		fail(w, errdefs.ErrNotFound.WithMessage("No such container: "+e.Container))
 		return
 	}
 	req, err := e.request()

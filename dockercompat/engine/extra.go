@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/containerd/errdefs"
 	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/sandbox"
@@ -35,7 +36,7 @@ func (s *Server) containerUpdate(w http.ResponseWriter, r *request, sb *sandbox.
 		RestartPolicy                                     *dockercompat.RestartPolicy
 	}
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-		writeError(w, 400, "invalid JSON in the request body: "+err.Error())
+		fail(w, errdefs.ErrInvalidArgument.WithMessage("invalid JSON in the request body: "+err.Error()))
 		return
 	}
 	info := sb.Info()
@@ -53,7 +54,7 @@ func (s *Server) containerUpdate(w http.ResponseWriter, r *request, sb *sandbox.
 		return
 	}
 	if body.CpuShares != nil && *body.CpuShares < 0 {
-		writeError(w, 400, fmt.Sprintf("invalid CPU shares (%d): the minimum is 0", *body.CpuShares))
+		fail(w, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid CPU shares (%d): the minimum is 0", *body.CpuShares)))
 		return
 	}
 	l := info.Limits

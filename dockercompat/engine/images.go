@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/errdefs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -67,7 +68,7 @@ func (s *Server) imageRoute(w http.ResponseWriter, r *request, rest string) {
 		}
 		writeJSON(w, http.StatusOK, s.removedImage(img.ID, removed))
 	default:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("page not found: %s /images/%s is not served by slopbox", r.Method, rest))
+		fail(w, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("page not found: %s /images/%s is not served by slopbox", r.Method, rest)))
 	}
 }
 
@@ -91,7 +92,7 @@ func (s *Server) removedImage(id string, names []string) []map[string]string {
 // which docker-py maps to ImageNotFound and docker run to a pull.
 func (s *Server) imageError(w http.ResponseWriter, ref string, err error) {
 	if statusOf(err) == http.StatusNotFound {
-		writeError(w, http.StatusNotFound, "No such image: "+ref)
+		fail(w, errdefs.ErrNotFound.WithMessage("No such image: "+ref))
 		return
 	}
 	fail(w, err)
@@ -268,7 +269,7 @@ func (s *Server) imagePull(w http.ResponseWriter, r *request) {
 	}
 	ref := q.Get("fromImage")
 	if ref == "" {
-		writeError(w, http.StatusBadRequest, "fromImage or fromSrc is required")
+		fail(w, errdefs.ErrInvalidArgument.WithMessage("fromImage or fromSrc is required"))
 		return
 	}
 	if tag := q.Get("tag"); tag != "" {
@@ -279,7 +280,7 @@ func (s *Server) imagePull(w http.ResponseWriter, r *request) {
 		}
 	}
 	if _, err := s.b.Store().ParseReference(ref); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		fail(w, errdefs.ErrInvalidArgument.WithMessage(err.Error()))
 		return
 	}
 	msg := func(v map[string]any) {
@@ -305,8 +306,7 @@ func (s *Server) imagePull(w http.ResponseWriter, r *request) {
 	select {
 	case res = <-done:
 		if res.err != nil {
-			code, m := pullError(ref, res.err)
-			writeError(w, code, m)
+			fail(w, pullError(ref, res.err))
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -320,7 +320,7 @@ func (s *Server) imagePull(w http.ResponseWriter, r *request) {
 	}
 	img, err := res.img, res.err
 	if err != nil {
-		_, m := pullError(ref, err)
+		m := pullError(ref, err).Error()
 		msg(map[string]any{"errorDetail": map[string]string{"message": m}, "error": m})
 		return
 	}
@@ -333,10 +333,10 @@ func (s *Server) imagePull(w http.ResponseWriter, r *request) {
 // (and a failure can no longer change the status code).
 const pullHeaderWait = 3 * time.Second
 
-// pullError is dockerd's status and message for a failed pull: 404 for a
-// repository or tag the registry does not have (or will not show), 500
-// for the rest.
-func pullError(ref string, err error) (int, string) {
+// pullError is dockerd's class and message for a failed pull: not found
+// (404) for a repository or tag the registry does not have (or will not
+// show), internal (500) for the rest, whatever their own class.
+func pullError(ref string, err error) error {
 	name := image.DockerName(ref)
 	repo := name
 	if j := strings.LastIndexAny(repo, ":@"); j > strings.LastIndex(repo, "/") {
@@ -344,13 +344,13 @@ func pullError(ref string, err error) (int, string) {
 	}
 	switch {
 	case errors.Is(err, image.ErrUnauthorized):
-		return http.StatusNotFound, fmt.Sprintf("pull access denied for %s, repository does not exist or may require 'docker login': denied: requested access to the resource is denied", repo)
+		return errdefs.ErrNotFound.WithMessage(fmt.Sprintf("pull access denied for %s, repository does not exist or may require 'docker login': denied: requested access to the resource is denied", repo))
 	case errors.Is(err, image.ErrNotFound) && strings.Contains(err.Error(), "NAME_UNKNOWN"):
-		return http.StatusNotFound, fmt.Sprintf("repository %s not found: name unknown: repository name not known to registry", repo)
+		return errdefs.ErrNotFound.WithMessage(fmt.Sprintf("repository %s not found: name unknown: repository name not known to registry", repo))
 	case errors.Is(err, image.ErrNotFound):
-		return http.StatusNotFound, fmt.Sprintf("manifest for %s not found: manifest unknown: manifest unknown", name)
+		return errdefs.ErrNotFound.WithMessage(fmt.Sprintf("manifest for %s not found: manifest unknown: manifest unknown", name))
 	}
-	return http.StatusInternalServerError, err.Error()
+	return errdefs.ErrInternal.WithMessage(err.Error())
 }
 
 func tagOf(ref string) string {
@@ -389,7 +389,7 @@ func (s *Server) imageLoad(w http.ResponseWriter, r *request) {
 		err = cerr
 	}
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "load: reading the request body: "+err.Error())
+		fail(w, errdefs.ErrInvalidArgument.WithMessage("load: reading the request body: "+err.Error()))
 		return
 	}
 	// As dockerd: a JSON stream whose headers go out at once (chunked, so
@@ -473,7 +473,7 @@ func (s *Server) imageImport(w http.ResponseWriter, r *request) {
 	}
 	var cfg v1.Config
 	if err := image.ApplyChanges(&cfg, q["changes"]); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		fail(w, errdefs.ErrInvalidArgument.WithMessage(err.Error()))
 		return
 	}
 	src := q.Get("fromSrc")
@@ -481,33 +481,29 @@ func (s *Server) imageImport(w http.ResponseWriter, r *request) {
 	if src != "-" {
 		u, err := url.Parse(src)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || !loopbackHost(u.Hostname()) {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("fromSrc %q: want - (the request body) or an http(s) URL on this host's loopback (127.0.0.1, ::1, localhost)", src))
+			fail(w, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("fromSrc %q: want - (the request body) or an http(s) URL on this host's loopback (127.0.0.1, ::1, localhost)", src)))
 			return
 		}
 		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u.String(), nil)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
+			fail(w, errdefs.ErrInvalidArgument.WithMessage(err.Error()))
 			return
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			writeError(w, http.StatusInternalServerError, "import: "+err.Error())
+			fail(w, errdefs.ErrInternal.WithMessage("import: "+err.Error()))
 			return
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			writeError(w, http.StatusInternalServerError, fmt.Sprintf("import: GET %s: %s", u, resp.Status))
+			fail(w, errdefs.ErrInternal.WithMessage(fmt.Sprintf("import: GET %s: %s", u, resp.Status)))
 			return
 		}
 		body = resp.Body
 	}
 	id, err := s.b.Store().Import(r.Context(), body, ref, cfg, q.Get("message"))
 	if err != nil {
-		code := statusOf(err)
-		if errors.Is(err, image.ErrBadRef) || errors.Is(err, image.ErrBadArchive) {
-			code = http.StatusBadRequest
-		}
-		writeError(w, code, err.Error())
+		fail(w, err)
 		return
 	}
 	s.events.emit("image", "import", id, nil)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/containerd/errdefs"
 	"github.com/slopbox/slopbox/dockercompat/networks"
 )
 
@@ -37,7 +38,7 @@ func (s *Server) networkRoute(w http.ResponseWriter, r *request, rest string) {
 			Options, Labels                           map[string]string
 		}
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid JSON in the request body: "+err.Error())
+			fail(w, errdefs.ErrInvalidArgument.WithMessage("invalid JSON in the request body: "+err.Error()))
 			return
 		}
 		o := networks.CreateOptions{Name: body.Name, Driver: body.Driver, Internal: body.Internal, Attachable: body.Attachable,
@@ -86,7 +87,7 @@ func (s *Server) networkRoute(w http.ResponseWriter, r *request, rest string) {
 			}
 		}
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid JSON in the request body: "+err.Error())
+			fail(w, errdefs.ErrInvalidArgument.WithMessage("invalid JSON in the request body: "+err.Error()))
 			return
 		}
 		var err error
@@ -108,6 +109,6 @@ func (s *Server) networkRoute(w http.ResponseWriter, r *request, rest string) {
 		}
 		w.WriteHeader(http.StatusOK)
 	default:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("page not found: %s /networks/%s is not served by slopbox", m, rest))
+		fail(w, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("page not found: %s /networks/%s is not served by slopbox", m, rest)))
 	}
 }

@@ -25,10 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/slopbox/slopbox/backend"
-	"github.com/slopbox/slopbox/dockercompat/networks"
-	"github.com/slopbox/slopbox/image"
-	"github.com/slopbox/slopbox/oci"
+	"github.com/containerd/errdefs"
 	"github.com/slopbox/slopbox/sandbox"
 
 	"golang.org/x/sys/unix"
@@ -123,11 +120,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if m := versionPrefix.FindStringSubmatch(r.URL.Path); m != nil {
 		version, r.URL.Path = m[1], m[2]
 		if versionLess(version, MinAPIVersion) {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("client version %s is too old. Minimum supported API version is %s, please upgrade your client to a newer version", version, MinAPIVersion))
+			fail(w, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("client version %s is too old. Minimum supported API version is %s, please upgrade your client to a newer version", version, MinAPIVersion)))
 			return
 		}
 		if versionLess(APIVersion, version) {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("client version %s is too new. Maximum supported API version is %s", version, APIVersion))
+			fail(w, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("client version %s is too new. Maximum supported API version is %s", version, APIVersion)))
 			return
 		}
 	}
@@ -290,9 +287,9 @@ func (s *Server) route(w http.ResponseWriter, r *request) {
 		// dockerd's answer on a node that is not in a swarm (clients'
 		// clean-up calls leave with force and takes it as done); slopbox
 		// has no swarm mode to join or start.
-		writeError(w, http.StatusServiceUnavailable, "This node is not a swarm manager: slopbox has no swarm mode")
+		fail(w, errdefs.ErrUnavailable.WithMessage("This node is not a swarm manager: slopbox has no swarm mode"))
 	default:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("page not found: %s %s is not served by slopbox", m, p))
+		fail(w, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("page not found: %s %s is not served by slopbox", m, p)))
 	}
 }
 
@@ -385,44 +382,6 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(v)
-}
-
-// writeError writes Docker's error body. The docker CLI parses it only when
-// the Content-Type is exactly application/json.
-func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, map[string]string{"message": msg})
-}
-
-// statusOf maps slopbox's errors to Docker's status codes.
-func statusOf(err error) int {
-	switch {
-	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, image.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, sandbox.ErrVolumeNotFound), errors.Is(err, networks.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, networks.ErrForbidden):
-		return http.StatusForbidden
-	case errors.Is(err, sandbox.ErrNameInUse), errors.Is(err, sandbox.ErrVolumeInUse), errors.Is(err, networks.ErrConflict):
-		return http.StatusConflict
-	case errors.Is(err, backend.ErrUnsafe), errors.Is(err, image.ErrTooLarge), errors.Is(err, oci.ErrBadMount), errors.Is(err, oci.ErrMountNotAllowed),
-		errors.Is(err, oci.ErrMountInWorkdir), errors.Is(err, errBadRequest), errors.Is(err, backend.ErrInvalidValue),
-		errors.Is(err, backend.ErrInvalidLimit), errors.Is(err, backend.ErrInvalidTimeout), errors.Is(err, backend.ErrUnmappedUser),
-		errors.Is(err, sandbox.ErrVolumeName):
-		return http.StatusBadRequest
-	case errors.Is(err, errNotImplemented), errors.Is(err, networks.ErrNotImplemented):
-		return http.StatusNotImplemented
-	}
-	return http.StatusInternalServerError
-}
-
-var (
-	errBadRequest     = errors.New("bad request")
-	errNotImplemented = errors.New("not implemented")
-)
-
-// fail writes err with its status.
-func fail(w http.ResponseWriter, err error) {
-	writeError(w, statusOf(err), err.Error())
 }
 
 // boolParam reads a docker boolean query parameter as dockerd's

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/dockercompat/filters"
@@ -25,7 +26,7 @@ import (
 func hijack(w http.ResponseWriter, r *request, tty bool) (net.Conn, *bufio.Reader, error) {
 	hj, ok := w.(http.Hijacker)
 	if !ok {
-		writeError(w, http.StatusInternalServerError, "the connection cannot be hijacked")
+		fail(w, errdefs.ErrInternal.WithMessage("the connection cannot be hijacked"))
 		return nil, nil, errors.New("not hijackable")
 	}
 	conn, rw, err := hj.Hijack()

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/sandbox"
 )
@@ -20,18 +21,14 @@ func volumeJSON(v sandbox.Volume) map[string]any {
 	}
 }
 
-// volumeError answers a volume error with Docker's status and wording.
+// volumeError answers a volume error with Docker's wording for a missing
+// volume; the others carry their class (in use: conflict, a bad name:
+// invalid argument).
 func volumeError(w http.ResponseWriter, name string, err error) {
-	switch {
-	case errors.Is(err, sandbox.ErrVolumeNotFound):
-		writeError(w, http.StatusNotFound, "get "+name+": no such volume")
-	case errors.Is(err, sandbox.ErrVolumeInUse):
-		writeError(w, http.StatusConflict, err.Error())
-	case errors.Is(err, sandbox.ErrVolumeName):
-		writeError(w, http.StatusBadRequest, err.Error())
-	default:
-		fail(w, err)
+	if errors.Is(err, sandbox.ErrVolumeNotFound) {
+		err = classedAs(err, "get "+name+": no such volume")
 	}
+	fail(w, err)
 }
 
 // volumeRoute serves /volumes, /volumes/create, /volumes/prune and
@@ -48,15 +45,15 @@ func (s *Server) volumeRoute(w http.ResponseWriter, r *request, rest string) {
 			Labels       map[string]string
 		}
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid JSON in the request body: "+err.Error())
+			fail(w, errdefs.ErrInvalidArgument.WithMessage("invalid JSON in the request body: "+err.Error()))
 			return
 		}
 		if body.Driver != "" && body.Driver != "local" {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("error looking up volume plugin %s: plugin %q not found", body.Driver, body.Driver))
+			fail(w, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("error looking up volume plugin %s: plugin %q not found", body.Driver, body.Driver)))
 			return
 		}
 		if len(body.DriverOpts) > 0 {
-			writeError(w, http.StatusBadRequest, "volume driver options are not supported: slopbox's local volumes are plain directories")
+			fail(w, errdefs.ErrInvalidArgument.WithMessage("volume driver options are not supported: slopbox's local volumes are plain directories"))
 			return
 		}
 		v, err := s.b.CreateVolume(body.Name, body.Labels)
@@ -83,7 +80,7 @@ func (s *Server) volumeRoute(w http.ResponseWriter, r *request, rest string) {
 		s.events.emit("volume", "destroy", rest, map[string]string{"driver": "local"})
 		w.WriteHeader(http.StatusNoContent)
 	default:
-		writeError(w, http.StatusNotFound, fmt.Sprintf("page not found: %s /volumes/%s is not served by slopbox", m, rest))
+		fail(w, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("page not found: %s /volumes/%s is not served by slopbox", m, rest)))
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat/filters"
 	"github.com/slopbox/slopbox/internal/netd"
@@ -32,10 +33,10 @@ import (
 // (Docker's for an operation on a predefined network), ErrNotImplemented
 // 501.
 var (
-	ErrNotFound       = errors.New("network not found")
-	ErrForbidden      = errors.New("operation not permitted on a pre-defined network")
-	ErrNotImplemented = errors.New("not implemented by slopbox")
-	ErrConflict       = errors.New("conflict")
+	ErrNotFound       = errdefs.ErrNotFound.WithMessage("network not found")
+	ErrForbidden      = errdefs.ErrPermissionDenied.WithMessage("operation not permitted on a pre-defined network")
+	ErrNotImplemented = errdefs.ErrNotImplemented.WithMessage("not implemented by slopbox")
+	ErrConflict       = errdefs.ErrConflict.WithMessage("conflict")
 )
 
 // Network is one network as GET /networks and docker network inspect show

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/internal/sparse"
@@ -68,7 +69,7 @@ const (
 
 // ErrPathEscapes is wrapped when a layer entry would resolve outside the
 // layer's directory.
-var ErrPathEscapes = errors.New("path escapes the layer root")
+var ErrPathEscapes = errdefs.ErrInvalidArgument.WithMessage("path escapes the layer root")
 
 // unpackBufPool holds the 1 MiB copy buffers of ApplyLayer (and the tests' Flatten).
 var unpackBufPool = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/internal/reexec"
@@ -31,8 +32,8 @@ type Client struct {
 
 // Classed errors of the helper.
 var (
-	ErrConflict    = errors.New("conflict")
-	ErrUnavailable = errors.New("network helper unavailable")
+	ErrConflict    = errdefs.ErrConflict.WithMessage("conflict")
+	ErrUnavailable = errdefs.ErrUnavailable.WithMessage("network helper unavailable")
 )
 
 // Connect connects to the helper of store dir, starting it when none runs

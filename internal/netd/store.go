@@ -27,17 +27,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 )
 
 // Errors, each matched with errors.Is.
 var (
-	ErrNotFound = errors.New("network not found")
-	ErrNameUsed = errors.New("network name in use")
-	ErrOverlap  = errors.New("pool overlaps with other one on this address space")
-	ErrInvalid  = errors.New("invalid network option")
-	ErrNoPool   = errors.New("no address pool left")
-	ErrTooMany  = errors.New("too many networks")
+	ErrNotFound = errdefs.ErrNotFound.WithMessage("network not found")
+	ErrNameUsed = errdefs.ErrConflict.WithMessage("network name in use")
+	ErrOverlap  = errdefs.ErrPermissionDenied.WithMessage("pool overlaps with other one on this address space")
+	ErrInvalid  = errdefs.ErrInvalidArgument.WithMessage("invalid network option")
+	ErrNoPool   = errdefs.ErrPermissionDenied.WithMessage("no address pool left")
+	ErrTooMany  = errdefs.ErrPermissionDenied.WithMessage("too many networks")
 )
 
 // MaxNetworks bounds how many user networks one user may have.

@@ -8,18 +8,18 @@
 package regfile
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 )
 
 // ErrNotRegular is wrapped when a name holds something other than a
 // regular file.
-var ErrNotRegular = errors.New("not a regular file")
+var ErrNotRegular = errdefs.ErrInvalidArgument.WithMessage("not a regular file")
 
 // NotRegularError says what a name held instead of a regular file.
 type NotRegularError struct {
@@ -40,7 +40,7 @@ func (e *NotRegularError) Error() string {
 	return fmt.Sprintf("%s is %s, not a regular file", e.Path, Kind(e.Mode))
 }
 
-func (e *NotRegularError) Is(target error) bool { return target == ErrNotRegular }
+func (e *NotRegularError) Unwrap() error { return ErrNotRegular }
 
 // Kind names a file type as an error shows it: "a named pipe (FIFO)", "a
 // directory", ...

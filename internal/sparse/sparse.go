@@ -10,10 +10,10 @@ package sparse
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 
+	"github.com/containerd/errdefs"
 	"github.com/docker/go-units"
 	"golang.org/x/sys/unix"
 )
@@ -91,7 +91,7 @@ func (w *Writer) Close() error {
 func (w *Writer) Size() int64 { return w.off }
 
 // ErrTooLarge is wrapped when what would be written exceeds a Bound.
-var ErrTooLarge = errors.New("too large")
+var ErrTooLarge = errdefs.ErrInvalidArgument.WithMessage("too large")
 
 // Bound is the most a copy or a layer may hold when its files' holes
 // cannot be kept, counted in apparent size (sparse files in full).

@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runc/libcontainer/specconv"
@@ -58,7 +59,7 @@ type CreateOpts struct {
 
 // ErrNotExist is returned for an unknown container; its text is the one
 // containerd's shim looks for ("does not exist").
-var ErrNotExist = errors.New("container does not exist")
+var ErrNotExist = errdefs.ErrNotFound.WithMessage("container does not exist")
 
 func (r *Runtime) load(id string) (*libcontainer.Container, error) {
 	if id == "" {

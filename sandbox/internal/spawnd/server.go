@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -962,7 +963,7 @@ func mountedBefore(dir string) bool {
 }
 
 // ErrStaleVolatile explains a StaleVolatile layer.
-var ErrStaleVolatile = errors.New("its writable layer was mounted without syncs to the disk (it was made to go with its command: --rm or AutoRemove) and the host has restarted since, so its files may be incomplete; remove it")
+var ErrStaleVolatile = errdefs.ErrFailedPrecondition.WithMessage("its writable layer was mounted without syncs to the disk (it was made to go with its command: --rm or AutoRemove) and the host has restarted since, so its files may be incomplete; remove it")
 
 // prepareVolatile readies dir's layer (work its overlay workdir) for a
 // mount, volatile or not. It refuses a layer whose last volatile mount is
