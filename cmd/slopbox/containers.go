@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -28,28 +29,18 @@ func openSandbox(ref string) (*sandbox.Sandbox, error) {
 }
 
 func logsCmd() *cobra.Command {
-	var o sandbox.LogOptions
-	var tail, since string
+	var follow, timestamps bool
+	var tail, since, until string
 	c := &cobra.Command{
-		Use:   "logs [-f] [--tail N] [-t] SANDBOX",
+		Use:   "logs [-f] [--tail N] [-t] [--since T] [--until T] SANDBOX",
 		Short: "Show the output of a sandbox's main command (run -d, start)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.Tail = -1
-			if tail != "all" {
-				n, err := strconv.Atoi(tail)
-				if err != nil || n < 0 {
-					return &exitError{code: 1, err: fmt.Errorf("invalid --tail %q: want a number of lines or \"all\"", tail)}
-				}
-				o.Tail = n
+			o, err := dockerview.LogWindow(tail, since, until, time.Now())
+			if err != nil {
+				return &exitError{code: 1, err: err}
 			}
-			if since != "" {
-				t, err := parseSince(since)
-				if err != nil {
-					return &exitError{code: 1, err: err}
-				}
-				o.Since = t
-			}
+			o.Follow, o.Timestamps = follow, timestamps
 			sb, err := openSandbox(args[0])
 			if err != nil {
 				return err
@@ -59,27 +50,12 @@ func logsCmd() *cobra.Command {
 			return sb.Logs(ctx, o, os.Stdout, os.Stderr)
 		},
 	}
-	c.Flags().BoolVarP(&o.Follow, "follow", "f", false, "keep printing output until the sandbox stops")
+	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing output until the sandbox stops")
 	c.Flags().StringVarP(&tail, "tail", "n", "all", "only the last N lines")
-	c.Flags().BoolVarP(&o.Timestamps, "timestamps", "t", false, "prefix each line with its time (RFC 3339)")
-	c.Flags().StringVar(&since, "since", "", "only lines since a time (RFC 3339) or a duration ago (10m)")
+	c.Flags().BoolVarP(&timestamps, "timestamps", "t", false, "prefix each line with its time (RFC 3339)")
+	c.Flags().StringVar(&since, "since", "", "only lines since a time (2006-01-02T15:04:05Z, Unix seconds) or a duration ago (10m)")
+	c.Flags().StringVar(&until, "until", "", "only lines before a time (2006-01-02T15:04:05Z, Unix seconds) or a duration ago (10m)")
 	return c
-}
-
-// parseSince reads docker's --since: a duration ago or a time.
-func parseSince(s string) (time.Time, error) {
-	if d, err := time.ParseDuration(s); err == nil {
-		return time.Now().Add(-d), nil
-	}
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02"} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return t, nil
-		}
-	}
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return time.Unix(n, 0), nil
-	}
-	return time.Time{}, fmt.Errorf("invalid --since %q: want a duration (10m), an RFC 3339 time or a Unix time", s)
 }
 
 func waitCmd() *cobra.Command {

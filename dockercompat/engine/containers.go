@@ -676,30 +676,12 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 
 func (s *Server) containerLogs(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
 	q := r.URL.Query()
-	o := sandbox.LogOptions{Follow: boolParam(r, "follow"), Timestamps: boolParam(r, "timestamps"), Tail: -1}
-	if t := q.Get("tail"); t != "" && t != "all" {
-		n, err := strconv.Atoi(t)
-		if err != nil {
-			fail(w, errdefs.ErrInvalidArgument.WithMessage("invalid tail "+t))
-			return
-		}
-		o.Tail = n
+	o, err := dockerview.LogWindow(q.Get("tail"), q.Get("since"), q.Get("until"), time.Now())
+	if err != nil {
+		fail(w, err)
+		return
 	}
-	for _, t := range []struct {
-		name string
-		to   *time.Time
-	}{{"since", &o.Since}, {"until", &o.Until}} {
-		v := q.Get(t.name)
-		if v == "" || v == "0" {
-			continue
-		}
-		ts, err := logTime(v, time.Now())
-		if err != nil {
-			fail(w, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid value for %q: %v", t.name, err)))
-			return
-		}
-		*t.to = ts
-	}
+	o.Follow, o.Timestamps = boolParam(r, "follow"), boolParam(r, "timestamps")
 	tty := sb.Info().Tty
 	if tty {
 		w.Header().Set("Content-Type", "application/vnd.docker.raw-stream")
@@ -715,21 +697,6 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *request, sb *sandbox.Sa
 	}
 	stdout, stderr := outputStreams(r, &flushWriter{w: w, f: fl}, tty)
 	sb.Logs(r.Context(), o, stdout, stderr)
-}
-
-// logTime reads a logs since/until value as dockerd does: Unix seconds
-// (with a fraction), an RFC 3339 time, or a duration before now ("10m").
-func logTime(v string, now time.Time) (time.Time, error) {
-	if sec, err := strconv.ParseFloat(v, 64); err == nil {
-		return time.Unix(0, int64(sec*1e9)), nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return t, nil
-	}
-	if d, err := time.ParseDuration(v); err == nil {
-		return now.Add(-d), nil
-	}
-	return time.Time{}, fmt.Errorf("%q is not Unix seconds, an RFC 3339 time nor a duration (10m)", v)
 }
 
 // outputStreams are the stdout and stderr an attach or logs request gets

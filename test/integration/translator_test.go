@@ -161,3 +161,51 @@ func engineCreate(t *testing.T, sock, name, body string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// TestLogsWindowParity: logs --tail, --since and --until give the same
+// lines through the slopbox CLI and through each docker CLI against serve
+// (one reading of them, dockerview.LogWindow): dockerd's rules, a negative
+// tail meaning every line and --until a bound the CLI has too.
+func TestLogsWindowParity(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("run", "-d", "--name", "lines", e.ref, "sh", "-c", "echo one; sleep 0.3; echo two; sleep 0.3; echo three")
+	e.must("wait", "lines")
+	stamps := strings.Split(strings.TrimSpace(e.must("logs", "-t", "lines")), "\n")
+	if len(stamps) != 3 {
+		t.Fatalf("logs -t: %q", stamps)
+	}
+	at := func(i int) string { // line i's time as the docker CLI sends it
+		ts, err := time.Parse(time.RFC3339Nano, strings.Fields(stamps[i])[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%d.%09d", ts.Unix(), ts.Nanosecond())
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tail", "2"}, "two\nthree\n"},
+		{[]string{"--tail", "-1"}, "one\ntwo\nthree\n"},
+		{[]string{"--tail", "0"}, ""},
+		{[]string{"--since", at(1)}, "two\nthree\n"},
+		{[]string{"--until", at(1)}, "one\ntwo\n"},
+		{[]string{"--since", at(1), "--until", at(1)}, "two\n"},
+		{[]string{"--since", "10m", "--tail", "1"}, "three\n"},
+		{[]string{"--until", "10m"}, ""},
+	} {
+		args := append(append([]string{"logs"}, c.args...), "lines")
+		if out := e.must(args...); out != c.want {
+			t.Errorf("slopbox %q: %q, want %q", args, out, c.want)
+		}
+		for name, bin := range dockerClients(t) {
+			if out, code := dockerCLI(t, bin, sock, "", args...); code != 0 || out != c.want {
+				t.Errorf("%s %q: exit %d %q, want %q", name, args, code, out, c.want)
+			}
+		}
+	}
+	if out, code := e.run("", "logs", "--since", "yesterday", "lines"); code != 1 || !strings.Contains(out, "invalid since") {
+		t.Errorf("logs --since yesterday: exit %d %q, want 1 and what was wrong", code, out)
+	}
+}
