@@ -17,6 +17,7 @@ require (
 	github.com/moby/patternmatcher v0.6.0
 	github.com/moby/profiles/seccomp v0.2.3
 	github.com/moby/sys/capability v0.4.0
+	github.com/moby/sys/signal v0.7.1
 	github.com/moby/sys/user v0.5.0
 	github.com/opencontainers/cgroups v0.1.0
 	github.com/opencontainers/go-digest v1.0.0

@@ -50,6 +50,9 @@ func (o *CreateOptions) SaveCreated(dir string, img v1.Config) error {
 		RestartPolicy: o.RestartPolicy, LogConfig: o.LogConfig, CpuShares: o.CpuShares, Healthcheck: o.EffectiveHealthcheck(img.Healthcheck),
 		EnvNames: o.EnvNames, Image: o.Image, Echoed: o.Echoed,
 		DNS: o.DNS, DNSSearch: o.DNSSearch, DNSOptions: o.DNSOptions, ExtraHosts: o.ExtraHosts}
+	if c.StopSignal == "" {
+		c.StopSignal = img.StopSignal
+	}
 	for _, m := range o.Mounts {
 		c.Mounts = append(c.Mounts, map[string]any{"Type": m.Type, "Source": m.Source, "Target": m.Target, "ReadOnly": m.ReadOnly})
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/slopbox/slopbox/backend"
@@ -36,6 +37,10 @@ type Echoed struct {
 	// StopTimeout is the stop grace period in seconds (docker stop without
 	// -t, the Engine API's stop without t).
 	StopTimeout *int `json:",omitempty"`
+	// StopSignal is the signal stop sends first (--stop-signal,
+	// Config.StopSignal); the record keeps the effective one, the
+	// request's else the image's STOPSIGNAL.
+	StopSignal string `json:",omitempty"`
 	// Links are CONTAINER:ALIAS (HostConfig.Links, --link): the linked
 	// container's name and environment in ALIAS_NAME, ALIAS_ENV_KEY.
 	Links []string `json:",omitempty"`
@@ -89,6 +94,11 @@ func (o *CreateOptions) checkEchoed(memory int64, volumes bool) (warnings []stri
 			return nil, backend.InvalidValue("%s is not a valid mac address", e.MacAddress)
 		}
 		warnings = append(warnings, fmt.Sprintf("MacAddress %s is not applied: a sandbox's interface keeps the address its network gives it", e.MacAddress))
+	}
+	if e.StopSignal != "" {
+		if _, err := backend.ParseSignal(e.StopSignal); err != nil {
+			return nil, err
+		}
 	}
 	if t := e.StopTimeout; t != nil && *t < -1 {
 		return nil, backend.InvalidValue("invalid StopTimeout %d", *t)
@@ -172,6 +182,23 @@ func StopGrace(dir string, t *int) time.Duration {
 		return time.Duration(math.MaxInt64)
 	}
 	return time.Duration(n) * time.Second
+}
+
+// StopSignal is the signal a stop of the container in dir sends first:
+// the stop's own (stop -s, the Engine API's signal), else the
+// container's (--stop-signal, Config.StopSignal, the image's STOPSIGNAL),
+// else SIGTERM. A container's signal that does not parse is SIGTERM, as
+// dockerd's (an image's STOPSIGNAL is not checked at create).
+func StopSignal(dir, requested string) (syscall.Signal, error) {
+	if requested != "" {
+		return backend.ParseSignal(requested)
+	}
+	if s := LoadCreated(dir).StopSignal; s != "" {
+		if sig, err := backend.ParseSignal(s); err == nil {
+			return sig, nil
+		}
+	}
+	return syscall.SIGTERM, nil
 }
 
 // ErrRemoveRunning is the refusal to remove a running container without

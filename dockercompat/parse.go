@@ -6,9 +6,6 @@ import (
 	"path"
 	"strconv"
 	"strings"
-	"syscall"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/backend"
 )
@@ -110,22 +107,4 @@ func ParseVolume(v string) (backend.Mount, error) {
 // start with a dot.
 func IsVolumeName(src string) bool {
 	return src != "" && !strings.Contains(src, "/") && !strings.HasPrefix(src, ".")
-}
-
-// ParseSignal reads a signal as docker kill -s does: KILL, SIGKILL or 9.
-func ParseSignal(s string) (syscall.Signal, error) {
-	if n, err := strconv.Atoi(s); err == nil {
-		if n <= 0 || n > 64 {
-			return 0, fmt.Errorf("invalid signal: %s", s)
-		}
-		return syscall.Signal(n), nil
-	}
-	name := strings.ToUpper(s)
-	if !strings.HasPrefix(name, "SIG") {
-		name = "SIG" + name
-	}
-	if sig := unix.SignalNum(name); sig != 0 {
-		return sig, nil
-	}
-	return 0, fmt.Errorf("invalid signal: %s (e.g. KILL, TERM, HUP, 15)", s)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/text/width"
 
+	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/dockercompat/filters"
@@ -119,9 +120,10 @@ func stopCmd() *cobra.Command {
 		Short: "Stop sandboxes: the stop signal to the main command, then every process is killed after the grace period; their files are kept",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sig, err := dockercompat.ParseSignal(sigName)
-			if err != nil {
-				return err
+			if sigName != "" {
+				if _, err := backend.ParseSignal(sigName); err != nil {
+					return err
+				}
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
@@ -130,12 +132,16 @@ func stopCmd() *cobra.Command {
 				t = &grace
 			}
 			return eachSandbox(args, func(sb *sandbox.Sandbox) error {
+				sig, err := dockercompat.StopSignal(sb.Info().StateDir, sigName)
+				if err != nil {
+					return err
+				}
 				return sb.StopGrace(ctx, sig, dockercompat.StopGrace(sb.Info().StateDir, t))
 			})
 		},
 	}
 	c.Flags().IntVarP(&grace, "time", "t", dockercompat.DefaultStopTimeout, "seconds to wait for the main command to exit before killing every process (default: the container's --stop-timeout, else 10; -1 waits for ever)")
-	c.Flags().StringVarP(&sigName, "signal", "s", "TERM", "signal sent to the main command first")
+	c.Flags().StringVarP(&sigName, "signal", "s", "", "signal sent to the main command first (default: the container's --stop-signal or its image's STOPSIGNAL, else TERM)")
 	return c
 }
 
@@ -146,7 +152,7 @@ func killCmd() *cobra.Command {
 		Short: "Kill sandboxes (SIGKILL: every process, like stop), or send their main command a signal",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sig, err := dockercompat.ParseSignal(sigName)
+			sig, err := backend.ParseSignal(sigName)
 			if err != nil {
 				return err
 			}

@@ -12,6 +12,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/spf13/cobra"
 
+	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/internal/atomicfile"
 	"github.com/slopbox/slopbox/sandbox/ociruntime"
 )
@@ -87,7 +88,7 @@ func ociMain(args []string) int {
 			if len(a) == 2 {
 				s = a[1]
 			}
-			sig, err := ociruntime.ParseSignal(s)
+			sig, err := backend.ParseSignal(s)
 			if err != nil {
 				return err
 			}

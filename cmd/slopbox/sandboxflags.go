@@ -57,6 +57,7 @@ type spawnFlags struct {
 	macAddress, memorySwap                                   string
 	volumesFrom, links, deviceCgroupRules                    []string
 	stopTimeout                                              int
+	stopSignal                                               string
 	memorySwappiness                                         int64
 	cpuRtPeriod, cpuRtRuntime                                int64
 }
@@ -99,6 +100,7 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.entrypoint, "entrypoint", "", "replace the image's entrypoint (\"\" clears it)")
 	fs.StringVar(&f.platform, "platform", "", "only this host's platform can run")
 	fs.BoolVar(&f.initFlag, "init", false, "accepted: the sandbox's PID 1 already reaps orphans and forwards nothing")
+	fs.StringVar(&f.stopSignal, "stop-signal", "", "the signal stop sends the main command first (default: the image's STOPSIGNAL, else TERM)")
 	fs.IntVar(&f.stopTimeout, "stop-timeout", dockercompat.DefaultStopTimeout, "seconds stop waits for the main command before killing every process (-1: for ever)")
 	fs.StringArrayVar(&f.volumesFrom, "volumes-from", nil, "mount the volumes and bind mounts of a container, CONTAINER[:ro|rw]")
 	fs.StringArrayVar(&f.links, "link", nil, "CONTAINER[:ALIAS]: its name and environment in ALIAS_NAME, ALIAS_ENV_KEY (Docker's legacy links)")
@@ -158,7 +160,7 @@ func (f *spawnFlags) options(fs *pflag.FlagSet, img string, args []string) (dock
 	o.CPURealtimePeriod, o.CPURealtimeRuntime = f.cpuRtPeriod, f.cpuRtRuntime
 	o.HostSharing = backend.HostSharing{Privileged: f.privileged, Devices: f.devices, DeviceCgroupRules: f.deviceCgroupRules, PidMode: f.pidNS, IpcMode: f.ipcNS, UTSMode: f.utsNS, UsernsMode: f.userNS}
 	o.Echoed = dockercompat.Echoed{CpusetCpus: f.cpusetCpus, CpusetMems: f.cpusetMems, Runtime: f.runtime, Isolation: f.isolation,
-		VolumeDriver: f.volumeDriver, VolumesFrom: f.volumesFrom, Links: f.links, MacAddress: f.macAddress}
+		VolumeDriver: f.volumeDriver, VolumesFrom: f.volumesFrom, Links: f.links, MacAddress: f.macAddress, StopSignal: f.stopSignal}
 	o.Lookup = func(ref string) (dockercompat.Container, error) {
 		b, err := openBackend() // only when --volumes-from or --link names one
 		if err != nil {

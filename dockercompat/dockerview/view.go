@@ -161,6 +161,9 @@ func Inspect(i sandbox.Info) map[string]any {
 	if cc.StopTimeout != nil {
 		config["StopTimeout"] = *cc.StopTimeout
 	}
+	if cc.StopSignal != "" {
+		config["StopSignal"] = cc.StopSignal
+	}
 	return map[string]any{
 		"Id": i.ID, "Created": i.Created.Format(time.RFC3339Nano), "Path": path, "Args": args,
 		"State": state,

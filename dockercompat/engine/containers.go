@@ -64,6 +64,7 @@ type createBody struct {
 	Healthcheck  *v1.HealthConfig
 	MacAddress   string
 	StopTimeout  *int
+	StopSignal   string
 	// NetworkingConfig.EndpointsConfig: the user networks, with aliases
 	// and the address asked for (compose's project network).
 	NetworkingConfig struct {
@@ -137,7 +138,7 @@ func (s *Server) options(c *createBody, name string) (dockercompat.CreateOptions
 		AnonymousVolumes: slices.Sorted(maps.Keys(c.Volumes)),
 		Echoed: dockercompat.Echoed{CpusetCpus: h.CpusetCpus, CpusetMems: h.CpusetMems, Runtime: h.Runtime, Isolation: h.Isolation,
 			VolumeDriver: h.VolumeDriver, VolumesFrom: h.VolumesFrom, Init: h.Init, MemorySwap: h.MemorySwap,
-			MemorySwappiness: h.MemorySwappiness, MacAddress: c.MacAddress, StopTimeout: c.StopTimeout, Links: h.Links},
+			MemorySwappiness: h.MemorySwappiness, MacAddress: c.MacAddress, StopTimeout: c.StopTimeout, StopSignal: c.StopSignal, Links: h.Links},
 		Lookup: dockerview.Lookup(s.b)}
 	for _, name := range slices.Sorted(maps.Keys(c.NetworkingConfig.EndpointsConfig)) {
 		ep := c.NetworkingConfig.EndpointsConfig[name]
@@ -390,7 +391,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			return
 		}
 		if verb == "stop" || sb.Running() {
-			if err := s.stop(r.Context(), sb, r.URL.Query().Get("t")); err != nil {
+			if err := s.stop(r.Context(), sb, r.URL.Query().Get("t"), r.URL.Query().Get("signal")); err != nil {
 				fail(w, err)
 				return
 			}
@@ -424,7 +425,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		sig := syscall.SIGKILL
 		if v := r.URL.Query().Get("signal"); v != "" {
 			var err error
-			if sig, err = dockercompat.ParseSignal(v); err != nil {
+			if sig, err = backend.ParseSignal(v); err != nil {
 				fail(w, errdefs.ErrInvalidArgument.WithMessage(err.Error()))
 				return
 			}
@@ -434,8 +435,8 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 			return
 		}
 		watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
-		if sig == syscall.SIGKILL || sig == syscall.SIGTERM {
-			// A fatal signal (SIGKILL, or the stop signal) stops it by
+		if stopSig, _ := dockercompat.StopSignal(sb.Info().StateDir, ""); sig == syscall.SIGKILL || sig == stopSig {
+			// A fatal signal (SIGKILL, or its stop signal) stops it by
 			// hand; another (SIGHUP, SIGUSR1, …) leaves its restart
 			// policy in place, as docker kill's documentation says.
 			p := s.stopByHand(sb.ID())
@@ -523,7 +524,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 
 // stop is docker stop: SIGTERM to the main command, SIGKILL for the whole
 // sandbox after t seconds (10 by default) or at once when it has none.
-func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error {
+func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t, signal string) error {
 	var tp *int
 	if t != "" {
 		n, err := strconv.Atoi(t)
@@ -532,10 +533,14 @@ func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t string) error 
 		}
 		tp = &n
 	}
+	sig, err := dockercompat.StopSignal(sb.Info().StateDir, signal)
+	if err != nil {
+		return err
+	}
 	grace := dockercompat.StopGrace(sb.Info().StateDir, tp)
 	watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
 	pending := s.stopByHand(sb.ID())
-	if err := sb.StopGrace(ctx, syscall.SIGTERM, grace); err != nil {
+	if err := sb.StopGrace(ctx, sig, grace); err != nil {
 		return err
 	}
 	switch {

@@ -264,24 +264,6 @@ func (r *Runtime) State(id string) (*State, error) {
 	}, nil
 }
 
-// ParseSignal takes a number (containerd) or a name with or without SIG
-// (runtime-tools, users).
-func ParseSignal(s string) (unix.Signal, error) {
-	if n, err := strconv.Atoi(s); err == nil {
-		if n <= 0 || n > 64 {
-			return 0, fmt.Errorf("invalid signal %q", s)
-		}
-		return unix.Signal(n), nil
-	}
-	name := s
-	if len(name) < 3 || name[:3] != "SIG" {
-		name = "SIG" + name
-	}
-	if sig := unix.SignalNum(name); sig != 0 {
-		return sig, nil
-	}
-	return 0, fmt.Errorf("unknown signal %q", s)
-}
 
 // Kill signals the container's process, or with all every process in it.
 func (r *Runtime) Kill(id string, sig unix.Signal, all bool) error {

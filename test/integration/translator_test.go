@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -207,5 +208,79 @@ func TestLogsWindowParity(t *testing.T) {
 	}
 	if out, code := e.run("", "logs", "--since", "yesterday", "lines"); code != 1 || !strings.Contains(out, "invalid since") {
 		t.Errorf("logs --since yesterday: exit %d %q, want 1 and what was wrong", code, out)
+	}
+}
+
+// TestStopSignal: stop sends the container's stop signal first, as
+// Docker's: stop -s (the Engine API's signal) over --stop-signal
+// (Config.StopSignal) over the image's STOPSIGNAL over SIGTERM, through
+// the slopbox CLI and the docker CLIs against serve alike; inspect shows
+// the container's; a signal that is not one is refused at create.
+func TestStopSignal(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	// Traps each signal a stop may send, and says which came.
+	const trapper = `for s in TERM USR1 USR2 HUP; do trap "echo got $s; exit 0" $s; done; echo ready; while :; do sleep 0.1; done`
+	stopped := func(name, want string, stop func()) {
+		t.Helper()
+		fixtures.Eventually(t, name+" says ready", func() (bool, string) {
+			return strings.Contains(e.must("logs", name), "ready"), e.evidence(name)
+		})
+		stop()
+		out := e.must("logs", name)
+		if !strings.Contains(out, "got "+want) || strings.Count(out, "got ") != 1 {
+			t.Errorf("%s stopped: %q, want only its trap of %s", name, out, want)
+		}
+		if out := e.must("inspect", "-f", "{{.State.ExitCode}}", name); out != "0\n" {
+			t.Errorf("%s: exit %q, want 0 (its trap)", name, out)
+		}
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM "+e.ref+"\nSTOPSIGNAL USR2\n"), 0o644)
+	e.must("pull", "-q", e.ref)
+	if out, code := e.docker("", "build", "-t", "stopsig", dir); code != 0 {
+		t.Fatalf("build: exit %d\n%s", code, out)
+	}
+
+	e.must("run", "-d", "--name", "plain", e.ref, "sh", "-c", trapper)
+	stopped("plain", "TERM", func() { e.must("stop", "plain") })
+	e.must("run", "-d", "--name", "flagged", "--stop-signal", "usr1", e.ref, "sh", "-c", trapper)
+	if out := e.must("inspect", "-f", "{{.Config.StopSignal}}", "flagged"); out != "usr1\n" {
+		t.Errorf("inspect Config.StopSignal: %q", out)
+	}
+	stopped("flagged", "USR1", func() { e.must("stop", "flagged") })
+	e.must("run", "-d", "--name", "fromimage", "stopsig", "sh", "-c", trapper)
+	if out := e.must("inspect", "-f", "{{.Config.StopSignal}}", "fromimage"); out != "USR2\n" {
+		t.Errorf("inspect Config.StopSignal of the image's: %q", out)
+	}
+	stopped("fromimage", "USR2", func() { e.must("stop", "fromimage") })
+	e.must("run", "-d", "--name", "overridden", "--stop-signal", "USR1", e.ref, "sh", "-c", trapper)
+	stopped("overridden", "HUP", func() { e.must("stop", "-s", "SIGHUP", "overridden") })
+
+	for name, bin := range dockerClients(t) {
+		n := "d-" + strings.ReplaceAll(name, ".", "")
+		if out, code := dockerCLI(t, bin, sock, "", "run", "-d", "--name", n, "--stop-signal", "USR1", e.ref, "sh", "-c", trapper); code != 0 {
+			t.Fatalf("%s run: exit %d %s", name, code, out)
+		}
+		stopped(n, "USR1", func() {
+			if out, code := dockerCLI(t, bin, sock, "", "stop", n); code != 0 {
+				t.Errorf("%s stop: exit %d %s", name, code, out)
+			}
+		})
+		if out, code := dockerCLI(t, bin, sock, "", "create", "--stop-signal", "BOGUS", e.ref); code == 0 || !strings.Contains(out, "invalid signal: BOGUS") {
+			t.Errorf("%s create --stop-signal BOGUS: exit %d %q, want dockerd's refusal", name, code, out)
+		}
+	}
+	if out, code := dockerCLI(t, "/usr/local/bin/docker", sock, "", "run", "-d", "--name", "d-s", "stopsig", "sh", "-c", trapper); code == 0 {
+		stopped("d-s", "HUP", func() { // API 1.42's stop signal, which docker 28 sends
+			if out, code := dockerCLI(t, "/usr/local/bin/docker", sock, "", "stop", "-s", "HUP", "d-s"); code != 0 {
+				t.Errorf("docker 28 stop -s HUP: exit %d %s", code, out)
+			}
+		})
+	} else if _, err := os.Stat("/usr/local/bin/docker"); err == nil {
+		t.Errorf("docker 28 run: exit %d %s", code, out)
+	}
+	if out, code := e.run("", "run", "--rm", "--stop-signal", "BOGUS", e.ref, "true"); code != 125 || !strings.Contains(out, "invalid signal: BOGUS") {
+		t.Errorf("run --stop-signal BOGUS: exit %d %q, want 125 and the refusal", code, out)
 	}
 }
