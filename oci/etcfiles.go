@@ -29,18 +29,20 @@ func ParseHostEntry(s string) (HostEntry, error) {
 	if !ok {
 		name, ip, ok = strings.Cut(s, ":")
 	}
-	if ok && ip == "host-gateway" && validHostName(name) {
+	if ok && ip == "host-gateway" && validDNSName(name) {
 		return HostEntry{Name: name, Gateway: true}, nil
 	}
 	ip = strings.TrimSuffix(strings.TrimPrefix(ip, "["), "]")
 	addr, err := netip.ParseAddr(ip)
-	if !ok || name == "" || err != nil || !validHostName(name) {
+	if !ok || name == "" || err != nil || !validDNSName(name) {
 		return HostEntry{}, badOption("--add-host %q: want NAME:IP (an IPv4 or IPv6 address, or host-gateway)", s)
 	}
 	return HostEntry{Name: name, IP: addr}, nil
 }
 
-func validHostName(s string) bool {
+// validDNSName is a name /etc/hosts or a search domain may hold: labels
+// of letters, digits, '-' and '_' (as resolvers take them), 253 in all.
+func validDNSName(s string) bool {
 	if len(s) > 253 {
 		return false
 	}
@@ -126,7 +128,7 @@ func ParseDNS(servers, search, options []string) (DNS, error) {
 		d.Servers = append(d.Servers, a)
 	}
 	for _, s := range search {
-		if s != "." && !validHostName(s) {
+		if s != "." && !validDNSName(s) {
 			return DNS{}, badOption("--dns-search %q: want a domain name", s)
 		}
 		d.Search = append(d.Search, s)

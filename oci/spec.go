@@ -264,11 +264,28 @@ func WithUser(uid, gid uint32, additionalGids []uint32) Opt {
 	}
 }
 
+// ValidHostname is the one hostname rule (the sandbox's, the CLI's and
+// the Engine API's): ^[a-zA-Z0-9][a-zA-Z0-9.-]{0,62}$, RFC 1123's letters
+// within the kernel's 64 bytes. A name in /etc/hosts or a search domain
+// is a DNS name, a rule of its own (validDNSName).
+func ValidHostname(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i, c := range []byte(s) {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // WithHostname sets the container's hostname (in its own UTS namespace).
 func WithHostname(name string) Opt {
 	return func(s *specs.Spec) error {
-		if name == "" || len(name) > 64 || strings.ContainsAny(name, "/ \t\n\x00") {
-			return badOption("invalid hostname %q", name)
+		if !ValidHostname(name) {
+			return badOption("invalid hostname %q: letters, digits, '-' and '.', at most 63, starting with a letter or digit", name)
 		}
 		s.Hostname = name
 		return nil

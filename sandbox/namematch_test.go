@@ -3,6 +3,8 @@ package sandbox
 import (
 	"regexp"
 	"testing"
+
+	"github.com/slopbox/slopbox/oci"
 )
 
 func FuzzNameMatcher(f *testing.F) {
@@ -12,7 +14,7 @@ func FuzzNameMatcher(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if h.MatchString(s) != validHostname(s) || n.MatchString(s) != validName(s) {
+		if h.MatchString(s) != oci.ValidHostname(s) || n.MatchString(s) != validName(s) {
 			t.Fatalf("%q", s)
 		}
 	})

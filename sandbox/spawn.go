@@ -108,7 +108,7 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 	} else if spec.AllowHostLoopback {
 		return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("--allow-host-loopback is for --network bridge (with %s the host's loopback is %s)", network, map[bool]string{true: "shared", false: "out of reach"}[network == backend.NetworkHost]))
 	}
-	if spec.Hostname != "" && !validHostname(spec.Hostname) {
+	if spec.Hostname != "" && !oci.ValidHostname(spec.Hostname) {
 		return nil, fmt.Errorf("spawn: invalid hostname %q: letters, digits, '-' and '.', at most 63, starting with a letter or digit", spec.Hostname)
 	}
 	ports, err := checkPorts(spec.Ports, network)
@@ -1017,10 +1017,6 @@ func specMaps(maps []userns.IDMap) []specs.LinuxIDMapping {
 	}
 	return out
 }
-
-// validHostname: ^[a-zA-Z0-9][a-zA-Z0-9.-]{0,62}$ (no regexp: compiling the
-// bounded repetition costs every CLI start a third of a millisecond).
-var validHostname = nameMatcher(63, ".-")
 
 func hostname(name string) string {
 	h := strings.Map(func(r rune) rune {
