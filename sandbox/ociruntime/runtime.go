@@ -264,7 +264,6 @@ func (r *Runtime) State(id string) (*State, error) {
 	}, nil
 }
 
-
 // Kill signals the container's process, or with all every process in it.
 func (r *Runtime) Kill(id string, sig unix.Signal, all bool) error {
 	c, st, err := r.loadStatus(id)
