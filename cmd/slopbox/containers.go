@@ -3,8 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/user"
-	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -139,26 +138,15 @@ func topCmd() *cobra.Command {
 			if err != nil {
 				return &exitError{code: 1, err: err}
 			}
+			top := dockerview.Top(procs, time.Now())
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
-			fmt.Fprintln(w, "UID\tPID\tPPID\tSTIME\tTIME\tCMD")
-			for _, p := range procs {
-				fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\n", userName(p.UID), p.PID, p.PPID, p.Start.Format("15:04"), clock(p.CPU), p.Command)
+			fmt.Fprintln(w, strings.Join(top.Titles, "\t"))
+			for _, row := range top.Processes {
+				fmt.Fprintln(w, strings.Join(row, "\t"))
 			}
 			return w.Flush()
 		},
 	}
-}
-
-func userName(uid int) string {
-	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
-		return u.Username
-	}
-	return strconv.Itoa(uid)
-}
-
-func clock(d time.Duration) string {
-	s := int(d.Seconds())
-	return fmt.Sprintf("%02d:%02d:%02d", s/3600, s/60%60, s%60)
 }
 
 func statsCmd() *cobra.Command {

@@ -804,11 +804,7 @@ func (s *Server) containerTop(w http.ResponseWriter, sb *sandbox.Sandbox) {
 		fail(w, err)
 		return
 	}
-	rows := [][]string{}
-	for _, p := range procs {
-		rows = append(rows, []string{strconv.Itoa(p.UID), strconv.Itoa(p.PID), p.Start.Format("15:04"), p.CPU.Truncate(time.Second).String(), p.Command})
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"Titles": []string{"UID", "PID", "STIME", "TIME", "CMD"}, "Processes": rows})
+	writeJSON(w, http.StatusOK, dockerview.Top(procs, time.Now()))
 }
 
 // containerStats is GET /containers/{id}/stats, one sample: with

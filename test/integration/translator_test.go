@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -282,5 +283,39 @@ func TestStopSignal(t *testing.T) {
 	}
 	if out, code := e.run("", "run", "--rm", "--stop-signal", "BOGUS", e.ref, "true"); code != 125 || !strings.Contains(out, "invalid signal: BOGUS") {
 		t.Errorf("run --stop-signal BOGUS: exit %d %q, want 125 and the refusal", code, out)
+	}
+}
+
+// TestTopParity: slopbox top and docker top against serve print one table
+// (dockerview.Top): the columns of dockerd's ps -ef, the same processes,
+// host pids, and the host's name for the user where it has one.
+func TestTopParity(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("run", "-d", "--name", "busy", e.ref, "sh", "-c", "sleep 1000 & sleep 1001; echo done")
+	fixtures.Eventually(t, "both sleeps run", func() (bool, string) {
+		out := e.must("top", "busy")
+		return strings.Contains(out, "sleep 1000") && strings.Contains(out, "sleep 1001"), out
+	})
+	rows := func(out string) []string { // each row's UID PID PPID and CMD
+		var r []string
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Fields(l)
+			if len(f) < 8 {
+				t.Fatalf("top row %q: want UID PID PPID C STIME TTY TIME CMD", l)
+			}
+			r = append(r, strings.Join(append(f[:3:3], f[7:]...), " "))
+		}
+		return r
+	}
+	want := rows(e.must("top", "busy"))
+	if want[0] != "UID PID PPID CMD" || len(want) != 4 {
+		t.Fatalf("slopbox top: %q, want the title and sh with its two sleeps", want)
+	}
+	for name, bin := range dockerClients(t) {
+		out, code := dockerCLI(t, bin, sock, "", "top", "busy")
+		if got := rows(out); code != 0 || !slices.Equal(got, want) {
+			t.Errorf("%s top: exit %d %q, want slopbox top's %q", name, code, got, want)
+		}
 	}
 }
