@@ -281,9 +281,12 @@ func (s *Store) ParseReference(ref string) (name.Reference, error) {
 
 // Summary is one line of `slopbox images`.
 type Summary struct {
-	Name    string    `json:"name"`
-	ID      string    `json:"id"` // config digest, as docker shows it
-	Digest  string    `json:"digest"`
+	Name   string `json:"name"`
+	ID     string `json:"id"` // config digest, as docker shows it
+	Digest string `json:"digest"`
+	// Source is the registry digest the name was pulled at ("" for an
+	// image made here: built, committed, imported or loaded).
+	Source  string    `json:"source,omitempty"`
 	Created time.Time `json:"created"`
 	Size    int64     `json:"size"` // compressed bytes of the layers
 	// Labels are the image config's (docker images --filter label=).
@@ -307,7 +310,7 @@ func (s *Store) List() ([]Summary, error) {
 		for _, l := range m.Layers {
 			size += l.Size
 		}
-		out = append(out, Summary{Name: d.Annotations[AnnotationRefName], ID: m.Config.Digest.String(), Digest: d.Digest.String(), Created: cfg.Created.Time, Size: size, Labels: cfg.Config.Labels})
+		out = append(out, Summary{Name: d.Annotations[AnnotationRefName], ID: m.Config.Digest.String(), Digest: d.Digest.String(), Source: d.Annotations[annotationSource], Created: cfg.Created.Time, Size: size, Labels: cfg.Config.Labels})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -506,8 +509,37 @@ func (s *Store) remove(ref string, force bool) ([]string, error) {
 	return removed, s.GC()
 }
 
-// Inspect returns docker-style metadata for ref.
-func (s *Store) Inspect(ref string) (map[string]any, error) {
+// Details are what the store knows of one image; docker image inspect
+// shows them in Docker's shape (dockerview.ImageInspect).
+type Details struct {
+	ID     string // the config's digest (Docker's image id)
+	Digest string // the manifest's
+	// MediaType and ManifestSize are the manifest's.
+	MediaType    string
+	ManifestSize int64
+	Names        []string // the store's names of it (index.docker.io/library/alpine:3), sorted
+	// Sources are the registry digests its names were pulled at, by
+	// name (an index digest for a multi-platform image); a name that was
+	// built, committed, imported or loaded has none.
+	Sources                   map[string]string
+	Created                   time.Time
+	Architecture, Variant, OS string
+	Author                    string
+	Config                    v1.Config
+	RootFS                    v1.RootFS
+	Size                      int64 // its layers', compressed
+	Layers                    []ocispec.Descriptor
+	Container                 string // the sandbox a commit made it from
+	// Parent is the image a commit or build made it from (Docker's local
+	// Parent), "" for one pulled or loaded.
+	Parent string
+	// ContainerConfig is a committed image's container_config, nil
+	// without one.
+	ContainerConfig *v1.Config
+}
+
+// Inspect returns what the store knows of ref.
+func (s *Store) Inspect(ref string) (*Details, error) {
 	d, err := s.resolveLocal(ref)
 	if err != nil {
 		return nil, err
@@ -520,36 +552,31 @@ func (s *Store) Inspect(ref string) (map[string]any, error) {
 	for _, l := range m.Layers {
 		size += l.Size
 	}
-	var names []string
 	idx, err := s.readIndex()
 	if err != nil {
 		return nil, fmt.Errorf("inspect %s: %w", ref, err)
 	}
+	out := &Details{
+		ID: m.Config.Digest.String(), Digest: d.Digest.String(), MediaType: string(d.MediaType), ManifestSize: d.Size, Created: cfg.Created.Time,
+		Architecture: cfg.Architecture, Variant: cfg.Variant, OS: cfg.OS, Author: cfg.Author,
+		Config: cfg.Config, RootFS: cfg.RootFS, Size: size, Layers: m.Layers, Container: cfg.Container,
+		Parent: d.Annotations[annotationParent], ContainerConfig: s.containerConfig(m),
+	}
 	for _, e := range idx.Manifests {
-		if e.Digest == d.Digest {
-			names = append(names, e.Annotations[AnnotationRefName])
+		if e.Digest != d.Digest {
+			continue
+		}
+		name := e.Annotations[AnnotationRefName]
+		out.Names = append(out.Names, name)
+		if src := e.Annotations[annotationSource]; src != "" {
+			if out.Sources == nil {
+				out.Sources = map[string]string{}
+			}
+			out.Sources[name] = src
 		}
 	}
-	sort.Strings(names)
-	return map[string]any{
-		"Id":           m.Config.Digest.String(),
-		"Digest":       d.Digest.String(),
-		"RepoTags":     names,
-		"Created":      cfg.Created.Time,
-		"Architecture": cfg.Architecture,
-		"Variant":      cfg.Variant,
-		"Os":           cfg.OS,
-		"Config":       cfg.Config,
-		"RootFS":       cfg.RootFS,
-		"Size":         size,
-		"Layers":       m.Layers,
-		"Container":    cfg.Container, // the sandbox a commit made it from
-		// The image a commit or build made it from (Docker's local
-		// Parent), "" for one pulled or loaded.
-		"Parent":          d.Annotations[annotationParent],
-		"ContainerConfig": s.containerConfig(m),
-		"Author":          cfg.Author,
-	}, nil
+	sort.Strings(out.Names)
+	return out, nil
 }
 
 // containerConfig is the container_config of a committed image's config

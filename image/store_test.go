@@ -160,7 +160,7 @@ func TestPullListInspectTagRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tags := m["RepoTags"].([]string); len(tags) != 2 {
+	if tags := m.Names; len(tags) != 2 {
 		t.Errorf("RepoTags = %v", tags)
 	}
 	if _, err := s.Inspect("nope:latest"); !errors.Is(err, ErrNotFound) {

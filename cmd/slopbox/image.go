@@ -6,6 +6,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/slopbox/slopbox/dockercompat/dockerview"
 )
 
 // imageCmd is docker's `image` group: inspect, ls and rm, as the harnesses
@@ -33,13 +35,13 @@ func imageInspectCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var out []map[string]any
+			var out []dockerview.ImageInspect
 			for _, ref := range args {
-				info, err := s.Inspect(ref)
+				d, err := s.Inspect(ref)
 				if err != nil {
 					return &exitError{code: 1, err: fmt.Errorf("no such image: %s", ref)}
 				}
-				out = append(out, info)
+				out = append(out, dockerview.ImageInspectOf(d))
 			}
 			enc := json.NewEncoder(os.Stdout)
 			enc.SetIndent("", "    ")

@@ -33,12 +33,12 @@ func inspectCmd() *cobra.Command {
 					out = append(out, dockerview.Inspect(sb.Info()))
 					continue
 				}
-				m, err := b.Store().Inspect(ref)
+				d, err := b.Store().Inspect(ref)
 				if err != nil {
 					errs = append(errs, err)
 					continue
 				}
-				out = append(out, m)
+				out = append(out, dockerview.ImageInspectOf(d))
 			}
 			if format != "" {
 				if err := formatEach(format, out); err != nil {

@@ -16,8 +16,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/dockercompat/filters"
 	"github.com/slopbox/slopbox/image"
 )
@@ -124,20 +124,25 @@ func (s *Server) imageList(w http.ResponseWriter, r *request) {
 		if !match(i, name) {
 			continue
 		}
+		var digests []string // as image inspect's RepoDigests (dockerview.ImageInspectOf)
+		if i.Source != "" {
+			digests = append(digests, dockerview.Repository(name)+"@"+i.Source)
+		}
 		if e, ok := byID[i.ID]; ok {
 			e["RepoTags"] = append(e["RepoTags"].([]string), name)
+			for _, d := range digests {
+				if !slices.Contains(e["RepoDigests"].([]string), d) {
+					e["RepoDigests"] = append(e["RepoDigests"].([]string), d)
+				}
+			}
 			continue
-		}
-		repo := name
-		if j := strings.LastIndexAny(repo, ":@"); j > strings.LastIndex(repo, "/") {
-			repo = repo[:j]
 		}
 		labels := i.Labels
 		if labels == nil {
 			labels = map[string]string{}
 		}
 		e := map[string]any{
-			"Id": i.ID, "ParentId": "", "RepoTags": []string{name}, "RepoDigests": []string{repo + "@" + i.Digest},
+			"Id": i.ID, "ParentId": "", "RepoTags": []string{name}, "RepoDigests": append([]string{}, digests...),
 			"Created": i.Created.Unix(), "Size": i.Size, "SharedSize": -1, "VirtualSize": i.Size,
 			"Labels": labels, "Containers": -1,
 		}
@@ -215,47 +220,12 @@ func referenceMatch(pattern, name string) bool {
 }
 
 func (s *Server) imageInspect(w http.ResponseWriter, r *request, name string) {
-	m, err := s.b.Store().Inspect(name)
+	d, err := s.b.Store().Inspect(name)
 	if err != nil {
 		s.imageError(w, name, err)
 		return
 	}
-	if c, ok := m["Created"].(time.Time); ok {
-		m["Created"] = c.Format(time.RFC3339Nano)
-	}
-	m["Comment"], m["DockerVersion"] = "", ""
-	for _, k := range []string{"Parent", "Author"} {
-		if _, ok := m[k]; !ok {
-			m[k] = ""
-		}
-	}
-	// Docker's image Config always has OnBuild (null when empty):
-	// docker-py's test_build_container_with_target reads it.
-	if raw, err := json.Marshal(m["Config"]); err == nil {
-		var cfg map[string]any
-		if json.Unmarshal(raw, &cfg) == nil && cfg != nil {
-			if _, ok := cfg["OnBuild"]; !ok {
-				cfg["OnBuild"] = nil
-			}
-			m["Config"] = cfg
-		}
-	}
-	if c, _ := m["Container"].(string); c == "" {
-		m["ContainerConfig"] = m["Config"] // not a commit: the image's own
-	}
-	m["VirtualSize"] = m["Size"]
-	m["GraphDriver"] = map[string]any{"Name": "overlay", "Data": map[string]string{}}
-	if tags, ok := m["RepoTags"].([]string); ok {
-		for i, t := range tags {
-			tags[i] = image.DockerName(t)
-		}
-	}
-	if d, ok := m["Digest"].(string); ok {
-		m["RepoDigests"] = []string{strings.SplitN(name, ":", 2)[0] + "@" + d}
-	}
-	delete(m, "Layers")
-	delete(m, "Digest")
-	writeJSON(w, http.StatusOK, m)
+	writeJSON(w, http.StatusOK, dockerview.ImageInspectOf(d))
 }
 
 // imagePull is POST /images/create?fromImage=&tag=: a stream of JSON
@@ -422,22 +392,18 @@ func (s *Server) imageHistory(w http.ResponseWriter, name string) {
 		s.imageError(w, name, err)
 		return
 	}
-	m, err := s.b.Store().Inspect(name)
+	d, err := s.b.Store().Inspect(name)
 	if err != nil {
 		s.imageError(w, name, err)
 		return
 	}
 	var sizes []int64
-	if layers, ok := m["Layers"].([]ocispec.Descriptor); ok {
-		for _, l := range layers {
-			sizes = append(sizes, l.Size)
-		}
+	for _, l := range d.Layers {
+		sizes = append(sizes, l.Size)
 	}
 	var tags []string
-	if t, ok := m["RepoTags"].([]string); ok {
-		for _, n := range t {
-			tags = append(tags, image.DockerName(n))
-		}
+	for _, n := range d.Names {
+		tags = append(tags, image.DockerName(n))
 	}
 	hist := img.Config.History
 	out := []map[string]any{}

@@ -184,14 +184,15 @@ func TestCommitUnderStorageOptSaysWhy(t *testing.T) {
 	e.must("rm", "-f", "sized")
 }
 
-// imageDigest is the manifest digest slopbox image inspect shows.
+// imageDigest is the manifest digest slopbox image inspect shows (its
+// Descriptor, as dockerd's containerd image store shows it).
 func (e *env) imageDigest(ref string) string {
 	e.t.Helper()
-	var info []map[string]any
+	var info []struct{ Descriptor struct{ Digest string } }
 	if err := json.Unmarshal([]byte(e.must("image", "inspect", ref)), &info); err != nil || len(info) != 1 {
 		e.t.Fatalf("image inspect %s: %v", ref, err)
 	}
-	d, _ := info[0]["Digest"].(string)
+	d := info[0].Descriptor.Digest
 	if !strings.HasPrefix(d, "sha256:") {
 		e.t.Fatalf("image inspect %s: digest %q", ref, d)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -318,4 +319,61 @@ func TestTopParity(t *testing.T) {
 			t.Errorf("%s top: exit %d %q, want slopbox top's %q", name, code, got, want)
 		}
 	}
+}
+
+// TestImageInspectParity: slopbox image inspect and docker image inspect
+// against serve print one object (dockerview.ImageInspectOf) in Docker's
+// shape: RepoDigests name the repository each name was pulled from (not
+// the words the inspect was asked with: by id it said "sha256@…"), an
+// image built here has none, and Config.OnBuild is always there.
+func TestImageInspectParity(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM "+e.ref+"\nLABEL made=here\n"), 0o644)
+	if out, code := e.docker("", "build", "-t", "madehere", dir); code != 0 {
+		t.Fatalf("build: exit %d\n%s", code, out)
+	}
+	decode := func(who, out string) map[string]any {
+		t.Helper()
+		var v []map[string]any
+		if err := json.Unmarshal([]byte(out), &v); err != nil || len(v) != 1 {
+			t.Fatalf("%s: %v\n%s", who, err, out)
+		}
+		return v[0]
+	}
+	pulled := decode("slopbox image inspect", e.must("image", "inspect", e.ref))
+	id, _ := pulled["Id"].(string)
+	repo := e.ref[:strings.LastIndex(e.ref, ":")]
+	if rd, _ := pulled["RepoDigests"].([]any); len(rd) != 1 || !strings.HasPrefix(rd[0].(string), repo+"@sha256:") {
+		t.Errorf("RepoDigests of a pulled image: %v, want [%s@sha256:…]", pulled["RepoDigests"], repo)
+	}
+	if cfg, _ := pulled["Config"].(map[string]any); cfg == nil || !hasKey(cfg, "OnBuild") {
+		t.Errorf("Config without OnBuild: %v", pulled["Config"])
+	}
+	for _, ref := range []string{e.ref, id, id[len("sha256:"):][:12], "madehere"} {
+		want := decode("slopbox image inspect", e.must("image", "inspect", ref))
+		if ref == id {
+			if !reflect.DeepEqual(want["RepoDigests"], pulled["RepoDigests"]) {
+				t.Errorf("RepoDigests by id: %v, want the name's %v", want["RepoDigests"], pulled["RepoDigests"])
+			}
+		}
+		if ref == "madehere" {
+			if rd, _ := want["RepoDigests"].([]any); len(rd) != 0 {
+				t.Errorf("RepoDigests of an image built here: %v, want none (dockerd's)", rd)
+			}
+		}
+		for name, bin := range dockerClients(t) {
+			out, code := dockerCLI(t, bin, sock, "", "image", "inspect", ref)
+			if got := decode(name, out); code != 0 || !reflect.DeepEqual(got, want) {
+				t.Errorf("%s image inspect %s: exit %d\n%v\nwant slopbox's\n%v", name, ref, code, got, want)
+			}
+		}
+	}
+}
+
+func hasKey(m map[string]any, k string) bool {
+	_, ok := m[k]
+	return ok
 }
