@@ -369,10 +369,9 @@ func (bl *Builder) command(ctx context.Context, s *stage, c instructions.Command
 		bl.flushMarks()
 	}
 	switch c := c.(type) {
-	case *instructions.EnvCommand:
-		for _, kv := range c.Env {
-			cfg.Env = setEnv(cfg.Env, kv.Key, kv.Value)
-		}
+	case *instructions.EnvCommand, *instructions.LabelCommand, *instructions.UserCommand, *instructions.ExposeCommand,
+		*instructions.VolumeCommand, *instructions.StopSignalCommand:
+		applyChange(cfg, c) // as commit's and import's --change
 	case *instructions.ArgCommand:
 		for _, kv := range c.Args {
 			v, declared := "", kv.Value != nil
@@ -388,47 +387,15 @@ func (bl *Builder) command(ctx context.Context, s *stage, c instructions.Command
 				s.args[kv.Key] = ""
 			}
 		}
-	case *instructions.LabelCommand:
-		if cfg.Labels == nil {
-			cfg.Labels = map[string]string{}
-		}
-		for _, kv := range c.Labels {
-			cfg.Labels[kv.Key] = kv.Value
-		}
 	case *instructions.WorkdirCommand:
-		p := c.Path
-		if !path.IsAbs(p) {
-			p = path.Join("/", cfg.WorkingDir, p)
-		}
-		cfg.WorkingDir = path.Clean(p)
+		applyChange(cfg, c)
 		if err := bl.workdir(ctx, s); err != nil {
 			return err
 		}
-	case *instructions.UserCommand:
-		cfg.User = c.User
 	case *instructions.CmdCommand:
 		cfg.Cmd = bl.cmdline(s, c.ShellDependantCmdLine)
 	case *instructions.EntrypointCommand:
 		cfg.Entrypoint = bl.cmdline(s, c.ShellDependantCmdLine)
-	case *instructions.ExposeCommand:
-		if cfg.ExposedPorts == nil {
-			cfg.ExposedPorts = map[string]struct{}{}
-		}
-		for _, p := range c.Ports {
-			if !strings.Contains(p, "/") {
-				p += "/tcp"
-			}
-			cfg.ExposedPorts[p] = struct{}{}
-		}
-	case *instructions.VolumeCommand:
-		if cfg.Volumes == nil {
-			cfg.Volumes = map[string]struct{}{}
-		}
-		for _, v := range c.Volumes {
-			cfg.Volumes[v] = struct{}{}
-		}
-	case *instructions.StopSignalCommand:
-		cfg.StopSignal = c.Signal
 	case *instructions.ShellCommand:
 		s.shell = slices.Clone(c.Shell)
 	case *instructions.HealthCheckCommand:

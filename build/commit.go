@@ -10,6 +10,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
+	"github.com/moby/buildkit/frontend/dockerfile/shell"
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/image"
@@ -66,8 +67,8 @@ func Commit(ctx context.Context, b *sandbox.Backend, o CommitOptions) (*Result, 
 	cc := img.Config.DeepCopy().Config
 	cc.Cmd, cc.Image, cc.Hostname = slices.Clone(sb.Info().Command), image.DockerName(sb.Info().Image), sb.Info().Hostname
 
-	for _, c := range changes {
-		applyChange(cfg, c)
+	if err := applyChanges(&cfg.Config, changes); err != nil {
+		return nil, err
 	}
 	var nl image.NewLayer
 	err = sb.WithUpperDir(o.NoPause, func(upper string) error {
@@ -99,6 +100,41 @@ func Commit(ctx context.Context, b *sandbox.Backend, o CommitOptions) (*Result, 
 	return &Result{ID: out.ID, Digest: dgst, Tags: names}, nil
 }
 
+// ApplyChanges applies docker commit's and docker import's --change lines
+// to cfg: Dockerfile instructions read by BuildKit's parser, as a build
+// reads them (ENV A="b c" is one value, a second ENV of a name replaces
+// the first), CMD, ENTRYPOINT, ENV, EXPOSE, LABEL, STOPSIGNAL, USER,
+// VOLUME and WORKDIR; any other is refused before anything changes.
+func ApplyChanges(cfg *v1.Config, lines []string) error {
+	changes, err := parseChanges(lines)
+	if err != nil {
+		return err
+	}
+	out := cfg.DeepCopy()
+	if err := applyChanges(out, changes); err != nil {
+		return err
+	}
+	*cfg = *out
+	return nil
+}
+
+// applyChanges applies parsed --change instructions to cfg in order, each
+// one's words expanded against the environment as it is by then (ENV
+// B=$A), quotes removed, as a Dockerfile's and dockerd's commit do.
+func applyChanges(cfg *v1.Config, changes []instructions.Command) error {
+	bl := &Builder{lex: shell.NewLex('\\')}
+	for _, c := range changes {
+		if e, ok := c.(instructions.SupportsSingleWordExpansion); ok {
+			env := cfg.Env
+			if err := e.Expand(func(w string) (string, error) { return bl.expand(w, env) }); err != nil {
+				return fmt.Errorf("%w: --change %v: %v", backend.ErrInvalidValue, c, err)
+			}
+		}
+		applyChange(cfg, c)
+	}
+	return nil
+}
+
 // parseChanges parses docker commit's --change lines as Dockerfile
 // instructions, refusing those that are not configuration.
 func parseChanges(lines []string) ([]instructions.Command, error) {
@@ -122,17 +158,17 @@ func parseChanges(lines []string) ([]instructions.Command, error) {
 				*instructions.StopSignalCommand:
 				out = append(out, c)
 			default:
-				return nil, fmt.Errorf("%w: --change %q: %s cannot be changed by commit (CMD, ENTRYPOINT, ENV, EXPOSE, LABEL, STOPSIGNAL, USER, VOLUME and WORKDIR can)", backend.ErrInvalidValue, l, strings.ToUpper(c.Name()))
+				return nil, fmt.Errorf("%w: --change %q: %s cannot be changed by commit or import (CMD, ENTRYPOINT, ENV, EXPOSE, LABEL, STOPSIGNAL, USER, VOLUME and WORKDIR can)", backend.ErrInvalidValue, l, strings.ToUpper(c.Name()))
 			}
 		}
 	}
 	return out, nil
 }
 
-// applyChange applies one parsed --change to cfg. Shell forms run through
-// /bin/sh -c, as docker commit's do.
-func applyChange(cfg *v1.ConfigFile, c instructions.Command) {
-	cc := &cfg.Config
+// applyChange applies one parsed configuration instruction to cc: a
+// --change, or a Dockerfile's (build.go, where CMD and ENTRYPOINT follow
+// SHELL). Shell forms run through /bin/sh -c, as docker commit's do.
+func applyChange(cc *v1.Config, c instructions.Command) {
 	argv := func(l instructions.ShellDependantCmdLine) []string {
 		if l.PrependShell {
 			return []string{"/bin/sh", "-c", strings.Join(l.CmdLine, " ")}

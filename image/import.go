@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -105,88 +104,4 @@ func (s *Store) Import(ctx context.Context, r io.Reader, ref string, cfg v1.Conf
 	}
 	sum := sha256.Sum256(config)
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
-}
-
-// ApplyChanges applies Dockerfile instructions to cfg, as docker import
-// --change and commit --change do: CMD, ENTRYPOINT (JSON or shell form),
-// ENV, LABEL, USER, WORKDIR, EXPOSE, STOPSIGNAL.
-func ApplyChanges(cfg *v1.Config, changes []string) error {
-	for _, c := range changes {
-		verb, arg, _ := strings.Cut(strings.TrimSpace(c), " ")
-		arg = strings.TrimSpace(arg)
-		bad := func(why string) error {
-			return fmt.Errorf("change %q: %s", c, why)
-		}
-		command := func() []string {
-			var list []string
-			if json.Unmarshal([]byte(arg), &list) == nil {
-				return list
-			}
-			return []string{"/bin/sh", "-c", arg}
-		}
-		pairs := func() (map[string]string, error) {
-			out := map[string]string{}
-			if k, _, ok := strings.Cut(arg, "="); !ok || strings.ContainsAny(k, " \t") {
-				// The old form: KEY VALUE.
-				k, v, ok := strings.Cut(arg, " ")
-				if !ok || k == "" {
-					return nil, bad("want KEY=VALUE")
-				}
-				out[k] = strings.TrimSpace(v)
-				return out, nil
-			}
-			for _, kv := range strings.Fields(arg) {
-				k, v, ok := strings.Cut(kv, "=")
-				if !ok || k == "" {
-					return nil, bad("want KEY=VALUE")
-				}
-				out[k] = strings.Trim(v, `"`)
-			}
-			return out, nil
-		}
-		switch strings.ToUpper(verb) {
-		case "CMD":
-			cfg.Cmd = command()
-		case "ENTRYPOINT":
-			cfg.Entrypoint = command()
-		case "USER":
-			cfg.User = arg
-		case "WORKDIR":
-			cfg.WorkingDir = arg
-		case "STOPSIGNAL":
-			cfg.StopSignal = arg
-		case "ENV":
-			kv, err := pairs()
-			if err != nil {
-				return err
-			}
-			for k, v := range kv {
-				cfg.Env = append(cfg.Env, k+"="+v)
-			}
-		case "LABEL":
-			kv, err := pairs()
-			if err != nil {
-				return err
-			}
-			if cfg.Labels == nil {
-				cfg.Labels = map[string]string{}
-			}
-			for k, v := range kv {
-				cfg.Labels[k] = v
-			}
-		case "EXPOSE":
-			if cfg.ExposedPorts == nil {
-				cfg.ExposedPorts = map[string]struct{}{}
-			}
-			for _, p := range strings.Fields(arg) {
-				if !strings.Contains(p, "/") {
-					p += "/tcp"
-				}
-				cfg.ExposedPorts[p] = struct{}{}
-			}
-		default:
-			return bad("not a supported instruction (CMD, ENTRYPOINT, ENV, LABEL, USER, WORKDIR, EXPOSE, STOPSIGNAL)")
-		}
-	}
-	return nil
 }

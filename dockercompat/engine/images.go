@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/errdefs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/slopbox/slopbox/build"
 	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/dockercompat/filters"
 	"github.com/slopbox/slopbox/image"
@@ -438,7 +439,7 @@ func (s *Server) imageImport(w http.ResponseWriter, r *request) {
 		ref += ":" + t
 	}
 	var cfg v1.Config
-	if err := image.ApplyChanges(&cfg, q["changes"]); err != nil {
+	if err := build.ApplyChanges(&cfg, q["changes"]); err != nil {
 		fail(w, errdefs.ErrInvalidArgument.WithMessage(err.Error()))
 		return
 	}

@@ -377,3 +377,56 @@ func hasKey(m map[string]any, k string) bool {
 	_, ok := m[k]
 	return ok
 }
+
+// TestChangeParity: docker import and commit --change read one way
+// (build.ApplyChanges, BuildKit's parser as a Dockerfile's) through the
+// slopbox CLI and the docker CLI against serve: a quoted ENV value is
+// one, a name set twice is set once, VOLUME is taken, and RUN is refused.
+func TestChangeParity(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	e.must("run", "-d", "--name", "src", e.ref, "sleep", "1000")
+	tarball := filepath.Join(t.TempDir(), "fs.tar")
+	e.must("export", "-o", tarball, "src")
+	changes := []string{`ENV A="b c"`, `ENV A=d E=$A-x`, `VOLUME /data`, `LABEL "k 1"="v 1"`, `WORKDIR /w`, `CMD ["echo", "hi"]`}
+	var args []string
+	for _, c := range changes {
+		args = append(args, "--change", c)
+	}
+	const want = `{"A=d","E=b c-x","/data","v 1","/w",["echo","hi"]}`
+	show := `{{json .Config.Env}}|{{json .Config.Volumes}}|{{json .Config.Labels}}|{{.Config.WorkingDir}}|{{json .Config.Cmd}}`
+	check := func(who, ref string) {
+		t.Helper()
+		out := strings.TrimSpace(e.must("inspect", "-f", show, ref))
+		for _, part := range []string{`"A=d"`, `"E=b c-x"`, `"/data":{}`, `"k 1":"v 1"`, "|/w|", `["echo","hi"]`} {
+			if !strings.Contains(out, part) {
+				t.Errorf("%s: %s has not %s (want %s)", who, out, part, want)
+			}
+		}
+		if strings.Count(out, `"A=`) != 1 {
+			t.Errorf("%s: A set twice is in Env twice: %s", who, out)
+		}
+	}
+	e.must(append(append([]string{"import"}, args...), tarball, "imp:cli")...)
+	check("slopbox import", "imp:cli")
+	e.must(append(append([]string{"commit"}, args...), "src", "com:cli")...)
+	check("slopbox commit", "com:cli")
+	for name, bin := range dockerClients(t) {
+		tag := strings.ReplaceAll(name, ".", "")
+		if out, code := dockerCLI(t, bin, sock, "", append(append([]string{"import"}, args...), tarball, "imp:"+tag)...); code != 0 {
+			t.Fatalf("%s import: exit %d %s", name, code, out)
+		}
+		check(name+" import", "imp:"+tag)
+		if out, code := dockerCLI(t, bin, sock, "", append(append([]string{"commit"}, args...), "src", "com:"+tag)...); code != 0 {
+			t.Fatalf("%s commit: exit %d %s", name, code, out)
+		}
+		check(name+" commit", "com:"+tag)
+		if out, code := dockerCLI(t, bin, sock, "", "import", "--change", "RUN true", tarball, "nope"); code == 0 || !strings.Contains(out, "RUN cannot be changed") {
+			t.Errorf("%s import --change RUN: exit %d %q, want the refusal", name, code, out)
+		}
+	}
+	if out, code := e.run("", "import", "--change", "RUN true", tarball, "nope"); code == 0 || !strings.Contains(out, "RUN cannot be changed") {
+		t.Errorf("slopbox import --change RUN: exit %d %q", code, out)
+	}
+}
