@@ -422,7 +422,9 @@ func (s *Store) Tag(src, dst string) error {
 		return err
 	}
 	return s.updateIndex(func(idx *ocispec.Index) error {
-		setRef(idx, d, r.Name(), d.Annotations[annotationSource])
+		// Not its source: the new name's repository never had it
+		// (RepoDigests list only a repository it was pulled from).
+		setRef(idx, d, r.Name(), "")
 		return nil
 	})
 }

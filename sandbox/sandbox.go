@@ -923,9 +923,11 @@ const DefaultStopGrace = 10 * time.Second
 // StopGrace is docker stop: sig (SIGTERM when 0) goes to the main command,
 // and once it has ended, or grace has passed with the sandbox still
 // running, Stop kills every process that is left. A sandbox with no main
-// command running, or a grace of 0, is stopped at once.
+// command running, or a grace of 0, is stopped at once. A stop signal
+// the monitor does not forward (RTMIN+3, PWR: see Signal) is SIGTERM
+// with the same grace, not a kill at once.
 func (s *Sandbox) StopGrace(ctx context.Context, sig syscall.Signal, grace time.Duration) error {
-	if sig == 0 {
+	if sig == 0 || !slices.Contains(forwardedSignals, os.Signal(sig)) && sig != syscall.SIGKILL {
 		sig = syscall.SIGTERM
 	}
 	if grace > 0 && sig != syscall.SIGKILL && s.Running() && s.Signal(sig) == nil {

@@ -109,7 +109,7 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 		return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("--allow-host-loopback is for --network bridge (with %s the host's loopback is %s)", network, map[bool]string{true: "shared", false: "out of reach"}[network == backend.NetworkHost]))
 	}
 	if spec.Hostname != "" && !oci.ValidHostname(spec.Hostname) {
-		return nil, fmt.Errorf("spawn: invalid hostname %q: letters, digits, '-' and '.', at most 63, starting with a letter or digit", spec.Hostname)
+		return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("invalid hostname %q: letters, digits, '-' and '.', at most 63, starting with a letter or digit", spec.Hostname))
 	}
 	ports, err := checkPorts(spec.Ports, network)
 	if err != nil {

@@ -426,7 +426,7 @@ func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb str
 		if v := r.URL.Query().Get("signal"); v != "" {
 			var err error
 			if sig, err = backend.ParseSignal(v); err != nil {
-				fail(w, errdefs.ErrInvalidArgument.WithMessage(err.Error()))
+				fail(w, err)
 				return
 			}
 		}

@@ -33,10 +33,10 @@ import (
 // (Docker's for an operation on a predefined network), ErrNotImplemented
 // 501.
 var (
-	ErrNotFound       = errdefs.ErrNotFound.WithMessage("network not found")
+	ErrNotFound       = errdefs.ErrNotFound.WithMessage("no such network")
 	ErrForbidden      = errdefs.ErrPermissionDenied.WithMessage("operation not permitted on a pre-defined network")
 	ErrNotImplemented = errdefs.ErrNotImplemented.WithMessage("not implemented by slopbox")
-	ErrConflict       = errdefs.ErrConflict.WithMessage("conflict")
+	ErrConflict       = errdefs.ErrConflict.WithMessage("network conflict")
 )
 
 // Network is one network as GET /networks and docker network inspect show

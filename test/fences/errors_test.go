@@ -19,6 +19,9 @@ import (
 func TestSentinelsCarryAClass(t *testing.T) {
 	fset := token.NewFileSet()
 	checked := 0
+	// errdefs' classed errors are comparable values: two sentinels of one
+	// class and one message are == and errors.Is cannot tell them apart.
+	made := map[string]string{} // class and message -> where
 	err := filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -52,6 +55,15 @@ func TestSentinelsCarryAClass(t *testing.T) {
 					fun, ok := call.Fun.(*ast.SelectorExpr)
 					if !ok {
 						continue
+					}
+					if class, ok := fun.X.(*ast.SelectorExpr); ok && fun.Sel.Name == "WithMessage" && len(call.Args) == 1 {
+						if lit, ok := call.Args[0].(*ast.BasicLit); ok {
+							key := class.Sel.Name + " " + lit.Value
+							if at, dup := made[key]; dup {
+								t.Errorf("%s: %s is %s with the words of %s: the two are one value to errors.Is; give it words of its own", fset.Position(name.Pos()), name.Name, class.Sel.Name, at)
+							}
+							made[key] = fset.Position(name.Pos()).String() + " " + name.Name
+						}
 					}
 					if x, ok := fun.X.(*ast.Ident); ok && (x.Name == "errors" || x.Name == "fmt") {
 						t.Errorf("%s: %s is made with %s.%s: give it a class (errdefs.ErrInvalidArgument.WithMessage(…), errdefs.ErrNotFound…)", fset.Position(name.Pos()), name.Name, x.Name, fun.Sel.Name)

@@ -258,6 +258,10 @@ func TestStopSignal(t *testing.T) {
 	stopped("fromimage", "USR2", func() { e.must("stop", "fromimage") })
 	e.must("run", "-d", "--name", "overridden", "--stop-signal", "USR1", e.ref, "sh", "-c", trapper)
 	stopped("overridden", "HUP", func() { e.must("stop", "-s", "SIGHUP", "overridden") })
+	// A signal the monitor does not forward (a systemd image's RTMIN+3)
+	// is TERM with the grace period, not a kill at once.
+	e.must("run", "-d", "--name", "rtmin", "--stop-signal", "RTMIN+3", e.ref, "sh", "-c", trapper)
+	stopped("rtmin", "TERM", func() { e.must("stop", "rtmin") })
 
 	for name, bin := range dockerClients(t) {
 		n := "d-" + strings.ReplaceAll(name, ".", "")
@@ -352,6 +356,12 @@ func TestImageInspectParity(t *testing.T) {
 	if cfg, _ := pulled["Config"].(map[string]any); cfg == nil || !hasKey(cfg, "OnBuild") {
 		t.Errorf("Config without OnBuild: %v", pulled["Config"])
 	}
+	// A tag in another repository adds no RepoDigest: that repository
+	// never had the image.
+	e.must("tag", e.ref, "elsewhere/copy:v9")
+	if again := decode("slopbox image inspect", e.must("image", "inspect", "elsewhere/copy:v9")); !reflect.DeepEqual(again["RepoDigests"], pulled["RepoDigests"]) {
+		t.Errorf("RepoDigests after a tag elsewhere: %v, want only the pulled repository's %v", again["RepoDigests"], pulled["RepoDigests"])
+	}
 	for _, ref := range []string{e.ref, id, id[len("sha256:"):][:12], "madehere"} {
 		want := decode("slopbox image inspect", e.must("image", "inspect", ref))
 		if ref == id {
@@ -428,5 +438,20 @@ func TestChangeParity(t *testing.T) {
 	}
 	if out, code := e.run("", "import", "--change", "RUN true", tarball, "nope"); code == 0 || !strings.Contains(out, "RUN cannot be changed") {
 		t.Errorf("slopbox import --change RUN: exit %d %q", code, out)
+	}
+}
+
+// TestServeHostnameRefused: a hostname that is not one is Docker's 400
+// through the Engine API, with the rule's words, not a 500.
+func TestServeHostnameRefused(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	code, body := engineCreate(t, sock, "badhost", `{"Image":"`+e.ref+`","Cmd":["true"],"Hostname":"a_b"}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "invalid hostname") {
+		t.Errorf("create with Hostname a_b: %d %s, want 400 and the rule", code, body)
+	}
+	if out, code := e.run("", "run", "--rm", "--hostname", "a_b", e.ref, "true"); code != 125 || !strings.Contains(out, "invalid hostname") {
+		t.Errorf("run --hostname a_b: exit %d %q, want 125 and the rule", code, out)
 	}
 }
