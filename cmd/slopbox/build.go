@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/slopbox/slopbox/build"
+	"github.com/slopbox/slopbox/imagebuild"
 	"github.com/slopbox/slopbox/internal/atomicfile"
 )
 
@@ -15,7 +15,7 @@ import (
 // daemon: see package build.
 func buildCmd() *cobra.Command {
 	var (
-		o                   build.Options
+		o                   imagebuild.Options
 		args, labels        []string
 		quiet               bool
 		iidfile, dockerfile string
@@ -45,7 +45,7 @@ func buildCmd() *cobra.Command {
 			}
 			o.ContextDir, o.Dockerfile = pos[0], dockerfile
 			if pos[0] == "-" {
-				dir, df, remove, err := build.ContextFromTar(os.Stdin)
+				dir, df, remove, err := imagebuild.ContextFromTar(os.Stdin)
 				if err != nil {
 					return err
 				}
@@ -63,7 +63,7 @@ func buildCmd() *cobra.Command {
 				return err
 			}
 			defer b.Close()
-			res, err := build.New(b).Build(cmd.Context(), o)
+			res, err := imagebuild.New(b).Build(cmd.Context(), o)
 			if err != nil {
 				return &exitError{code: 1, err: err}
 			}

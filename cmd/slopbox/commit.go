@@ -5,13 +5,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/slopbox/slopbox/build"
+	"github.com/slopbox/slopbox/imagebuild"
 )
 
 // commitCmd is docker commit: the sandbox's changes as an image.
 func commitCmd() *cobra.Command {
 	var (
-		o     build.CommitOptions
+		o     imagebuild.CommitOptions
 		pause bool
 	)
 	c := &cobra.Command{
@@ -28,7 +28,7 @@ func commitCmd() *cobra.Command {
 				return err
 			}
 			defer b.Close()
-			res, err := build.Commit(cmd.Context(), b, o)
+			res, err := imagebuild.Commit(cmd.Context(), b, o)
 			if err != nil {
 				return err
 			}

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/slopbox/slopbox/build"
+	"github.com/slopbox/slopbox/imagebuild"
 	"github.com/slopbox/slopbox/internal/atomicfile"
 	"github.com/slopbox/slopbox/internal/regfile"
 )
@@ -123,7 +123,7 @@ func importCmd() *cobra.Command {
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var cfg v1.Config
-			if err := build.ApplyChanges(&cfg, changes); err != nil {
+			if err := imagebuild.ApplyChanges(&cfg, changes); err != nil {
 				return &exitError{code: 1, err: err}
 			}
 			st, err := openStore()

@@ -9,8 +9,8 @@ import (
 	"sync"
 
 	"github.com/containerd/errdefs"
-	"github.com/slopbox/slopbox/build"
 	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/imagebuild"
 )
 
 // imageBuild is POST /build, docker's classic builder over HTTP: the body
@@ -29,7 +29,7 @@ func (s *Server) imageBuild(w http.ResponseWriter, r *request) {
 		fail(w, errdefs.ErrInvalidArgument.WithMessage("BuildKit (version=2) is not supported by slopbox: use the classic builder (DOCKER_BUILDKIT=0)"))
 		return
 	}
-	o := build.Options{Dockerfile: q.Get("dockerfile"), Target: q.Get("target"), NoCache: boolParam(r, "nocache"),
+	o := imagebuild.Options{Dockerfile: q.Get("dockerfile"), Target: q.Get("target"), NoCache: boolParam(r, "nocache"),
 		Pull: q.Get("pull") != "" && q.Get("pull") != "0" && !strings.EqualFold(q.Get("pull"), "false"), Network: q.Get("networkmode")}
 	if o.Network == "default" {
 		o.Network = ""
@@ -74,7 +74,7 @@ func (s *Server) imageBuild(w http.ResponseWriter, r *request) {
 			return
 		}
 	}
-	dir, df, remove, err := build.ContextFromTar(r.Body)
+	dir, df, remove, err := imagebuild.ContextFromTar(r.Body)
 	if err != nil {
 		fail(w, errdefs.ErrInvalidArgument.WithMessage(err.Error()))
 		return
@@ -87,11 +87,11 @@ func (s *Server) imageBuild(w http.ResponseWriter, r *request) {
 		o.Out = sw
 		o.Err = errStream{sw}
 	}
-	res, err := build.New(s.b).Build(r.Context(), o)
+	res, err := imagebuild.New(s.b).Build(r.Context(), o)
 	if err != nil {
 		msg := err.Error()
 		detail := map[string]any{"message": msg}
-		var se *build.StepError
+		var se *imagebuild.StepError
 		if errors.As(err, &se) && se.ExitCode != 0 {
 			msg = se.Err.Error()
 			detail = map[string]any{"message": msg, "code": se.ExitCode}
@@ -175,7 +175,7 @@ func (e errStream) Write(p []byte) (int, error) {
 // the container's changes as an image; 201 {"Id": …}.
 func (s *Server) imageCommit(w http.ResponseWriter, r *request) {
 	q := r.URL.Query()
-	o := build.CommitOptions{Container: q.Get("container"), Comment: q.Get("comment"), Author: q.Get("author"),
+	o := imagebuild.CommitOptions{Container: q.Get("container"), Comment: q.Get("comment"), Author: q.Get("author"),
 		NoPause: q.Has("pause") && !boolParam(r, "pause")}
 	if o.Container == "" {
 		fail(w, errdefs.ErrInvalidArgument.WithMessage("container is required"))
@@ -192,7 +192,7 @@ func (s *Server) imageCommit(w http.ResponseWriter, r *request) {
 	for _, c := range q["changes"] {
 		o.Changes = append(o.Changes, strings.Split(c, "\n")...)
 	}
-	res, err := build.Commit(r.Context(), s.b, o)
+	res, err := imagebuild.Commit(r.Context(), s.b, o)
 	if err != nil {
 		fail(w, err)
 		return

@@ -17,10 +17,10 @@ import (
 	"github.com/containerd/errdefs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/slopbox/slopbox/build"
 	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/dockercompat/filters"
 	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/imagebuild"
 )
 
 // imageRoute serves /images/{name}[/json|/tag|/get|/history]; names have
@@ -439,7 +439,7 @@ func (s *Server) imageImport(w http.ResponseWriter, r *request) {
 		ref += ":" + t
 	}
 	var cfg v1.Config
-	if err := build.ApplyChanges(&cfg, q["changes"]); err != nil {
+	if err := imagebuild.ApplyChanges(&cfg, q["changes"]); err != nil {
 		fail(w, errdefs.ErrInvalidArgument.WithMessage(err.Error()))
 		return
 	}

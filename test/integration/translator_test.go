@@ -389,7 +389,7 @@ func hasKey(m map[string]any, k string) bool {
 }
 
 // TestChangeParity: docker import and commit --change read one way
-// (build.ApplyChanges, BuildKit's parser as a Dockerfile's) through the
+// (imagebuild.ApplyChanges, BuildKit's parser as a Dockerfile's) through the
 // slopbox CLI and the docker CLI against serve: a quoted ENV value is
 // one, a name set twice is set once, VOLUME is taken, and RUN is refused.
 func TestChangeParity(t *testing.T) {

@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/slopbox/slopbox/backend"
-	"github.com/slopbox/slopbox/build"
 	"github.com/slopbox/slopbox/image"
+	"github.com/slopbox/slopbox/imagebuild"
 	"github.com/slopbox/slopbox/internal/reexec"
 	"github.com/slopbox/slopbox/local"
 	"github.com/slopbox/slopbox/sandbox"
@@ -387,7 +387,7 @@ func buildFigure(ctx context.Context, b *sandbox.Backend, ref string, n, runs in
 	}
 	timeBuild := func(steps int) time.Duration {
 		t := time.Now()
-		if _, err := build.New(b).Build(ctx, build.Options{ContextDir: dir, DockerfileContent: dockerfile(steps), NoCache: true, Network: backend.NetworkNone}); err != nil {
+		if _, err := imagebuild.New(b).Build(ctx, imagebuild.Options{ContextDir: dir, DockerfileContent: dockerfile(steps), NoCache: true, Network: backend.NetworkNone}); err != nil {
 			log.Fatalf("build with %d RUN steps: %v", steps, err)
 		}
 		return time.Since(t)

@@ -1,4 +1,4 @@
-// Package build builds images from Dockerfiles without a daemon, as
+// Package imagebuild builds images from Dockerfiles without a daemon, as
 // docker's classic builder does: each RUN runs in a slopbox sandbox
 // (sandbox.SpawnBuildStep) over the layers so far, and its upper directory
 // becomes the step's layer; COPY and ADD write their layer from the
@@ -19,7 +19,7 @@
 // costs beyond its command is then mostly the start of its sandbox (an
 // overlay of its own layers, so not one the sandbox pool could start ahead):
 // BenchmarkRunStep and bench/cmd/apibench measure it.
-package build
+package imagebuild
 
 import (
 	"bufio"

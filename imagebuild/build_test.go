@@ -1,4 +1,4 @@
-package build
+package imagebuild
 
 import (
 	"archive/tar"
