@@ -9,9 +9,9 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
-	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/slopbox/slopbox/internal/sparse"
 	"github.com/slopbox/slopbox/sandbox"
 )
@@ -88,8 +88,7 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 		case tar.TypeSymlink:
 			mode |= fs.ModeSymlink
 		}
-		stat, _ := json.Marshal(map[string]any{"name": path.Base(h.Name), "size": h.Size, "mode": uint32(mode),
-			"mtime": h.ModTime.Format(time.RFC3339Nano), "linkTarget": h.Linkname})
+		stat, _ := json.Marshal(container.PathStat{Name: path.Base(h.Name), Size: h.Size, Mode: mode, Mtime: h.ModTime, LinkTarget: h.Linkname})
 		w.Header().Set("X-Docker-Container-Path-Stat", base64.StdEncoding.EncodeToString(stat))
 		if r.Method == http.MethodHead {
 			w.WriteHeader(http.StatusOK)

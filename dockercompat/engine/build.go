@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/containerd/errdefs"
+	mobybuild "github.com/moby/moby/api/types/build"
+	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/imagebuild"
 )
@@ -89,12 +91,10 @@ func (s *Server) imageBuild(w http.ResponseWriter, r *request) {
 	}
 	res, err := imagebuild.New(s.b).Build(r.Context(), o)
 	if err != nil {
-		msg := err.Error()
-		detail := map[string]any{"message": msg}
+		msg, code := err.Error(), 0
 		var se *imagebuild.StepError
 		if errors.As(err, &se) && se.ExitCode != 0 {
-			msg = se.Err.Error()
-			detail = map[string]any{"message": msg, "code": se.ExitCode}
+			msg, code = se.Err.Error(), se.ExitCode
 		}
 		if !sw.started() {
 			if statusOf(err) == http.StatusInternalServerError && se == nil {
@@ -104,18 +104,18 @@ func (s *Server) imageBuild(w http.ResponseWriter, r *request) {
 			fail(w, classedAs(err, msg))
 			return
 		}
-		sw.message(map[string]any{"errorDetail": detail, "error": msg})
+		sw.message(errorMessage(msg, code))
 		return
 	}
 	s.events.emit("image", "build", res.ID, nil)
-	sw.message(map[string]any{"aux": map[string]string{"ID": res.ID}})
+	sw.message(streamMessage{Aux: mobybuild.Result{ID: res.ID}})
 	if boolParam(r, "q") {
-		sw.message(map[string]string{"stream": res.ID + "\n"})
+		sw.message(streamMessage{Stream: res.ID + "\n"})
 		return
 	}
-	sw.message(map[string]string{"stream": "Successfully built " + strings.TrimPrefix(res.ID, "sha256:")[:12] + "\n"})
+	sw.message(streamMessage{Stream: "Successfully built " + strings.TrimPrefix(res.ID, "sha256:")[:12] + "\n"})
 	for _, t := range res.Tags {
-		sw.message(map[string]string{"stream": "Successfully tagged " + t + "\n"})
+		sw.message(streamMessage{Stream: "Successfully tagged " + t + "\n"})
 	}
 }
 
@@ -142,7 +142,7 @@ func (b *buildStream) started() bool {
 	return b.sent
 }
 
-func (b *buildStream) message(v any) {
+func (b *buildStream) message(v streamMessage) {
 	raw, _ := json.Marshal(v)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -159,7 +159,7 @@ func (b *buildStream) message(v any) {
 
 // Write sends p as one {"stream": …} message.
 func (b *buildStream) Write(p []byte) (int, error) {
-	b.message(map[string]string{"stream": string(p)})
+	b.message(streamMessage{Stream: string(p)})
 	return len(p), nil
 }
 
@@ -167,7 +167,7 @@ func (b *buildStream) Write(p []byte) (int, error) {
 type errStream struct{ b *buildStream }
 
 func (e errStream) Write(p []byte) (int, error) {
-	e.b.message(map[string]string{"stream": "\x1b[91m" + string(p) + "\x1b[0m"})
+	e.b.message(streamMessage{Stream: "\x1b[91m" + string(p) + "\x1b[0m"})
 	return len(p), nil
 }
 
@@ -219,19 +219,19 @@ func (s *Server) imagePush(w http.ResponseWriter, r *request, name string) {
 	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
 		repo = repo[:i]
 	}
-	sw.message(map[string]string{"status": "The push refers to repository [" + repo + "]"})
+	sw.message(streamMessage{Status: "The push refers to repository [" + repo + "]"})
 	dgst, err := s.b.Store().Push(r.Context(), ref, "", func(u image.PushUpdate) {
 		if u.Done {
-			sw.message(map[string]any{"status": "Pushed", "progressDetail": map[string]any{}, "id": u.Layer})
+			sw.message(streamMessage{Status: "Pushed", Progress: &jsonstream.Progress{}, ID: u.Layer})
 			return
 		}
-		sw.message(map[string]any{"status": "Pushing", "progressDetail": map[string]int64{"current": u.Complete, "total": u.Total}, "id": u.Layer})
+		sw.message(streamMessage{Status: "Pushing", Progress: &jsonstream.Progress{Current: u.Complete, Total: u.Total}, ID: u.Layer})
 	})
 	if err != nil {
-		sw.message(map[string]any{"errorDetail": map[string]string{"message": err.Error()}, "error": err.Error()})
+		sw.message(errorMessage(err.Error(), 0))
 		return
 	}
 	s.events.emit("image", "push", ref, nil)
-	sw.message(map[string]string{"status": tagOf(ref) + ": digest: " + dgst})
-	sw.message(map[string]any{"progressDetail": map[string]any{}, "aux": map[string]string{"Tag": tagOf(ref), "Digest": dgst}})
+	sw.message(streamMessage{Status: tagOf(ref) + ": digest: " + dgst})
+	sw.message(streamMessage{Progress: &jsonstream.Progress{}, Aux: pushResult{Tag: tagOf(ref), Digest: dgst}})
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/moby/moby/api/types/container"
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat"
@@ -232,8 +233,7 @@ func (s *Server) policyError(err error) error {
 
 func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 	var c createBody
-	if err := json.NewDecoder(r.Body).Decode(&c); err != nil {
-		fail(w, errdefs.ErrInvalidArgument.WithMessage("invalid JSON in the request body: "+err.Error()))
+	if !decodeBody(w, r, &c) {
 		return
 	}
 	if c.Image == "" {
@@ -298,7 +298,7 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 	if warnings == nil {
 		warnings = []string{}
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"Id": sb.ID(), "Warnings": warnings})
+	writeJSON(w, http.StatusCreated, container.CreateResponse{ID: sb.ID(), Warnings: warnings})
 }
 
 // open finds container ref or answers 404 as Docker does.
@@ -315,211 +315,200 @@ func (s *Server) open(w http.ResponseWriter, ref string) *sandbox.Sandbox {
 	return sb
 }
 
-func (s *Server) containerRoute(w http.ResponseWriter, r *request, ref, verb string) {
-	m := r.Method
-	switch {
-	case m == http.MethodDelete && boolParam(r, "link"):
-		s.linkRemove(w, ref, verb)
-		return
-	case verb == "" && m == http.MethodDelete:
-		s.containerRemove(w, r, ref)
-		return
-	case verb == "wait" && m == http.MethodPost:
-		s.containerWait(w, r, ref)
+// containerStart is POST /containers/{id}/start.
+func (s *Server) containerStart(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+	if sb.Paused() {
+		fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("cannot start a paused container %s, try unpause instead", r.PathValue("id"))))
 		return
 	}
-	sb := s.open(w, ref)
-	if sb == nil {
+	if sb.Running() {
+		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	switch {
-	case verb == "json" && m == http.MethodGet:
-		writeJSON(w, http.StatusOK, s.inspect(sb.Info()))
-	case verb == "update" && m == http.MethodPost:
-		s.containerUpdate(w, r, sb)
-	case verb == "start" && m == http.MethodPost:
-		if sb.Paused() {
-			fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("cannot start a paused container %s, try unpause instead", ref)))
-			return
-		}
-		if sb.Running() {
-			w.WriteHeader(http.StatusNotModified)
-			return
-		}
-		// The last run's die first, with its own code: start clears its
-		// exit.
-		s.watchOf(sb.ID()).finish()
+	// The last run's die first, with its own code: start clears its
+	// exit.
+	s.watchOf(sb.ID()).finish()
+	sb = s.reopen(sb)
+	if s.startedByAPI(sb.Info()) {
+		// Its restart policy was starting it: that run is over, with
+		// its start and die; this start comes after it.
 		sb = s.reopen(sb)
-		if s.startedByAPI(sb.Info()) {
-			// Its restart policy was starting it: that run is over, with
-			// its start and die; this start comes after it.
-			sb = s.reopen(sb)
-		}
-		base := sb.Info().FinishedAt
-		as := s.attachedStart(sb.ID())
-		err := sb.StartAttached(r.Context(), as)
-		if as.Stdin != nil {
-			as.Stdin.Close()
-		}
-		if err != nil {
-			if sb.Info().AutoRemove {
-				sb.Remove() // as the daemon: a --rm container that cannot start goes
-			}
-			var se *sandbox.StartError
-			if errors.As(err, &se) {
-				fail(w, errdefs.ErrInvalidArgument.WithMessage("failed to create task for container: "+se.Msg))
-				return
-			}
-			fail(w, err)
-			return
-		}
-		s.emitContainer("start", sb.Info(), nil)
-		s.watchExit(sb, base)
-		w.WriteHeader(http.StatusNoContent)
-	case (verb == "stop" || verb == "restart") && m == http.MethodPost:
-		if verb == "stop" && !sb.Running() {
-			// Not running: between runs of a restart policy, or its main
-			// command ended a moment ago, before its watch saw it.
-			if p := s.stopByHand(sb.ID()); p != nil {
-				// A restarting one: stopped, and a run its restart had
-				// begun is over before the answer.
-				s.settleRestart(sb.ID(), p)
-				w.WriteHeader(http.StatusNoContent)
-				return
-			}
-			w.WriteHeader(http.StatusNotModified)
-			return
-		}
-		if verb == "stop" || sb.Running() {
-			if err := s.stop(r.Context(), sb, r.URL.Query().Get("t"), r.URL.Query().Get("signal")); err != nil {
-				fail(w, err)
-				return
-			}
-		} else {
-			// Restart of a container not running: only started, as
-			// Docker's (no die or stop); the last run's die first.
-			s.watchOf(sb.ID()).finish()
-		}
-		if verb == "restart" {
-			// A start by hand: a pending restart is dropped (one under
-			// way is over first) and restarts count from 0, as /start's.
-			// Its state is read again after the stop, and after that run.
-			s.startedByAPI(sb.Info())
-			sb = s.reopen(sb)
-			base := sb.Info().FinishedAt
-			as := s.attachedStart(sb.ID())
-			err := sb.StartAttached(r.Context(), as)
-			if as.Stdin != nil {
-				as.Stdin.Close()
-			}
-			if err != nil {
-				fail(w, err)
-				return
-			}
-			s.emitContainer("start", sb.Info(), nil)
-			s.watchExit(sb, base)
-			s.emitContainer("restart", sb.Info(), nil)
-		}
-		w.WriteHeader(http.StatusNoContent)
-	case verb == "kill" && m == http.MethodPost:
-		sig := syscall.SIGKILL
-		if v := r.URL.Query().Get("signal"); v != "" {
-			var err error
-			if sig, err = backend.ParseSignal(v); err != nil {
-				fail(w, err)
-				return
-			}
-		}
-		if !sb.Running() {
-			fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot kill container: %s: container %s is not running", ref, sb.ID())))
-			return
-		}
-		watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
-		if stopSig, _ := dockercompat.StopSignal(sb.Info().StateDir, ""); sig == syscall.SIGKILL || sig == stopSig {
-			// A fatal signal (SIGKILL, or its stop signal) stops it by
-			// hand; another (SIGHUP, SIGUSR1, …) leaves its restart
-			// policy in place, as docker kill's documentation says.
-			p := s.stopByHand(sb.ID())
-			if watch == nil && s.settleRestart(sb.ID(), p) {
-				// Its restart policy was starting it, and has stopped
-				// that run on seeing the kill (its start and die are
-				// out): nothing is left to signal, and no kill event,
-				// as dockerd's kill of a restarting container.
-				w.WriteHeader(http.StatusNoContent)
-				return
-			}
-			if s.restartBegun(p) {
-				// Its restart's start failed: what runs is read again.
-				sb = s.reopen(sb)
-			}
-		}
-		// The kill event goes out before the signal, so that it always
-		// comes before the die the signal causes (dockerd holds the
-		// container's lock over both; its exit handler waits for it).
-		s.emitContainer("kill", sb.Info(), map[string]string{"signal": strconv.Itoa(int(sig))})
-		if err := sb.Signal(sig); err != nil {
-			fail(w, err)
-			return
-		}
-		if sig == syscall.SIGKILL {
-			// As Docker's kill with SIGKILL: it returns once the exit is
-			// recorded, so that a wait or inspect right after has its 137.
-			watch.await()
-		}
-		w.WriteHeader(http.StatusNoContent)
-	case verb == "logs" && m == http.MethodGet:
-		s.containerLogs(w, r, sb)
-	case verb == "attach" && m == http.MethodPost:
-		s.containerAttach(w, r, sb)
-	case verb == "resize" && m == http.MethodPost:
-		s.containerResize(w, r, sb)
-	case verb == "exec" && m == http.MethodPost:
-		s.execCreate(w, r, sb)
-	case verb == "top" && m == http.MethodGet:
-		s.containerTop(w, sb)
-	case verb == "stats" && m == http.MethodGet:
-		s.containerStats(w, r, sb)
-	case verb == "rename" && m == http.MethodPost:
-		if err := s.b.Rename(ref, strings.TrimPrefix(r.URL.Query().Get("name"), "/")); err != nil {
-			fail(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	case verb == "archive":
-		s.containerArchive(w, r, sb)
-	case verb == "changes" && m == http.MethodGet:
-		ch, err := sb.Changes()
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		out := []map[string]any{}
-		for _, c := range ch {
-			out = append(out, map[string]any{"Path": c.Path, "Kind": c.Kind})
-		}
-		writeJSON(w, http.StatusOK, out)
-	case verb == "export" && m == http.MethodGet:
-		lw := &lazyWriter{w: w, contentType: "application/x-tar"}
-		if err := sb.Export(lw); err != nil && !lw.started {
-			fail(w, err) // once the tar has begun, a failure can only cut it short
-		}
-	case (verb == "pause" || verb == "unpause") && m == http.MethodPost:
-		do := sb.Pause
-		if verb == "unpause" {
-			do = sb.Unpause
-		}
-		if err := do(); err != nil {
-			if errors.Is(err, sandbox.ErrPaused) || errors.Is(err, sandbox.ErrNotPaused) || !sb.Running() {
-				fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s: %v", ref, err)))
-				return
-			}
-			fail(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	default:
-		fail(w, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("page not found: %s /containers/%s/%s is not served by slopbox", m, ref, verb)))
 	}
+	base := sb.Info().FinishedAt
+	as := s.attachedStart(sb.ID())
+	err := sb.StartAttached(r.Context(), as)
+	if as.Stdin != nil {
+		as.Stdin.Close()
+	}
+	if err != nil {
+		if sb.Info().AutoRemove {
+			sb.Remove() // as the daemon: a --rm container that cannot start goes
+		}
+		var se *sandbox.StartError
+		if errors.As(err, &se) {
+			fail(w, errdefs.ErrInvalidArgument.WithMessage("failed to create task for container: "+se.Msg))
+			return
+		}
+		fail(w, err)
+		return
+	}
+	s.emitContainer("start", sb.Info(), nil)
+	s.watchExit(sb, base)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// containerStop is POST /containers/{id}/stop.
+func (s *Server) containerStop(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+	if !sb.Running() {
+		// Not running: between runs of a restart policy, or its main
+		// command ended a moment ago, before its watch saw it.
+		if p := s.stopByHand(sb.ID()); p != nil {
+			// A restarting one: stopped, and a run its restart had
+			// begun is over before the answer.
+			s.settleRestart(sb.ID(), p)
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	if err := s.stop(r.Context(), sb, r.URL.Query().Get("t"), r.URL.Query().Get("signal")); err != nil {
+		fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// containerRestart is POST /containers/{id}/restart: a stop when it
+// runs, then a start by hand.
+func (s *Server) containerRestart(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+	if sb.Running() {
+		if err := s.stop(r.Context(), sb, r.URL.Query().Get("t"), r.URL.Query().Get("signal")); err != nil {
+			fail(w, err)
+			return
+		}
+	} else {
+		// Restart of a container not running: only started, as
+		// Docker's (no die or stop); the last run's die first.
+		s.watchOf(sb.ID()).finish()
+	}
+	// A start by hand: a pending restart is dropped (one under way is
+	// over first) and restarts count from 0, as /start's. Its state is
+	// read again after the stop, and after that run.
+	s.startedByAPI(sb.Info())
+	sb = s.reopen(sb)
+	base := sb.Info().FinishedAt
+	as := s.attachedStart(sb.ID())
+	err := sb.StartAttached(r.Context(), as)
+	if as.Stdin != nil {
+		as.Stdin.Close()
+	}
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	s.emitContainer("start", sb.Info(), nil)
+	s.watchExit(sb, base)
+	s.emitContainer("restart", sb.Info(), nil)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// containerKill is POST /containers/{id}/kill?signal=.
+func (s *Server) containerKill(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+	sig := syscall.SIGKILL
+	if v := r.URL.Query().Get("signal"); v != "" {
+		var err error
+		if sig, err = backend.ParseSignal(v); err != nil {
+			fail(w, err)
+			return
+		}
+	}
+	if !sb.Running() {
+		fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot kill container: %s: container %s is not running", r.PathValue("id"), sb.ID())))
+		return
+	}
+	watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
+	if stopSig, _ := dockercompat.StopSignal(sb.Info().StateDir, ""); sig == syscall.SIGKILL || sig == stopSig {
+		// A fatal signal (SIGKILL, or its stop signal) stops it by
+		// hand; another (SIGHUP, SIGUSR1, …) leaves its restart
+		// policy in place, as docker kill's documentation says.
+		p := s.stopByHand(sb.ID())
+		if watch == nil && s.settleRestart(sb.ID(), p) {
+			// Its restart policy was starting it, and has stopped
+			// that run on seeing the kill (its start and die are
+			// out): nothing is left to signal, and no kill event,
+			// as dockerd's kill of a restarting container.
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if s.restartBegun(p) {
+			// Its restart's start failed: what runs is read again.
+			sb = s.reopen(sb)
+		}
+	}
+	// The kill event goes out before the signal, so that it always
+	// comes before the die the signal causes (dockerd holds the
+	// container's lock over both; its exit handler waits for it).
+	s.emitContainer("kill", sb.Info(), map[string]string{"signal": strconv.Itoa(int(sig))})
+	if err := sb.Signal(sig); err != nil {
+		fail(w, err)
+		return
+	}
+	if sig == syscall.SIGKILL {
+		// As Docker's kill with SIGKILL: it returns once the exit is
+		// recorded, so that a wait or inspect right after has its 137.
+		watch.await()
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// containerRename is POST /containers/{id}/rename?name=.
+func (s *Server) containerRename(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+	if err := s.b.Rename(sb.ID(), strings.TrimPrefix(r.URL.Query().Get("name"), "/")); err != nil {
+		fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// containerChanges is GET /containers/{id}/changes.
+func (s *Server) containerChanges(w http.ResponseWriter, _ *request, sb *sandbox.Sandbox) {
+	ch, err := sb.Changes()
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	out := []container.FilesystemChange{}
+	for _, c := range ch {
+		out = append(out, container.FilesystemChange{Path: c.Path, Kind: container.ChangeType(c.Kind)})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// containerExport is GET /containers/{id}/export: its root filesystem as
+// a tar.
+func (s *Server) containerExport(w http.ResponseWriter, _ *request, sb *sandbox.Sandbox) {
+	lw := &lazyWriter{w: w, contentType: "application/x-tar"}
+	if err := sb.Export(lw); err != nil && !lw.started {
+		fail(w, err) // once the tar has begun, a failure can only cut it short
+	}
+}
+
+// containerPause is POST /containers/{id}/pause and /unpause.
+func (s *Server) containerPause(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+	do := sb.Pause
+	if strings.HasSuffix(r.URL.Path, "/unpause") {
+		do = sb.Unpause
+	}
+	if err := do(); err != nil {
+		if errors.Is(err, sandbox.ErrPaused) || errors.Is(err, sandbox.ErrNotPaused) || !sb.Running() {
+			fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s: %v", r.PathValue("id"), err)))
+			return
+		}
+		fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // stop is docker stop: SIGTERM to the main command, SIGKILL for the whole
@@ -561,7 +550,12 @@ func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t, signal string
 // linkRemove is DELETE /containers/{name}/{alias}?link=1: the link alias
 // of container name goes from its HostConfig.Links (what the link put in
 // its environment stays, as in Docker's).
-func (s *Server) linkRemove(w http.ResponseWriter, ref, alias string) {
+func (s *Server) linkRemove(w http.ResponseWriter, r *request) {
+	ref, alias := r.PathValue("id"), r.PathValue("alias")
+	if !boolParam(r, "link") {
+		notServed(w, r)
+		return
+	}
 	if alias == "" {
 		fail(w, errdefs.ErrConflict.WithMessage("Conflict, cannot remove the default link name of the container"))
 		return
@@ -593,8 +587,12 @@ func (s *Server) linkRemove(w http.ResponseWriter, ref, alias string) {
 	}
 }
 
-func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) {
-	sb := s.open(w, ref)
+func (s *Server) containerRemove(w http.ResponseWriter, r *request) {
+	if boolParam(r, "link") {
+		s.linkRemove(w, r) // without an alias: refused
+		return
+	}
+	sb := s.open(w, r.PathValue("id"))
 	if sb == nil {
 		return
 	}
@@ -649,7 +647,7 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request, ref string) 
 // as the baseline (the last exit before the request) is taken, so that a
 // client holding it knows what comes after counts; then the body, when
 // the condition holds.
-func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
+func (s *Server) containerWait(w http.ResponseWriter, r *request) {
 	cond := r.URL.Query().Get("condition")
 	switch cond {
 	case "", sandbox.WaitNotRunning, sandbox.WaitNextExit, sandbox.WaitRemoved:
@@ -657,7 +655,7 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 		fail(w, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid condition: %q", cond)))
 		return
 	}
-	sb := s.open(w, ref)
+	sb := s.open(w, r.PathValue("id"))
 	if sb == nil {
 		return
 	}
@@ -676,7 +674,7 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request, ref string) {
 	// client that follows events sees it by then), not at the watch's
 	// next poll.
 	s.watchOf(id).finish()
-	json.NewEncoder(w).Encode(map[string]any{"StatusCode": code})
+	json.NewEncoder(w).Encode(container.WaitResponse{StatusCode: int64(code)})
 }
 
 func (s *Server) containerLogs(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
@@ -738,7 +736,7 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 		return
 	}
 	all := boolParam(r, "all")
-	out := []map[string]any{}
+	out := []containerSummary{}
 	for _, i := range list {
 		if i.Broken != "" || (!all && !i.Running && !dockerview.ListsStopped(f)) || !match(i) {
 			continue
@@ -748,13 +746,14 @@ func (s *Server) containerList(w http.ResponseWriter, r *request) {
 		if labels == nil {
 			labels = map[string]string{}
 		}
-		out = append(out, map[string]any{
-			"Id": i.ID, "Names": []string{"/" + i.Name}, "Image": dockerview.ImageName(i), "ImageID": i.ImageID,
-			"Command": dockerview.Command(i), "Created": i.Created.Unix(), "Ports": listPorts(i),
-			"Labels": labels, "State": st, "Status": dockerview.Status(i),
-			"HostConfig":      map[string]string{"NetworkMode": i.Network},
-			"NetworkSettings": map[string]any{"Networks": dockerview.Networks(i)}, "Mounts": []any{},
-		})
+		c := containerSummary{
+			ID: i.ID, Names: []string{"/" + i.Name}, Image: dockerview.ImageName(i), ImageID: i.ImageID,
+			Command: dockerview.Command(i), Created: i.Created.Unix(), Ports: listPorts(i),
+			Labels: labels, State: st, Status: dockerview.Status(i), Mounts: []struct{}{},
+		}
+		c.HostConfig.NetworkMode = i.Network
+		c.NetworkSettings.Networks = dockerview.Networks(i)
+		out = append(out, c)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -795,10 +794,10 @@ func (s *Server) containerPrune(w http.ResponseWriter, r *request) {
 	for _, id := range removed {
 		reclaimed += sizes[id]
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ContainersDeleted": removed, "SpaceReclaimed": reclaimed})
+	writeJSON(w, http.StatusOK, container.PruneReport{ContainersDeleted: removed, SpaceReclaimed: uint64(reclaimed)})
 }
 
-func (s *Server) containerTop(w http.ResponseWriter, sb *sandbox.Sandbox) {
+func (s *Server) containerTop(w http.ResponseWriter, _ *request, sb *sandbox.Sandbox) {
 	procs, err := sb.Processes()
 	if err != nil {
 		fail(w, err)
@@ -812,17 +811,14 @@ func (s *Server) containerTop(w http.ResponseWriter, sb *sandbox.Sandbox) {
 // daemon does, it reads two samples apart, the first as precpu_stats, so
 // that the client computes a CPU percentage.
 func (s *Server) containerStats(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
-	sample := func() (map[string]any, sandbox.Stats, error) {
+	sample := func() (cpuStats, sandbox.Stats, error) {
 		st, err := sb.Stats()
-		return map[string]any{
-			"cpu_usage":        map[string]any{"total_usage": st.CPU.Nanoseconds()},
-			"system_cpu_usage": systemCPUUsage(), "online_cpus": runtime.NumCPU(),
-			"throttling_data": map[string]any{"periods": 0, "throttled_periods": 0, "throttled_time": 0},
-		}, st, err
+		c := cpuStats{SystemUsage: systemCPUUsage(), OnlineCPUs: uint32(runtime.NumCPU())}
+		c.CPUUsage.TotalUsage = uint64(st.CPU.Nanoseconds())
+		return c, st, err
 	}
 	// one-shot: a single sample, no precpu (the daemon's zeros).
-	pre := map[string]any{"cpu_usage": map[string]any{"total_usage": 0}, "system_cpu_usage": 0, "online_cpus": runtime.NumCPU(),
-		"throttling_data": map[string]any{"periods": 0, "throttled_periods": 0, "throttled_time": 0}}
+	pre := cpuStats{OnlineCPUs: uint32(runtime.NumCPU())}
 	var err error
 	if !boolParam(r, "one-shot") {
 		if pre, _, err = sample(); err != nil {
@@ -845,13 +841,12 @@ func (s *Server) containerStats(w http.ResponseWriter, r *request, sb *sandbox.S
 		limit = hostMemory() // as the daemon: the host's when there is no limit
 	}
 	now := time.Now()
-	writeJSON(w, http.StatusOK, map[string]any{
-		"read": now.Format(time.RFC3339Nano), "preread": now.Add(-statsInterval).Format(time.RFC3339Nano),
-		"id": sb.ID(), "name": "/" + sb.Name(),
-		"pids_stats":   map[string]any{"current": st.Pids},
-		"memory_stats": map[string]any{"usage": st.MemoryBytes, "limit": limit, "stats": map[string]any{}},
-		"cpu_stats":    cpu, "precpu_stats": pre,
-		"blkio_stats": map[string]any{}, "networks": map[string]any{},
+	writeJSON(w, http.StatusOK, statsResponse{
+		Read: now.Format(time.RFC3339Nano), PreRead: now.Add(-statsInterval).Format(time.RFC3339Nano),
+		ID: sb.ID(), Name: "/" + sb.Name(),
+		PidsStats:   pidsStats{Current: uint64(st.Pids)},
+		MemoryStats: memoryStats{Usage: st.MemoryBytes, Limit: limit, Stats: map[string]uint64{}},
+		CPUStats:    cpu, PreCPUStats: pre, Networks: map[string]struct{}{},
 	})
 }
 
@@ -895,13 +890,13 @@ func hostMemory() uint64 {
 }
 
 // listPorts is the sandbox's ports as /containers/json shows them.
-func listPorts(i sandbox.Info) []any {
-	out := []any{}
+func listPorts(i sandbox.Info) []portSummary {
+	out := []portSummary{}
 	if !i.Running {
 		return out
 	}
 	for _, p := range i.Ports {
-		out = append(out, map[string]any{"IP": p.HostIP, "PrivatePort": p.ContainerPort, "PublicPort": p.HostPort, "Type": p.Protocol})
+		out = append(out, portSummary{IP: p.HostIP, PrivatePort: p.ContainerPort, PublicPort: p.HostPort, Type: p.Protocol})
 	}
 	return out
 }

@@ -23,7 +23,7 @@ func TestEventOfARecordBeingRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := sb.Info()
-	events := make(chan map[string]any, 16)
+	events := make(chan *eventMessage, 16)
 	s.events.mu.Lock()
 	s.events.subs[events] = struct{}{}
 	s.events.mu.Unlock()
@@ -49,7 +49,7 @@ func TestEventOfARecordBeingRemoved(t *testing.T) {
 	s.emitContainer("die", before, nil)
 	select {
 	case ev := <-events:
-		attrs, _ := ev["Actor"].(map[string]any)["Attributes"].(map[string]string)
+		attrs := ev.Actor.Attributes
 		if attrs["image"] != ref || attrs["suite"] != "going" || attrs["name"] != "going" {
 			t.Errorf("die of a record being removed: attributes %v, want image %s, suite going, name going", attrs, ref)
 		}

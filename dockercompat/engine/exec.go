@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/sandbox"
 )
@@ -62,8 +63,7 @@ func (s *Server) execCreate(w http.ResponseWriter, r *request, sb *sandbox.Sandb
 		Env                                                      []string
 		User, WorkingDir, DetachKeys                             string
 	}
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-		fail(w, errdefs.ErrInvalidArgument.WithMessage("invalid JSON in the request body: "+err.Error()))
+	if !decodeBody(w, r, &body) {
 		return
 	}
 	keys, err := parseDetachKeys(body.DetachKeys)
@@ -145,52 +145,59 @@ func (e *execInstance) expired(now time.Time) bool {
 	return now.Sub(e.ended) >= execExpiry
 }
 
-func (s *Server) execRoute(w http.ResponseWriter, r *request, id, verb string) {
-	s.mu.Lock()
-	e := s.execs[id]
-	if e != nil && e.expired(s.execClock()) {
-		delete(s.execs, id)
-		e = nil
-	}
-	s.mu.Unlock()
-	if e != nil && s.dropIfGone(e) {
-		e = nil
-	}
-	if e == nil {
-		fail(w, errdefs.ErrNotFound.WithMessage("No such exec instance: "+id))
-		return
-	}
-	switch {
-	case verb == "json" && r.Method == http.MethodGet:
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		writeJSON(w, http.StatusOK, map[string]any{
-			"ID": e.ID, "ContainerID": e.Container, "Running": e.running, "ExitCode": exitCodeOrNull(e),
-			"Pid": e.pid, "OpenStdin": e.AttachStdin, "OpenStdout": e.AttachOut, "OpenStderr": e.AttErr,
-			"ProcessConfig": map[string]any{"tty": e.Tty, "entrypoint": e.Cmd[0], "arguments": e.Cmd[1:], "privileged": false, "user": e.User},
-		})
-	case verb == "start" && r.Method == http.MethodPost:
-		s.execStart(w, r, e)
-	case verb == "resize" && r.Method == http.MethodPost:
-		h, _ := strconv.Atoi(r.URL.Query().Get("h"))
-		wd, _ := strconv.Atoi(r.URL.Query().Get("w"))
-		e.mu.Lock()
-		if h <= 0 || wd <= 0 || h >= 1<<16 || wd >= 1<<16 {
-			fail(w, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("resize: h=%d w=%d: want sizes from 1 to 65535", h, wd)))
+// execOf is h for the exec instance {id}, or Docker's 404 when there is
+// none (never made, expired, or its container is gone).
+func (s *Server) execOf(h func(http.ResponseWriter, *request, *execInstance)) func(http.ResponseWriter, *request) {
+	return func(w http.ResponseWriter, r *request) {
+		id := r.PathValue("id")
+		s.mu.Lock()
+		e := s.execs[id]
+		if e != nil && e.expired(s.execClock()) {
+			delete(s.execs, id)
+			e = nil
+		}
+		s.mu.Unlock()
+		if e != nil && s.dropIfGone(e) {
+			e = nil
+		}
+		if e == nil {
+			fail(w, errdefs.ErrNotFound.WithMessage("No such exec instance: "+id))
 			return
 		}
-		t := e.term
-		if t == nil {
-			e.size = [2]uint16{uint16(h), uint16(wd)}
-		}
-		e.mu.Unlock()
-		if t != nil {
-			t.Resize(uint16(h), uint16(wd))
-		}
-		w.WriteHeader(http.StatusOK)
-	default:
-		fail(w, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("page not found: %s /exec/%s/%s is not served by slopbox", r.Method, id, verb)))
+		h(w, r, e)
 	}
+}
+
+// execInspect is GET /exec/{id}/json.
+func (s *Server) execInspect(w http.ResponseWriter, _ *request, e *execInstance) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	privileged := false
+	writeJSON(w, http.StatusOK, container.ExecInspectResponse{
+		ID: e.ID, ContainerID: e.Container, Running: e.running, ExitCode: exitCodeOrNull(e),
+		Pid: e.pid, OpenStdin: e.AttachStdin, OpenStdout: e.AttachOut, OpenStderr: e.AttErr,
+		ProcessConfig: &container.ExecProcessConfig{Tty: e.Tty, Entrypoint: e.Cmd[0], Arguments: e.Cmd[1:], Privileged: &privileged, User: e.User},
+	})
+}
+
+// execResize is POST /exec/{id}/resize?h=&w=.
+func (s *Server) execResize(w http.ResponseWriter, r *request, e *execInstance) {
+	h, _ := strconv.Atoi(r.URL.Query().Get("h"))
+	wd, _ := strconv.Atoi(r.URL.Query().Get("w"))
+	if h <= 0 || wd <= 0 || h >= 1<<16 || wd >= 1<<16 {
+		fail(w, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("resize: h=%d w=%d: want sizes from 1 to 65535", h, wd)))
+		return
+	}
+	e.mu.Lock()
+	t := e.term
+	if t == nil {
+		e.size = [2]uint16{uint16(h), uint16(wd)}
+	}
+	e.mu.Unlock()
+	if t != nil {
+		t.Resize(uint16(h), uint16(wd))
+	}
+	w.WriteHeader(http.StatusOK)
 }
 
 // dropExecs forgets the exec records that have expired, and those of
@@ -239,11 +246,12 @@ func (s *Server) dropIfGone(e *execInstance) bool {
 }
 
 // exitCodeOrNull: Docker reports null until the exec has ended.
-func exitCodeOrNull(e *execInstance) any {
+func exitCodeOrNull(e *execInstance) *int {
 	if !e.started || e.running {
 		return nil
 	}
-	return e.exitCode
+	code := e.exitCode
+	return &code
 }
 
 func (e *execInstance) request() (backend.ExecRequest, error) {

@@ -2,11 +2,11 @@ package engine
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"net/http"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/sandbox"
@@ -35,8 +35,7 @@ func (s *Server) containerUpdate(w http.ResponseWriter, r *request, sb *sandbox.
 		PidsLimit                                         *int64
 		RestartPolicy                                     *dockercompat.RestartPolicy
 	}
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-		fail(w, errdefs.ErrInvalidArgument.WithMessage("invalid JSON in the request body: "+err.Error()))
+	if !decodeBody(w, r, &body) {
 		return
 	}
 	info := sb.Info()
@@ -102,5 +101,5 @@ func (s *Server) containerUpdate(w http.ResponseWriter, r *request, sb *sandbox.
 		return
 	}
 	s.emitContainer("update", info, nil)
-	writeJSON(w, 200, map[string]any{"Warnings": warnings})
+	writeJSON(w, http.StatusOK, container.UpdateResponse{Warnings: warnings})
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	mobyimage "github.com/moby/moby/api/types/image"
 
 	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/dockercompat/filters"
@@ -23,20 +24,37 @@ import (
 	"github.com/slopbox/slopbox/imagebuild"
 )
 
-// imageRoute serves /images/{name}[/json|/tag|/get|/history]; names have
-// slashes, so the verb is the last segment.
-func (s *Server) imageRoute(w http.ResponseWriter, r *request, rest string) {
-	name, verb := rest, ""
-	if i := strings.LastIndex(rest, "/"); i > 0 {
-		switch rest[i+1:] {
+// imageVerb splits GET|POST /images/{ref...} into the image's name and
+// the verb its last segment names (json, tag, get, history, push), or
+// the whole as a name with no verb.
+func imageVerb(ref string) (name, verb string) {
+	if i := strings.LastIndex(ref, "/"); i > 0 {
+		switch ref[i+1:] {
 		case "json", "tag", "get", "history", "push":
-			name, verb = rest[:i], rest[i+1:]
+			return ref[:i], ref[i+1:]
 		}
 	}
-	switch {
-	case verb == "json" && r.Method == http.MethodGet:
+	return ref, ""
+}
+
+// imageGet is GET /images/{name}/json, /get and /history.
+func (s *Server) imageGet(w http.ResponseWriter, r *request) {
+	switch name, verb := imageVerb(r.PathValue("ref")); verb {
+	case "json":
 		s.imageInspect(w, r, name)
-	case verb == "tag" && r.Method == http.MethodPost:
+	case "get":
+		s.imageSave(w, []string{name})
+	case "history":
+		s.imageHistory(w, name)
+	default:
+		notServed(w, r)
+	}
+}
+
+// imagePost is POST /images/{name}/tag and /push.
+func (s *Server) imagePost(w http.ResponseWriter, r *request) {
+	switch name, verb := imageVerb(r.PathValue("ref")); verb {
+	case "tag":
 		dst := r.URL.Query().Get("repo")
 		if t := r.URL.Query().Get("tag"); t != "" {
 			dst += ":" + t
@@ -46,45 +64,49 @@ func (s *Server) imageRoute(w http.ResponseWriter, r *request, rest string) {
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
-	case verb == "push" && r.Method == http.MethodPost:
+	case "push":
 		s.imagePush(w, r, name)
-	case verb == "get" && r.Method == http.MethodGet:
-		s.imageSave(w, []string{name})
-	case verb == "history" && r.Method == http.MethodGet:
-		s.imageHistory(w, name)
-	case verb == "" && r.Method == http.MethodDelete:
-		rm := s.b.Store().Remove
-		if boolParam(r, "force") {
-			rm = s.b.Store().ForceRemove
-		}
-		img, err := s.b.Store().Get(name)
-		if err != nil {
-			s.imageError(w, name, err)
-			return
-		}
-		removed, err := rm(name)
-		if err != nil {
-			s.imageError(w, name, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, s.removedImage(img.ID, removed))
 	default:
-		fail(w, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("page not found: %s /images/%s is not served by slopbox", r.Method, rest)))
+		notServed(w, r)
 	}
+}
+
+// imageRemove is DELETE /images/{name}.
+func (s *Server) imageRemove(w http.ResponseWriter, r *request) {
+	name := r.PathValue("ref")
+	if name == "" {
+		notServed(w, r)
+		return
+	}
+	rm := s.b.Store().Remove
+	if boolParam(r, "force") {
+		rm = s.b.Store().ForceRemove
+	}
+	img, err := s.b.Store().Get(name)
+	if err != nil {
+		s.imageError(w, name, err)
+		return
+	}
+	removed, err := rm(name)
+	if err != nil {
+		s.imageError(w, name, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.removedImage(img.ID, removed))
 }
 
 // removedImage is DELETE /images/{name}'s answer, dockerd's: an Untagged
 // entry for each name removed (as Docker prints it; an image without a
 // name has none), then Deleted with the image's id once no name is left.
-func (s *Server) removedImage(id string, names []string) []map[string]string {
-	out := []map[string]string{}
+func (s *Server) removedImage(id string, names []string) []mobyimage.DeleteResponse {
+	out := []mobyimage.DeleteResponse{}
 	for _, n := range names {
 		if !image.Unnamed(n) {
-			out = append(out, map[string]string{"Untagged": image.DockerName(n)})
+			out = append(out, mobyimage.DeleteResponse{Untagged: image.DockerName(n)})
 		}
 	}
 	if _, err := s.b.Store().Get(id); err != nil {
-		out = append(out, map[string]string{"Deleted": id})
+		out = append(out, mobyimage.DeleteResponse{Deleted: id})
 	}
 	return out
 }
@@ -118,8 +140,8 @@ func (s *Server) imageList(w http.ResponseWriter, r *request) {
 		fail(w, err)
 		return
 	}
-	byID := map[string]map[string]any{}
-	var out []map[string]any
+	byID := map[string]*imageSummary{}
+	var order []string
 	for _, i := range list {
 		name := image.DockerName(i.Name)
 		if !match(i, name) {
@@ -130,10 +152,10 @@ func (s *Server) imageList(w http.ResponseWriter, r *request) {
 			digests = append(digests, dockerview.Repository(name)+"@"+i.Source)
 		}
 		if e, ok := byID[i.ID]; ok {
-			e["RepoTags"] = append(e["RepoTags"].([]string), name)
+			e.RepoTags = append(e.RepoTags, name)
 			for _, d := range digests {
-				if !slices.Contains(e["RepoDigests"].([]string), d) {
-					e["RepoDigests"] = append(e["RepoDigests"].([]string), d)
+				if !slices.Contains(e.RepoDigests, d) {
+					e.RepoDigests = append(e.RepoDigests, d)
 				}
 			}
 			continue
@@ -142,16 +164,16 @@ func (s *Server) imageList(w http.ResponseWriter, r *request) {
 		if labels == nil {
 			labels = map[string]string{}
 		}
-		e := map[string]any{
-			"Id": i.ID, "ParentId": "", "RepoTags": []string{name}, "RepoDigests": append([]string{}, digests...),
-			"Created": i.Created.Unix(), "Size": i.Size, "SharedSize": -1, "VirtualSize": i.Size,
-			"Labels": labels, "Containers": -1,
+		byID[i.ID] = &imageSummary{
+			ID: i.ID, RepoTags: []string{name}, RepoDigests: append([]string{}, digests...),
+			Created: i.Created.Unix(), Size: i.Size, SharedSize: -1, VirtualSize: i.Size,
+			Labels: labels, Containers: -1,
 		}
-		byID[i.ID] = e
-		out = append(out, e)
+		order = append(order, i.ID)
 	}
-	if out == nil {
-		out = []map[string]any{}
+	out := []imageSummary{}
+	for _, id := range order {
+		out = append(out, *byID[id])
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -254,7 +276,7 @@ func (s *Server) imagePull(w http.ResponseWriter, r *request) {
 		fail(w, errdefs.ErrInvalidArgument.WithMessage(err.Error()))
 		return
 	}
-	msg := func(v map[string]any) {
+	msg := func(v streamMessage) {
 		b, _ := json.Marshal(v)
 		w.Write(append(b, '\r', '\n'))
 		if f, ok := w.(http.Flusher); ok {
@@ -282,22 +304,22 @@ func (s *Server) imagePull(w http.ResponseWriter, r *request) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
-		msg(map[string]any{"status": "Pulling from " + ref, "id": tagOf(ref)})
+		msg(streamMessage{Status: "Pulling from " + ref, ID: tagOf(ref)})
 	case <-time.After(pullHeaderWait):
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
-		msg(map[string]any{"status": "Pulling from " + ref, "id": tagOf(ref)})
+		msg(streamMessage{Status: "Pulling from " + ref, ID: tagOf(ref)})
 		res = <-done
 	}
 	img, err := res.img, res.err
 	if err != nil {
 		m := pullError(ref, err).Error()
-		msg(map[string]any{"errorDetail": map[string]string{"message": m}, "error": m})
+		msg(errorMessage(m, 0))
 		return
 	}
 	s.events.emit("image", "pull", ref, nil)
-	msg(map[string]any{"status": "Digest: " + img.Digest})
-	msg(map[string]any{"status": "Status: Image is up to date for " + ref})
+	msg(streamMessage{Status: "Digest: " + img.Digest})
+	msg(streamMessage{Status: "Status: Image is up to date for " + ref})
 }
 
 // pullHeaderWait is how long a pull may take before its stream begins
@@ -373,7 +395,7 @@ func (s *Server) imageLoad(w http.ResponseWriter, r *request) {
 	names, err := s.b.Store().Load(r.Context(), f.Name())
 	if err != nil {
 		msg := strings.ReplaceAll(err.Error(), f.Name(), "the request body")
-		b, _ := json.Marshal(map[string]any{"errorDetail": map[string]string{"message": msg}, "error": msg})
+		b, _ := json.Marshal(errorMessage(msg, 0))
 		w.Write(append(b, '\r', '\n'))
 		return
 	}
@@ -407,7 +429,7 @@ func (s *Server) imageHistory(w http.ResponseWriter, name string) {
 		tags = append(tags, image.DockerName(n))
 	}
 	hist := img.Config.History
-	out := []map[string]any{}
+	out := []mobyimage.HistoryResponseItem{}
 	layer := 0
 	for _, h := range hist {
 		var size int64
@@ -415,14 +437,14 @@ func (s *Server) imageHistory(w http.ResponseWriter, name string) {
 			size = sizes[layer]
 			layer++
 		}
-		out = append(out, map[string]any{"Id": "<missing>", "Created": h.Created.Unix(), "CreatedBy": h.CreatedBy,
-			"Tags": nil, "Size": size, "Comment": h.Comment})
+		out = append(out, mobyimage.HistoryResponseItem{ID: "<missing>", Created: h.Created.Unix(), CreatedBy: h.CreatedBy,
+			Size: size, Comment: h.Comment})
 	}
 	if len(out) == 0 {
-		out = append(out, map[string]any{"Created": img.Config.Created.Unix(), "CreatedBy": "", "Size": int64(0), "Comment": ""})
+		out = append(out, mobyimage.HistoryResponseItem{Created: img.Config.Created.Unix()})
 	}
 	slices.Reverse(out)
-	out[0]["Id"], out[0]["Tags"] = img.ID, tags
+	out[0].ID, out[0].Tags = img.ID, tags
 	writeJSON(w, http.StatusOK, out)
 }
 

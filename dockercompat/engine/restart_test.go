@@ -15,7 +15,7 @@ import (
 // collectEvents subscribes to s's events; the function returned gives the
 // container events' actions so far, of start, die, stop, kill and destroy.
 func collectEvents(s *Server) func() []string {
-	events := make(chan map[string]any, 256)
+	events := make(chan *eventMessage, 256)
 	s.events.mu.Lock()
 	s.events.subs[events] = struct{}{}
 	s.events.mu.Unlock()
@@ -24,7 +24,7 @@ func collectEvents(s *Server) func() []string {
 		for {
 			select {
 			case ev := <-events:
-				if a := ev["Action"].(string); slices.Contains([]string{"start", "die", "stop", "kill", "destroy"}, a) {
+				if a := string(ev.Action); slices.Contains([]string{"start", "die", "stop", "kill", "destroy"}, a) {
 					seq = append(seq, a)
 				}
 			default:

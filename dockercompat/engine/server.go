@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/system"
 	"github.com/slopbox/slopbox/sandbox"
 
 	"golang.org/x/sys/unix"
@@ -71,6 +72,9 @@ type Server struct {
 	active atomic.Int64
 	last   atomic.Int64
 
+	// mux routes the requests (routes.go).
+	mux *http.ServeMux
+
 	events *eventHub
 	// extra holds the restarts pending and is used by the healthchecks
 	// (restart.go, health.go).
@@ -89,6 +93,7 @@ type Server struct {
 // New serves the sandboxes and images of backend b.
 func New(b *sandbox.Backend, version string) *Server {
 	s := &Server{b: b, version: version, execs: map[string]*execInstance{}, execClock: time.Now, attached: map[string]*attachment{}, watches: map[string]*exitWatch{}, events: newEventHub()}
+	s.mux = s.routes()
 	s.last.Store(time.Now().UnixNano())
 	return s
 }
@@ -119,6 +124,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	version := APIVersion
 	if m := versionPrefix.FindStringSubmatch(r.URL.Path); m != nil {
 		version, r.URL.Path = m[1], m[2]
+		if rest, ok := strings.CutPrefix(r.URL.RawPath, "/v"+version); ok {
+			r.URL.RawPath = rest
+		}
 		if versionLess(version, MinAPIVersion) {
 			fail(w, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("client version %s is too old. Minimum supported API version is %s, please upgrade your client to a newer version", version, MinAPIVersion)))
 			return
@@ -131,14 +139,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = limitBody(w, r, s.b.Store().Root())
 	}
-	req := &request{Request: r, version: version}
+	r = withVersion(r, version)
 	if s.Log != nil {
 		s.Log("%s %s (API %s)", r.Method, r.URL.RequestURI(), version)
 		defer func(start time.Time) {
 			s.Log("%s %s: done in %v", r.Method, r.URL.Path, time.Since(start).Round(10*time.Microsecond))
 		}(time.Now())
 	}
-	s.route(w, req)
+	s.mux.ServeHTTP(w, r)
 }
 
 // Request bodies are bounded: a JSON one in size and in the time it takes
@@ -242,57 +250,6 @@ func versionLess(a, b string) bool {
 	return aj < bj
 }
 
-func (s *Server) route(w http.ResponseWriter, r *request) {
-	p := r.URL.Path
-	seg := strings.Split(strings.Trim(p, "/"), "/")
-	m := r.Method
-	switch {
-	case p == "/_ping" && (m == http.MethodGet || m == http.MethodHead):
-		s.ping(w, r)
-	case p == "/version" && m == http.MethodGet:
-		s.versionInfo(w, r)
-	case p == "/info" && m == http.MethodGet:
-		s.info(w, r)
-	case p == "/events" && m == http.MethodGet:
-		s.eventsStream(w, r)
-	case p == "/images/json" && m == http.MethodGet:
-		s.imageList(w, r)
-	case p == "/images/create" && m == http.MethodPost:
-		s.imagePull(w, r)
-	case p == "/build" && m == http.MethodPost:
-		s.imageBuild(w, r)
-	case p == "/commit" && m == http.MethodPost:
-		s.imageCommit(w, r)
-	case p == "/images/load" && m == http.MethodPost:
-		s.imageLoad(w, r)
-	case p == "/images/get" && m == http.MethodGet:
-		s.imageSave(w, r.URL.Query()["names"])
-	case strings.HasPrefix(p, "/images/") && len(p) > len("/images/"):
-		s.imageRoute(w, r, strings.TrimPrefix(p, "/images/"))
-	case p == "/containers/create" && m == http.MethodPost:
-		s.containerCreate(w, r)
-	case p == "/containers/json" && m == http.MethodGet:
-		s.containerList(w, r)
-	case p == "/containers/prune" && m == http.MethodPost:
-		s.containerPrune(w, r)
-	case len(seg) >= 2 && seg[0] == "containers":
-		s.containerRoute(w, r, seg[1], strings.Join(seg[2:], "/"))
-	case seg[0] == "volumes":
-		s.volumeRoute(w, r, strings.Join(seg[1:], "/"))
-	case seg[0] == "networks":
-		s.networkRoute(w, r, strings.Join(seg[1:], "/"))
-	case len(seg) == 3 && seg[0] == "exec":
-		s.execRoute(w, r, seg[1], seg[2])
-	case seg[0] == "swarm" && m == http.MethodPost:
-		// dockerd's answer on a node that is not in a swarm (clients'
-		// clean-up calls leave with force and takes it as done); slopbox
-		// has no swarm mode to join or start.
-		fail(w, errdefs.ErrUnavailable.WithMessage("This node is not a swarm manager: slopbox has no swarm mode"))
-	default:
-		fail(w, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("page not found: %s %s is not served by slopbox", m, p)))
-	}
-}
-
 func (s *Server) ping(w http.ResponseWriter, r *request) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-cache, no-store, must-revalidate")
@@ -311,49 +268,49 @@ func (s *Server) ping(w http.ResponseWriter, r *request) {
 
 func (s *Server) versionInfo(w http.ResponseWriter, r *request) {
 	kernel := kernelVersion()
-	writeJSON(w, http.StatusOK, map[string]any{
-		"Platform": map[string]string{"Name": "slopbox " + s.version},
-		"Components": []map[string]any{{
-			"Name": "Engine", "Version": EngineVersion,
-			"Details": map[string]string{"ApiVersion": APIVersion, "MinAPIVersion": MinAPIVersion, "Os": "linux", "Arch": runtime.GOARCH, "KernelVersion": kernel, "GitCommit": s.version},
+	v := system.VersionResponse{
+		Components: []system.ComponentVersion{{
+			Name: "Engine", Version: EngineVersion,
+			Details: map[string]string{"ApiVersion": APIVersion, "MinAPIVersion": MinAPIVersion, "Os": "linux", "Arch": runtime.GOARCH, "KernelVersion": kernel, "GitCommit": s.version},
 		}, {
-			"Name": "slopbox", "Version": s.version,
-			"Details": map[string]string{"GitCommit": s.version, "Runtime": "libcontainer (embedded)"},
+			Name: "slopbox", Version: s.version,
+			Details: map[string]string{"GitCommit": s.version, "Runtime": "libcontainer (embedded)"},
 		}},
-		"Version": EngineVersion, "ApiVersion": APIVersion, "MinAPIVersion": MinAPIVersion,
-		"GitCommit": s.version, "GoVersion": runtime.Version(), "Os": "linux", "Arch": runtime.GOARCH,
-		"KernelVersion": kernel, "Experimental": false, "BuildTime": "",
-	})
+		Version: EngineVersion, APIVersion: APIVersion, MinAPIVersion: MinAPIVersion,
+		GitCommit: s.version, GoVersion: runtime.Version(), Os: "linux", Arch: runtime.GOARCH, KernelVersion: kernel,
+	}
+	v.Platform.Name = "slopbox " + s.version
+	writeJSON(w, http.StatusOK, v)
 }
 
 func (s *Server) info(w http.ResponseWriter, r *request) {
 	list, _ := s.b.List()
-	running := 0
-	paused := 0
+	out := infoResponse{
+		ID: "slopbox", Containers: len(list), Driver: "overlay",
+		DockerRootDir: s.b.Store().Root(), OperatingSystem: "slopbox", OSType: "linux",
+		Architecture: runtime.GOARCH, KernelVersion: kernelVersion(), NCPU: runtime.NumCPU(), MemTotal: memTotal(),
+		ServerVersion: EngineVersion, Runtimes: map[string]infoRuntime{"slopbox": {Path: "libcontainer"}},
+		DefaultRuntime: "slopbox", SecurityOptions: []string{"name=seccomp,profile=default", "name=rootless", "name=no-new-privileges"},
+		LoggingDriver: "json-file", CgroupDriver: "cgroupfs", Labels: []string{},
+	}
+	out.Swarm.LocalNodeState = "inactive"
+	out.Name, _ = os.Hostname()
 	for _, i := range list {
 		if i.Paused {
-			paused++
+			out.ContainersPaused++
 		} else if i.Running {
-			running++
+			out.ContainersRunning++
 		}
 	}
+	out.ContainersStopped = len(list) - out.ContainersRunning - out.ContainersPaused
 	// Images, not names: an image with two tags counts once, as dockerd's.
 	stored, _ := s.b.Store().List()
 	images := map[string]bool{}
 	for _, i := range stored {
 		images[i.ID] = true
 	}
-	host, _ := os.Hostname()
-	writeJSON(w, http.StatusOK, map[string]any{
-		"ID": "slopbox", "Containers": len(list), "ContainersRunning": running, "ContainersPaused": paused,
-		"ContainersStopped": len(list) - running - paused, "Images": len(images), "Driver": "overlay",
-		"DockerRootDir": s.b.Store().Root(), "OperatingSystem": "slopbox", "OSType": "linux",
-		"Architecture": runtime.GOARCH, "KernelVersion": kernelVersion(), "NCPU": runtime.NumCPU(), "MemTotal": memTotal(),
-		"Name": host, "ServerVersion": EngineVersion, "Runtimes": map[string]any{"slopbox": map[string]string{"path": "libcontainer"}},
-		"DefaultRuntime": "slopbox", "SecurityOptions": []string{"name=seccomp,profile=default", "name=rootless", "name=no-new-privileges"},
-		"LoggingDriver": "json-file", "CgroupDriver": "cgroupfs", "Swarm": map[string]any{"LocalNodeState": "inactive"},
-		"Labels": []string{}, "ExperimentalBuild": false, "Debug": false,
-	})
+	out.Images = len(images)
+	writeJSON(w, http.StatusOK, out)
 }
 
 // memTotal is the host's memory in bytes (/proc/meminfo), as dockerd's

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/events"
 	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/dockercompat/filters"
@@ -149,10 +150,10 @@ func (f *flushWriter) Write(p []byte) (int, error) {
 // eventHub fans container and image events out to /events subscribers.
 type eventHub struct {
 	mu   sync.Mutex
-	subs map[chan map[string]any]struct{}
+	subs map[chan *eventMessage]struct{}
 }
 
-func newEventHub() *eventHub { return &eventHub{subs: map[chan map[string]any]struct{}{}} }
+func newEventHub() *eventHub { return &eventHub{subs: map[chan *eventMessage]struct{}{}} }
 
 // listening reports whether anyone reads the events now: an event no
 // one would read is not built.
@@ -164,11 +165,11 @@ func (h *eventHub) listening() bool {
 
 func (h *eventHub) emit(typ, action, id string, attrs map[string]string) {
 	now := time.Now()
-	ev := map[string]any{"Type": typ, "Action": action, "status": action, "id": id,
-		"Actor": map[string]any{"ID": id, "Attributes": attrs}, "scope": "local",
-		"time": now.Unix(), "timeNano": now.UnixNano()}
+	ev := &eventMessage{Message: events.Message{Type: events.Type(typ), Action: events.Action(action),
+		Actor: events.Actor{ID: id, Attributes: attrs}, Scope: "local", Time: now.Unix(), TimeNano: now.UnixNano()},
+		Status: action, ID: id}
 	if typ == "container" {
-		ev["from"] = attrs["image"] // the legacy field, as status and id
+		ev.From = attrs["image"] // the legacy field, as status and id
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -193,7 +194,7 @@ func (s *Server) eventsStream(w http.ResponseWriter, r *request) {
 		fail(w, err)
 		return
 	}
-	c := make(chan map[string]any, 64)
+	c := make(chan *eventMessage, 64)
 	s.events.mu.Lock()
 	s.events.subs[c] = struct{}{}
 	s.events.mu.Unlock()
@@ -229,22 +230,19 @@ func (s *Server) eventsStream(w http.ResponseWriter, r *request) {
 // rules: each key's values OR, keys AND, every label must hold among the
 // actor's attributes; container, image, volume and network name their
 // object by id or name.
-func eventFilter(f filters.Args) (func(ev map[string]any) bool, error) {
+func eventFilter(f filters.Args) (func(ev *eventMessage) bool, error) {
 	if err := f.Validate("config", "container", "daemon", "event", "image", "label", "network", "node", "plugin", "scope", "secret", "service", "type", "volume"); err != nil {
 		return nil, err
 	}
 	// Objects slopbox has no events of match nothing.
 	for _, k := range []string{"config", "daemon", "node", "plugin", "secret", "service"} {
 		if f.Has(k) {
-			return func(map[string]any) bool { return false }, nil
+			return func(*eventMessage) bool { return false }, nil
 		}
 	}
-	return func(ev map[string]any) bool {
-		typ, _ := ev["Type"].(string)
-		action, _ := ev["Action"].(string)
-		actor, _ := ev["Actor"].(map[string]any)
-		id, _ := actor["ID"].(string)
-		attrs, _ := actor["Attributes"].(map[string]string)
+	return func(ev *eventMessage) bool {
+		typ, action := string(ev.Type), string(ev.Action)
+		id, attrs := ev.Actor.ID, ev.Actor.Attributes
 		// this object, when the event is of its type: by id or name
 		object := func(key, ofType string) bool {
 			if !f.Has(key) {

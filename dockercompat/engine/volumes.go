@@ -1,23 +1,22 @@
 package engine
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/volume"
 	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
 // volumeJSON is a volume in Docker's shape.
-func volumeJSON(v sandbox.Volume) map[string]any {
-	return map[string]any{
-		"Name": v.Name, "Driver": v.Driver, "Mountpoint": v.Mountpoint, "CreatedAt": v.CreatedAt.Format(time.RFC3339),
-		"Labels": nonNil(v.Labels), "Options": nonNil(v.Options), "Scope": "local",
+func volumeJSON(v sandbox.Volume) volume.Volume {
+	return volume.Volume{
+		Name: v.Name, Driver: v.Driver, Mountpoint: v.Mountpoint, CreatedAt: v.CreatedAt.Format(time.RFC3339),
+		Labels: nonNil(v.Labels), Options: nonNil(v.Options), Scope: "local",
 	}
 }
 
@@ -31,57 +30,49 @@ func volumeError(w http.ResponseWriter, name string, err error) {
 	fail(w, err)
 }
 
-// volumeRoute serves /volumes, /volumes/create, /volumes/prune and
-// /volumes/{name}.
-func (s *Server) volumeRoute(w http.ResponseWriter, r *request, rest string) {
-	m := r.Method
-	switch {
-	case rest == "" && m == http.MethodGet:
-		s.volumeList(w, r)
-	case rest == "create" && m == http.MethodPost:
-		var body struct {
-			Name, Driver string
-			DriverOpts   map[string]string
-			Labels       map[string]string
-		}
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-			fail(w, errdefs.ErrInvalidArgument.WithMessage("invalid JSON in the request body: "+err.Error()))
-			return
-		}
-		if body.Driver != "" && body.Driver != "local" {
-			fail(w, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("error looking up volume plugin %s: plugin %q not found", body.Driver, body.Driver)))
-			return
-		}
-		if len(body.DriverOpts) > 0 {
-			fail(w, errdefs.ErrInvalidArgument.WithMessage("volume driver options are not supported: slopbox's local volumes are plain directories"))
-			return
-		}
-		v, err := s.b.CreateVolume(body.Name, body.Labels)
-		if err != nil {
-			volumeError(w, body.Name, err)
-			return
-		}
-		s.events.emit("volume", "create", v.Name, map[string]string{"driver": "local"})
-		writeJSON(w, http.StatusCreated, volumeJSON(v))
-	case rest == "prune" && m == http.MethodPost:
-		s.volumePrune(w, r)
-	case rest != "" && !strings.Contains(rest, "/") && m == http.MethodGet:
-		v, err := s.b.Volume(rest)
-		if err != nil {
-			volumeError(w, rest, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, volumeJSON(v))
-	case rest != "" && !strings.Contains(rest, "/") && m == http.MethodDelete:
-		if err := s.b.RemoveVolume(rest, boolParam(r, "force")); err != nil {
-			volumeError(w, rest, err)
-			return
-		}
-		s.events.emit("volume", "destroy", rest, map[string]string{"driver": "local"})
-		w.WriteHeader(http.StatusNoContent)
-	default:
-		fail(w, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("page not found: %s /volumes/%s is not served by slopbox", m, rest)))
+// volumeCreate is POST /volumes/create.
+func (s *Server) volumeCreate(w http.ResponseWriter, r *request) {
+	var body volume.CreateRequest
+	if !decodeBody(w, r, &body) {
+		return
 	}
+	if body.Driver != "" && body.Driver != "local" {
+		fail(w, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("error looking up volume plugin %s: plugin %q not found", body.Driver, body.Driver)))
+		return
+	}
+	if len(body.DriverOpts) > 0 {
+		fail(w, errdefs.ErrInvalidArgument.WithMessage("volume driver options are not supported: slopbox's local volumes are plain directories"))
+		return
+	}
+	v, err := s.b.CreateVolume(body.Name, body.Labels)
+	if err != nil {
+		volumeError(w, body.Name, err)
+		return
+	}
+	s.events.emit("volume", "create", v.Name, map[string]string{"driver": "local"})
+	writeJSON(w, http.StatusCreated, volumeJSON(v))
+}
+
+// volumeInspect is GET /volumes/{name}.
+func (s *Server) volumeInspect(w http.ResponseWriter, r *request) {
+	name := r.PathValue("name")
+	v, err := s.b.Volume(name)
+	if err != nil {
+		volumeError(w, name, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, volumeJSON(v))
+}
+
+// volumeRemove is DELETE /volumes/{name}?force=.
+func (s *Server) volumeRemove(w http.ResponseWriter, r *request) {
+	name := r.PathValue("name")
+	if err := s.b.RemoveVolume(name, boolParam(r, "force")); err != nil {
+		volumeError(w, name, err)
+		return
+	}
+	s.events.emit("volume", "destroy", name, map[string]string{"driver": "local"})
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) volumeList(w http.ResponseWriter, r *request) {
@@ -100,13 +91,13 @@ func (s *Server) volumeList(w http.ResponseWriter, r *request) {
 		fail(w, err)
 		return
 	}
-	out := []map[string]any{}
+	out := volume.ListResponse{Volumes: []volume.Volume{}, Warnings: []string{}}
 	for _, v := range list {
 		if match(v) {
-			out = append(out, volumeJSON(v))
+			out.Volumes = append(out.Volumes, volumeJSON(v))
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"Volumes": out, "Warnings": []string{}})
+	writeJSON(w, http.StatusOK, out)
 }
 
 // volumePrune removes the volumes no container uses: from API 1.42 on
@@ -133,7 +124,7 @@ func (s *Server) volumePrune(w http.ResponseWriter, r *request) {
 	if removed == nil {
 		removed = []string{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"VolumesDeleted": removed, "SpaceReclaimed": 0})
+	writeJSON(w, http.StatusOK, volume.PruneReport{VolumesDeleted: removed})
 }
 
 func nonNil(m map[string]string) map[string]string {
