@@ -45,6 +45,7 @@ require (
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
+	gotest.tools/v3 v3.5.2 // indirect
 )
 
 // This example builds against the checkout it lives in; elsewhere, require
