@@ -19,7 +19,7 @@ import (
 type CreateRecord struct {
 	Entrypoint []string          `json:",omitempty"` // the effective one: the request's, else the image's
 	Binds      []string          `json:",omitempty"`
-	Mounts     []map[string]any  `json:",omitempty"`
+	Mounts     []MountRecord     `json:",omitempty"`
 	Tmpfs      map[string]string `json:",omitempty"`
 	GroupAdd   []string          `json:",omitempty"`
 	// RestartPolicy and CpuShares can change (docker update).
@@ -35,6 +35,12 @@ type CreateRecord struct {
 	// DNS, DNSSearch, DNSOptions and ExtraHosts as the create gave them.
 	DNS, DNSSearch, DNSOptions, ExtraHosts []string `json:",omitempty"`
 	Echoed
+}
+
+// MountRecord is a --mount (HostConfig.Mounts entry) as inspect echoes it.
+type MountRecord struct {
+	Type, Source, Target string
+	ReadOnly             bool
 }
 
 const createdFile = "engine-create.json"
@@ -54,7 +60,7 @@ func (o *CreateOptions) SaveCreated(dir string, img v1.Config) error {
 		c.StopSignal = img.StopSignal
 	}
 	for _, m := range o.Mounts {
-		c.Mounts = append(c.Mounts, map[string]any{"Type": m.Type, "Source": m.Source, "Target": m.Target, "ReadOnly": m.ReadOnly})
+		c.Mounts = append(c.Mounts, MountRecord{Type: m.Type, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
 	}
 	for _, t := range o.Tmpfs {
 		dst, opts, _ := strings.Cut(t, ":")

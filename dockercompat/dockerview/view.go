@@ -18,6 +18,8 @@ import (
 
 	"github.com/docker/go-units"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat"
@@ -93,40 +95,28 @@ func cmdOf(command, entrypoint []string) []string {
 }
 
 // inspectMounts is the top-level Mounts of inspect: the bind mounts.
-func inspectMounts(i sandbox.Info) []any {
-	out := []any{}
+func inspectMounts(i sandbox.Info) []container.MountPoint {
+	out := []container.MountPoint{}
 	for _, m := range i.BindMounts {
 		mode := "rw"
 		if m.ReadOnly {
 			mode = "ro"
 		}
 		if m.Volume != "" {
-			out = append(out, map[string]any{"Type": "volume", "Name": m.Volume, "Source": m.Source, "Destination": m.Target,
-				"Driver": "local", "Mode": mode, "RW": !m.ReadOnly, "Propagation": ""})
+			out = append(out, container.MountPoint{Type: mount.TypeVolume, Name: m.Volume, Source: m.Source, Destination: m.Target,
+				Driver: "local", Mode: mode, RW: !m.ReadOnly})
 			continue
 		}
-		out = append(out, map[string]any{"Type": "bind", "Source": m.Source, "Destination": m.Target,
-			"Mode": mode, "RW": !m.ReadOnly, "Propagation": "rprivate"})
+		out = append(out, container.MountPoint{Type: mount.TypeBind, Source: m.Source, Destination: m.Target,
+			Mode: mode, RW: !m.ReadOnly, Propagation: mount.PropagationRPrivate})
 	}
 	return out
 }
 
-// Inspect is docker inspect of a container, GET /containers/{id}/json in Docker's shape, with the fields
-// docker-py and the docker CLI read.
-func Inspect(i sandbox.Info) map[string]any {
-	st := State(i)
+// Inspect is docker inspect of a container, GET /containers/{id}/json in
+// Docker's shape, with the fields docker-py and the docker CLI read.
+func Inspect(i sandbox.Info) *ContainerInspect {
 	cc := dockercompat.LoadCreated(i.StateDir)
-	var entrypoint any // null when there is none, as Docker
-	if len(cc.Entrypoint) > 0 {
-		entrypoint = cc.Entrypoint
-	}
-	var binds, mounts any
-	if cc.Binds != nil {
-		binds = cc.Binds
-	}
-	if cc.Mounts != nil {
-		mounts = cc.Mounts
-	}
 	finished := "0001-01-01T00:00:00Z"
 	if !i.FinishedAt.IsZero() {
 		finished = i.FinishedAt.Format(time.RFC3339Nano)
@@ -139,53 +129,35 @@ func Inspect(i sandbox.Info) map[string]any {
 	if i.Running {
 		pid = i.Pid
 	}
-	state := map[string]any{
-		"Status": st, "Running": i.Running, "Paused": i.Paused, "Restarting": false, "OOMKilled": i.OOMKills > 0,
-		"Dead": false, "Pid": pid, "ExitCode": i.ExitCode, "Error": "", "StartedAt": i.LastExec.Format(time.RFC3339Nano),
-		"FinishedAt": finished,
+	var entrypoint []string // null when there is none, as Docker
+	if len(cc.Entrypoint) > 0 {
+		entrypoint = cc.Entrypoint
 	}
-	if h := health(i.StateDir, cc.Healthcheck); h != nil {
-		state["Health"] = h
-	}
-	config := map[string]any{
-		"Hostname": i.Hostname, "User": i.User, "Env": envList(i.Env, cc.EnvNames), "Cmd": cmdOf(i.Command, cc.Entrypoint), "Image": imageName(i, cc), "WorkingDir": i.Workdir,
-		"Entrypoint": entrypoint, "Labels": nonNil(i.Labels), "Tty": i.Tty, "OpenStdin": i.OpenStdin,
-		"AttachStdin": false, "AttachStdout": true, "AttachStderr": true,
-	}
-	if cc.Healthcheck != nil {
-		config["Healthcheck"] = cc.Healthcheck
-	}
-	if cc.MacAddress != "" {
-		config["MacAddress"] = cc.MacAddress
-	}
-	if cc.StopTimeout != nil {
-		config["StopTimeout"] = *cc.StopTimeout
-	}
-	if cc.StopSignal != "" {
-		config["StopSignal"] = cc.StopSignal
-	}
-	return map[string]any{
-		"Id": i.ID, "Created": i.Created.Format(time.RFC3339Nano), "Path": path, "Args": args,
-		"State": state,
-		"Image": i.ImageID, "Name": "/" + i.Name, "RestartCount": dockercompat.RestartCount(i.StateDir), "Driver": "overlay", "Platform": "linux",
-		"LogPath": i.StateDir + "/container.log", "MountLabel": "", "ProcessLabel": "", "AppArmorProfile": "", "ExecIDs": nil,
-		"HostConfig":      hostConfig(i, cc, binds, mounts),
-		"Config":          config,
-		"NetworkSettings": networkSettings(i, cc),
-		"Mounts":          inspectMounts(i),
+	return &ContainerInspect{
+		ID: i.ID, Created: i.Created.Format(time.RFC3339Nano), Path: path, Args: args,
+		State: &ContainerState{
+			Status: State(i), Running: i.Running, Paused: i.Paused, OOMKilled: i.OOMKills > 0,
+			Pid: pid, ExitCode: i.ExitCode, StartedAt: i.LastExec.Format(time.RFC3339Nano),
+			FinishedAt: finished, Health: health(i.StateDir, cc.Healthcheck),
+		},
+		Image: i.ImageID, Name: "/" + i.Name, RestartCount: dockercompat.RestartCount(i.StateDir), Driver: "overlay", Platform: "linux",
+		LogPath:    i.StateDir + "/container.log",
+		HostConfig: hostConfig(i, cc),
+		Config: &ContainerConfig{
+			Hostname: i.Hostname, User: i.User, Env: envList(i.Env, cc.EnvNames), Cmd: cmdOf(i.Command, cc.Entrypoint), Image: imageName(i, cc), WorkingDir: i.Workdir,
+			Entrypoint: entrypoint, Labels: nonNil(i.Labels), Tty: i.Tty, OpenStdin: i.OpenStdin,
+			AttachStdout: true, AttachStderr: true,
+			Healthcheck: cc.Healthcheck, MacAddress: cc.MacAddress, StopTimeout: cc.StopTimeout, StopSignal: cc.StopSignal,
+		},
+		NetworkSettings: networkSettings(i, cc),
+		Mounts:          inspectMounts(i),
 	}
 }
 
 // hostConfig is inspect's HostConfig: Docker's whole key set, each with
 // what the create asked for (cc) or what the sandbox has, and dockerd's
 // default for what slopbox has no setting of.
-func hostConfig(i sandbox.Info, cc dockercompat.CreateRecord, binds, mounts any) map[string]any {
-	orNull := func(v []string) any {
-		if v == nil {
-			return nil
-		}
-		return v
-	}
+func hostConfig(i sandbox.Info, cc dockercompat.CreateRecord) *HostConfig {
 	orEmpty := func(v []string) []string {
 		if v == nil {
 			return []string{}
@@ -196,30 +168,21 @@ func hostConfig(i sandbox.Info, cc dockercompat.CreateRecord, binds, mounts any)
 	if swap == 0 {
 		swap = i.Limits.MemoryBytes // the memory+swap limit it has: no swap
 	}
-	h := map[string]any{
-		"Binds": binds, "ContainerIDFile": "", "LogConfig": cc.LogConfig, "NetworkMode": i.Network,
-		"PortBindings": portMap(i, true), "RestartPolicy": cc.RestartPolicy, "AutoRemove": i.AutoRemove,
-		"VolumeDriver": cc.VolumeDriver, "VolumesFrom": orNull(cc.VolumesFrom),
-		"CapAdd": i.CapAdd, "CapDrop": i.CapDrop, "CgroupnsMode": "private",
-		"Dns": orEmpty(cc.DNS), "DnsOptions": orEmpty(cc.DNSOptions), "DnsSearch": orEmpty(cc.DNSSearch), "ExtraHosts": orNull(cc.ExtraHosts),
-		"GroupAdd": cc.GroupAdd, "IpcMode": "private", "Cgroup": "", "Links": orNull(cc.Links), "OomScoreAdj": 0,
-		"PidMode": "", "Privileged": false, "PublishAllPorts": false, "ReadonlyRootfs": i.ReadonlyRootfs,
-		"SecurityOpt": []string{"seccomp=" + i.SeccompProfile, "no-new-privileges"},
-		"UTSMode":     "", "UsernsMode": "", "ShmSize": 64 << 20, "Runtime": cmp.Or(cc.Runtime, "runc"), "ConsoleSize": []int{0, 0},
-		"Isolation": cc.Isolation, "CpuShares": cc.CpuShares, "Memory": i.Limits.MemoryBytes, "NanoCpus": int64(i.Limits.CPUs * 1e9),
-		"CgroupParent": "", "BlkioWeight": 0, "BlkioWeightDevice": []any{}, "BlkioDeviceReadBps": nil, "BlkioDeviceWriteBps": nil,
-		"BlkioDeviceReadIOps": nil, "BlkioDeviceWriteIOps": nil, "CpuPeriod": 0, "CpuQuota": 0, "CpuRealtimePeriod": 0,
-		"CpuRealtimeRuntime": 0, "CpusetCpus": cc.CpusetCpus, "CpusetMems": cc.CpusetMems, "Devices": []any{},
-		"DeviceCgroupRules": nil, "DeviceRequests": nil, "KernelMemory": 0, "KernelMemoryTCP": 0, "MemoryReservation": 0,
-		"MemorySwap": swap, "MemorySwappiness": cc.MemorySwappiness, "OomKillDisable": false, "PidsLimit": i.Limits.Pids,
-		"Ulimits": nil, "CpuCount": 0, "CpuPercent": 0, "IOMaximumIOps": 0, "IOMaximumBandwidth": 0,
-		"MaskedPaths": oci.DefaultMaskedPaths, "ReadonlyPaths": oci.DefaultReadonlyPaths,
-		"Mounts": mounts, "Tmpfs": cc.Tmpfs,
+	return &HostConfig{
+		Binds: cc.Binds, LogConfig: cc.LogConfig, NetworkMode: i.Network,
+		PortBindings: portMap(i, true), RestartPolicy: cc.RestartPolicy, AutoRemove: i.AutoRemove,
+		VolumeDriver: cc.VolumeDriver, VolumesFrom: cc.VolumesFrom,
+		CapAdd: i.CapAdd, CapDrop: i.CapDrop, CgroupnsMode: "private",
+		Dns: orEmpty(cc.DNS), DnsOptions: orEmpty(cc.DNSOptions), DnsSearch: orEmpty(cc.DNSSearch), ExtraHosts: cc.ExtraHosts,
+		GroupAdd: cc.GroupAdd, IpcMode: "private", Links: cc.Links, ReadonlyRootfs: i.ReadonlyRootfs,
+		SecurityOpt: []string{"seccomp=" + i.SeccompProfile, "no-new-privileges"},
+		ShmSize:     64 << 20, Runtime: cmp.Or(cc.Runtime, "runc"),
+		Isolation: cc.Isolation, CpuShares: cc.CpuShares, Memory: i.Limits.MemoryBytes, NanoCpus: int64(i.Limits.CPUs * 1e9),
+		BlkioWeightDevice: []struct{}{}, CpusetCpus: cc.CpusetCpus, CpusetMems: cc.CpusetMems, Devices: []struct{}{},
+		MemorySwap: swap, MemorySwappiness: cc.MemorySwappiness, PidsLimit: i.Limits.Pids,
+		MaskedPaths: oci.DefaultMaskedPaths, ReadonlyPaths: oci.DefaultReadonlyPaths,
+		Mounts: cc.Mounts, Tmpfs: cc.Tmpfs, Init: cc.Init,
 	}
-	if cc.Init != nil {
-		h["Init"] = *cc.Init
-	}
-	return h
 }
 
 // networkSettings is inspect's NetworkSettings: as dockerd's, the
@@ -229,72 +192,57 @@ func hostConfig(i sandbox.Info, cc dockercompat.CreateRecord, binds, mounts any)
 // one has it), so a client that connected to it from the host would time
 // out and one in another sandbox would reach itself; published ports are
 // the way in.
-func networkSettings(i sandbox.Info, cc dockercompat.CreateRecord) map[string]any {
-	return map[string]any{
-		"Bridge": "", "SandboxID": "", "SandboxKey": "", "HairpinMode": false,
-		"LinkLocalIPv6Address": "", "LinkLocalIPv6PrefixLen": 0, "SecondaryIPAddresses": nil, "SecondaryIPv6Addresses": nil,
-		"Ports": portMap(i, i.Running), "Networks": Networks(i),
-		"EndpointID": "", "Gateway": "", "IPAddress": "", "IPPrefixLen": 0,
-		"IPv6Gateway": "", "GlobalIPv6Address": "", "GlobalIPv6PrefixLen": 0, "MacAddress": cc.MacAddress,
-	}
+func networkSettings(i sandbox.Info, cc dockercompat.CreateRecord) *NetworkSettings {
+	return &NetworkSettings{Ports: portMap(i, i.Running), Networks: Networks(i), MacAddress: cc.MacAddress}
 }
 
 // Networks is a sandbox's NetworkSettings.Networks in GET
 // /containers/json: its one network by name, as inspect has it (so
 // docker ps --format '{{.Networks}}' names it).
-func Networks(i sandbox.Info) map[string]any {
+func Networks(i sandbox.Info) map[string]*EndpointSettings {
 	if len(i.Networks) > 0 {
 		// User-defined networks: each with its interface while the
 		// sandbox runs (Docker's shape; no address when stopped).
-		out := map[string]any{}
+		out := map[string]*EndpointSettings{}
 		for _, n := range i.Networks {
-			ep := map[string]any{
-				"IPAMConfig": nil, "Links": nil, "Aliases": n.Aliases, "NetworkID": n.ID, "EndpointID": "",
-				"Gateway": "", "IPAddress": "", "IPPrefixLen": 0, "IPv6Gateway": "", "GlobalIPv6Address": "", "GlobalIPv6PrefixLen": 0,
-				"MacAddress": "", "DriverOpts": nil, "DNSNames": nil,
-			}
+			ep := &EndpointSettings{Aliases: n.Aliases, NetworkID: n.ID}
 			if n.IPv4 != "" {
-				ep["IPAMConfig"] = map[string]any{"IPv4Address": n.IPv4}
+				ep.IPAMConfig = &EndpointIPAMConfig{IPv4Address: n.IPv4}
 			}
 			if e := n.Endpoint; e != nil && i.Running {
-				ep["EndpointID"], ep["Gateway"], ep["IPAddress"], ep["IPPrefixLen"] = e.EndpointID, e.Gateway.String(), e.IPAddress.String(), e.IPPrefixLen
-				ep["MacAddress"], ep["DNSNames"] = e.MacAddress, e.DNSNames
+				ep.EndpointID, ep.Gateway, ep.IPAddress, ep.IPPrefixLen = e.EndpointID, e.Gateway.String(), e.IPAddress.String(), e.IPPrefixLen
+				ep.MacAddress, ep.DNSNames = e.MacAddress, e.DNSNames
 			}
 			out[n.Name] = ep
 		}
 		return out
 	}
 	name := cmp.Or(i.Network, backend.NetworkNone)
-	return map[string]any{name: endpoint(name, i)}
+	return map[string]*EndpointSettings{name: endpoint(name, i)}
 }
 
 // endpoint is the sandbox's endpoint on its network: no address (see
 // networkSettings). Its MacAddress is empty: a --mac-address is echoed at
 // the top level (echoed.go), not given to the interface.
-func endpoint(network string, i sandbox.Info) map[string]any {
+func endpoint(network string, i sandbox.Info) *EndpointSettings {
 	endpointID := ""
 	if i.Running {
 		endpointID = networks.ID(network + " " + i.ID) // as GET /networks/{id} lists it
 	}
-	return map[string]any{
-		"IPAMConfig": nil, "Links": nil, "Aliases": nil, "NetworkID": networks.ID(network), "EndpointID": endpointID,
-		"Gateway": "", "IPAddress": "", "IPPrefixLen": 0, "IPv6Gateway": "", "GlobalIPv6Address": "", "GlobalIPv6PrefixLen": 0,
-		"MacAddress": "", "DriverOpts": nil,
-	}
+	return &EndpointSettings{NetworkID: networks.ID(network), EndpointID: endpointID}
 }
 
 // portMap is the sandbox's published ports as inspect shows them:
 // {"80/tcp": [{"HostIp": "127.0.0.1", "HostPort": "8080"}]}; a stopped
 // sandbox's NetworkSettings have none bound.
-func portMap(i sandbox.Info, bound bool) map[string]any {
-	m := map[string]any{}
+func portMap(i sandbox.Info, bound bool) PortMap {
+	m := PortMap{}
 	if !bound {
 		return m
 	}
 	for _, p := range i.Ports {
 		key := fmt.Sprintf("%d/%s", p.ContainerPort, p.Protocol)
-		list, _ := m[key].([]map[string]string)
-		m[key] = append(list, map[string]string{"HostIp": p.HostIP, "HostPort": strconv.Itoa(p.HostPort)})
+		m[key] = append(m[key], PortBinding{HostIp: p.HostIP, HostPort: strconv.Itoa(p.HostPort)})
 	}
 	return m
 }

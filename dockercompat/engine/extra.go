@@ -14,11 +14,11 @@ import (
 
 // inspect is dockerview.Inspect with what only this server knows: a
 // container waiting for its restart (restart.go) is restarting.
-func (s *Server) inspect(i sandbox.Info) map[string]any {
+func (s *Server) inspect(i sandbox.Info) *dockerview.ContainerInspect {
 	out := dockerview.Inspect(i)
-	if st, _ := out["State"].(map[string]any); st != nil && s.isRestarting(i.ID) {
-		st["Restarting"] = true
-		st["Status"] = "restarting"
+	if s.isRestarting(i.ID) {
+		out.State.Restarting = true
+		out.State.Status = "restarting"
 	}
 	return out
 }

@@ -3,6 +3,8 @@ package engine
 import (
 	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/api/types/jsonstream"
+
+	"github.com/slopbox/slopbox/dockercompat/dockerview"
 )
 
 // The responses here are moby's API types (github.com/moby/moby/api,
@@ -60,8 +62,10 @@ type containerSummary struct {
 	State           string            `json:"State"`
 	Status          string            `json:"Status"`
 	HostConfig      struct{ NetworkMode string }
-	NetworkSettings struct{ Networks map[string]any }
-	Mounts          []struct{} `json:"Mounts"`
+	NetworkSettings struct {
+		Networks map[string]*dockerview.EndpointSettings
+	}
+	Mounts []struct{} `json:"Mounts"`
 }
 
 // portSummary is a published port of a container in the list.

@@ -5,6 +5,7 @@
 package fences
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -104,5 +105,55 @@ func TestImportFences(t *testing.T) {
 				t.Errorf("backend imports %s: the interface depends on no implementation", imp)
 			}
 		}
+	}
+}
+
+// TestTypedResponses: the Engine API and Docker's views answer with typed
+// structs (moby's API types or the packages' own), never a map[string]any
+// or map[string]interface{} whose keys a typo changes unseen (issue 43).
+func TestTypedResponses(t *testing.T) {
+	fset := token.NewFileSet()
+	checked := 0
+	for _, dir := range []string{"../../dockercompat/engine", "../../dockercompat/dockerview"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range files {
+			if strings.HasSuffix(p, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, p, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checked++
+			ast.Inspect(f, func(n ast.Node) bool {
+				m, ok := n.(*ast.MapType)
+				if !ok {
+					return true
+				}
+				if k, ok := m.Key.(*ast.Ident); !ok || k.Name != "string" {
+					return true
+				}
+				switch v := m.Value.(type) {
+				case *ast.Ident:
+					if v.Name != "any" {
+						return true
+					}
+				case *ast.InterfaceType:
+					if len(v.Methods.List) > 0 {
+						return true
+					}
+				default:
+					return true
+				}
+				t.Errorf("%s: a map[string]any: give the response a type", fset.Position(m.Pos()))
+				return true
+			})
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("checked only %d files: run from test/fences", checked)
 	}
 }
