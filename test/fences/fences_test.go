@@ -9,6 +9,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -155,5 +156,98 @@ func TestTypedResponses(t *testing.T) {
 	}
 	if checked < 10 {
 		t.Fatalf("checked only %d files: run from test/fences", checked)
+	}
+}
+
+// TestArchitectureTable: docs/architecture.md's import table names every
+// package of the project (but tests, benches, examples and test helpers)
+// with exactly the project packages its non-test files import, so that
+// the drawing of the rooms and arrows cannot drift from the code.
+func TestArchitectureTable(t *testing.T) {
+	b, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := map[string]map[string]bool{}
+	_, table, ok := strings.Cut(string(b), "\n### Imports\n")
+	if !ok {
+		t.Fatal("docs/architecture.md has no \"### Imports\" section")
+	}
+	for _, line := range strings.Split(table, "\n") {
+		if strings.HasPrefix(line, "#") {
+			break
+		}
+		cells := strings.Split(line, "|")
+		if len(cells) != 5 || strings.HasPrefix(strings.TrimSpace(cells[1]), "---") || strings.TrimSpace(cells[1]) == "Package" {
+			continue
+		}
+		pkg := strings.TrimSpace(cells[1])
+		doc[pkg] = map[string]bool{}
+		for _, imp := range strings.Split(cells[3], ",") {
+			if imp = strings.TrimSpace(imp); imp != "" {
+				doc[pkg][imp] = true
+			}
+		}
+	}
+	if len(doc) < 20 {
+		t.Fatalf("read only %d rows of the import table", len(doc))
+	}
+	code := map[string]map[string]bool{}
+	fset := token.NewFileSet()
+	err = filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("../..", p)
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" ||
+				rel == "test" || rel == "bench" || rel == "examples" || strings.HasSuffix(rel, "test") && rel != "test" && strings.Contains(rel, "/") {
+				return filepath.SkipDir // tests, benches, examples, test helpers (image/archive/archivetest)
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		dir := filepath.Dir(rel)
+		if code[dir] == nil {
+			code[dir] = map[string]bool{}
+		}
+		for _, imp := range f.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			if rest, ok := strings.CutPrefix(path, module+"/"); ok {
+				code[dir][rest] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir, imps := range code {
+		want, ok := doc[dir]
+		if !ok {
+			t.Errorf("package %s is not in docs/architecture.md's import table", dir)
+			continue
+		}
+		for imp := range imps {
+			if !want[imp] {
+				t.Errorf("%s imports %s: docs/architecture.md's table does not say so", dir, imp)
+			}
+		}
+		for imp := range want {
+			if !imps[imp] {
+				t.Errorf("docs/architecture.md says %s imports %s: it does not", dir, imp)
+			}
+		}
+	}
+	for dir := range doc {
+		if code[dir] == nil {
+			t.Errorf("docs/architecture.md's import table names %s: no such package", dir)
+		}
 	}
 }
