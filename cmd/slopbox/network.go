@@ -25,7 +25,13 @@ func networkCmd() *cobra.Command {
 		}
 		return networks.New(b), nil
 	}
+	c.AddCommand(networkLsCmd(service), networkInspectCmd(service), networkCreateCmd(service), networkRmCmd(service),
+		networkPruneCmd(service), networkConnectCmd(service, "connect"), networkConnectCmd(service, "disconnect"))
+	return c
+}
 
+// networkLsCmd is network ls.
+func networkLsCmd(service func() (*networks.Service, error)) *cobra.Command {
 	var quiet, noTrunc bool
 	var filterFlags []string
 	ls := &cobra.Command{
@@ -67,7 +73,11 @@ func networkCmd() *cobra.Command {
 	ls.Flags().BoolVarP(&quiet, "quiet", "q", false, "only display network ids")
 	ls.Flags().BoolVar(&noTrunc, "no-trunc", false, "do not truncate ids")
 	ls.Flags().StringArrayVarP(&filterFlags, "filter", "f", nil, "filter (Docker's rules): name=, id=, driver=, label=KEY[=VALUE], scope=local, type=builtin|custom, dangling=true|false")
+	return ls
+}
 
+// networkInspectCmd is network inspect.
+func networkInspectCmd(service func() (*networks.Service, error)) *cobra.Command {
 	inspect := &cobra.Command{
 		Use:   "inspect NETWORK...",
 		Short: "Show networks as JSON",
@@ -90,7 +100,11 @@ func networkCmd() *cobra.Command {
 			return nil
 		},
 	}
+	return inspect
+}
 
+// networkCreateCmd is network create.
+func networkCreateCmd(service func() (*networks.Service, error)) *cobra.Command {
 	var o networks.CreateOptions
 	var labels []string
 	create := &cobra.Command{
@@ -128,7 +142,11 @@ func networkCmd() *cobra.Command {
 			o.IPAM = networks.IPAM{Config: []networks.IPAMConfig{{Subnet: subnet, Gateway: gateway, IPRange: ipRange}}}
 		}
 	}
+	return create
+}
 
+// networkRmCmd is network rm.
+func networkRmCmd(service func() (*networks.Service, error)) *cobra.Command {
 	var rmForce bool
 	rm := &cobra.Command{
 		Use:     "rm NETWORK...",
@@ -154,7 +172,11 @@ func networkCmd() *cobra.Command {
 	}
 
 	rm.Flags().BoolVarP(&rmForce, "force", "f", false, "do not fail when a network does not exist")
+	return rm
+}
 
+// networkPruneCmd is network prune.
+func networkPruneCmd(service func() (*networks.Service, error)) *cobra.Command {
 	var pruneFlags []string
 	var yes bool
 	prune := &cobra.Command{
@@ -185,33 +207,33 @@ func networkCmd() *cobra.Command {
 	}
 	prune.Flags().StringArrayVar(&pruneFlags, "filter", nil, "only networks matching: until=TIME, label=KEY[=VALUE], label!=KEY")
 	prune.Flags().BoolVarP(&yes, "force", "f", false, "do not prompt for confirmation (slopbox never prompts)")
+	return prune
+}
 
-	connect := func(verb string) *cobra.Command {
-		var co networks.ConnectOptions
-		var force bool
-		c := &cobra.Command{
-			Use:   verb + " NETWORK CONTAINER",
-			Short: map[bool]string{true: "Connect a container to a user-defined network", false: "Disconnect a container from a user-defined network"}[verb == "connect"],
-			Args:  cobra.ExactArgs(2),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				svc, err := service()
-				if err != nil {
-					return err
-				}
-				if verb == "connect" {
-					return svc.Connect(args[0], args[1], co)
-				}
-				return svc.Disconnect(args[0], args[1])
-			},
-		}
-		if verb == "connect" {
-			c.Flags().StringArrayVar(&co.Aliases, "alias", nil, "another name the network's DNS gives the container")
-			c.Flags().StringVar(&co.IPv4, "ip", "", "the container's IPv4 address on the network")
-		} else {
-			c.Flags().BoolVarP(&force, "force", "f", false, "accepted")
-		}
-		return c
+// networkConnectCmd is network connect and network disconnect (verb).
+func networkConnectCmd(service func() (*networks.Service, error), verb string) *cobra.Command {
+	var co networks.ConnectOptions
+	var force bool
+	c := &cobra.Command{
+		Use:   verb + " NETWORK CONTAINER",
+		Short: map[bool]string{true: "Connect a container to a user-defined network", false: "Disconnect a container from a user-defined network"}[verb == "connect"],
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			svc, err := service()
+			if err != nil {
+				return err
+			}
+			if verb == "connect" {
+				return svc.Connect(args[0], args[1], co)
+			}
+			return svc.Disconnect(args[0], args[1])
+		},
 	}
-	c.AddCommand(ls, inspect, create, rm, prune, connect("connect"), connect("disconnect"))
+	if verb == "connect" {
+		c.Flags().StringArrayVar(&co.Aliases, "alias", nil, "another name the network's DNS gives the container")
+		c.Flags().StringVar(&co.IPv4, "ip", "", "the container's IPv4 address on the network")
+	} else {
+		c.Flags().BoolVarP(&force, "force", "f", false, "accepted")
+	}
 	return c
 }

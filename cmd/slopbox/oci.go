@@ -55,6 +55,44 @@ func ociMain(args []string) int {
 			RunE: func(_ *cobra.Command, a []string) error { return run(a[0]) }}
 	}
 
+	state := one("state", "print the container's state (JSON)", func(id string) error {
+		st, err := rt.State(id)
+		if err != nil {
+			return err
+		}
+		b, _ := json.MarshalIndent(st, "", "  ")
+		fmt.Println(string(b))
+		return nil
+	})
+
+	var force bool
+	del := &cobra.Command{Use: "delete [--force] ID", Short: "remove a stopped (or, forced, running) container", Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, a []string) error { return rt.Delete(a[0], force) }}
+	del.Flags().BoolVarP(&force, "force", "f", false, "kill a running container first")
+
+	features := &cobra.Command{Use: "features", Short: "print the runtime's features (JSON)", Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			b, _ := json.MarshalIndent(ociruntime.Features(), "", "    ")
+			fmt.Println(string(b))
+			return nil
+		}}
+
+	var code int
+	root.AddCommand(ociSpecCmd(), ociCreateCmd(&rt), one("start", "start a created container's process", rt.Start), state, ociKillCmd(&rt), del, ociExecCmd(&rt, gcPercent, &code), ociPsCmd(&rt),
+		one("pause", "freeze every process of the container", rt.Pause), one("resume", "thaw a paused container", rt.Resume), features, ociUpdateCmd(&rt), ociEventsCmd(&rt, gcPercent))
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		if logPath != "" {
+			ociruntime.LogError(err)
+		}
+		fmt.Fprintln(os.Stderr, "slopbox-runc:", err)
+		return 1
+	}
+	return code
+}
+
+// ociCreateCmd is create: a container set up from a bundle.
+func ociCreateCmd(rt *ociruntime.Runtime) *cobra.Command {
 	var co ociruntime.CreateOpts
 	var preserveFDs int
 	create := &cobra.Command{Use: "create [flags] ID", Short: "set a container up from a bundle, its process waiting for start", Args: cobra.ExactArgs(1),
@@ -70,17 +108,11 @@ func ociMain(args []string) int {
 	create.Flags().BoolVar(&co.NoPivot, "no-pivot", false, "do not pivot_root (ramdisk roots)")
 	create.Flags().BoolVar(&co.NoNewKeyring, "no-new-keyring", false, "keep the caller's session keyring")
 	create.Flags().IntVar(&preserveFDs, "preserve-fds", 0, "not supported")
+	return create
+}
 
-	state := one("state", "print the container's state (JSON)", func(id string) error {
-		st, err := rt.State(id)
-		if err != nil {
-			return err
-		}
-		b, _ := json.MarshalIndent(st, "", "  ")
-		fmt.Println(string(b))
-		return nil
-	})
-
+// ociKillCmd is kill.
+func ociKillCmd(rt *ociruntime.Runtime) *cobra.Command {
 	var killAll bool
 	kill := &cobra.Command{Use: "kill [--all] ID [SIGNAL]", Short: "signal the container's process (default SIGTERM)", Args: cobra.RangeArgs(1, 2),
 		RunE: func(_ *cobra.Command, a []string) error {
@@ -95,18 +127,16 @@ func ociMain(args []string) int {
 			return rt.Kill(a[0], sig, killAll)
 		}}
 	kill.Flags().BoolVarP(&killAll, "all", "a", false, "signal every process of the container")
+	return kill
+}
 
-	var force bool
-	del := &cobra.Command{Use: "delete [--force] ID", Short: "remove a stopped (or, forced, running) container", Args: cobra.ExactArgs(1),
-		RunE: func(_ *cobra.Command, a []string) error { return rt.Delete(a[0], force) }}
-	del.Flags().BoolVarP(&force, "force", "f", false, "kill a running container first")
-
+// ociExecCmd is exec; code is where its exit status goes, and the collector is set back to gcPercent unless it detaches.
+func ociExecCmd(rt *ociruntime.Runtime, gcPercent int, code *int) *cobra.Command {
 	var eo ociruntime.ExecOpts
 	var ef ociruntime.ExecFlags
 	var procFile string
 	var noNewPrivs bool
 	var gids []uint
-	var code int
 	execC := &cobra.Command{Use: "exec [flags] ID [COMMAND [ARG...]]", Short: "run a process in a running container", Args: cobra.MinimumNArgs(1),
 		RunE: func(_ *cobra.Command, a []string) error {
 			var p *specs.Process
@@ -128,7 +158,7 @@ func ociMain(args []string) int {
 			if !eo.Detach {
 				rdebug.SetGCPercent(gcPercent)
 			}
-			code, err = rt.Exec(a[0], p, eo)
+			*code, err = rt.Exec(a[0], p, eo)
 			return err
 		}}
 	execC.Flags().SetInterspersed(false)
@@ -143,7 +173,11 @@ func ociMain(args []string) int {
 	execC.Flags().UintSliceVarP(&gids, "additional-gids", "g", nil, "more groups")
 	execC.Flags().StringArrayVarP(&ef.Caps, "cap", "c", nil, "a capability to add")
 	execC.Flags().BoolVar(&noNewPrivs, "no-new-privs", true, "accepted: slopbox always sets no_new_privileges on exec")
+	return execC
+}
 
+// ociUpdateCmd is update: a container's cgroup limits.
+func ociUpdateCmd(rt *ociruntime.Runtime) *cobra.Command {
 	var resources string
 	var upd struct {
 		memory, swap, reservation, quota, period, shares, pids, weight string
@@ -179,7 +213,11 @@ func ociMain(args []string) int {
 	uf.StringVar(&mems, "cpuset-mems", "", "memory nodes it may use")
 	uf.StringVar(&upd.pids, "pids-limit", "", "most processes at once")
 	uf.StringVar(&upd.weight, "blkio-weight", "", "block IO weight (10 to 1000)")
+	return update
+}
 
+// ociEventsCmd is events; the collector is set back to gcPercent unless --stats.
+func ociEventsCmd(rt *ociruntime.Runtime, gcPercent int) *cobra.Command {
 	var statsOnce bool
 	var interval time.Duration
 	events := &cobra.Command{Use: "events [--stats] [--interval D] ID", Short: "print the container's resource usage as JSON events", Args: cobra.ExactArgs(1),
@@ -191,7 +229,11 @@ func ociMain(args []string) int {
 		}}
 	events.Flags().BoolVar(&statsOnce, "stats", false, "print the stats once and exit")
 	events.Flags().DurationVar(&interval, "interval", 5*time.Second, "how often to print them")
+	return events
+}
 
+// ociPsCmd is ps.
+func ociPsCmd(rt *ociruntime.Runtime) *cobra.Command {
 	var psFormat string
 	ps := &cobra.Command{Use: "ps [--format table|json] ID", Short: "list the container's processes", Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, a []string) error {
@@ -212,14 +254,11 @@ func ociMain(args []string) int {
 			return nil
 		}}
 	ps.Flags().StringVarP(&psFormat, "format", "f", "table", "table or json")
+	return ps
+}
 
-	features := &cobra.Command{Use: "features", Short: "print the runtime's features (JSON)", Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			b, _ := json.MarshalIndent(ociruntime.Features(), "", "    ")
-			fmt.Println(string(b))
-			return nil
-		}}
-
+// ociSpecCmd is spec: an example config.json.
+func ociSpecCmd() *cobra.Command {
 	var specBundle string
 	var specRootless bool
 	specC := &cobra.Command{Use: "spec [--bundle DIR] [--rootless]", Short: "write an example config.json", Args: cobra.NoArgs,
@@ -242,18 +281,7 @@ func ociMain(args []string) int {
 		}}
 	specC.Flags().StringVarP(&specBundle, "bundle", "b", ".", "the bundle's directory")
 	specC.Flags().BoolVar(&specRootless, "rootless", false, "for a container run by an unprivileged user")
-
-	root.AddCommand(specC, create, one("start", "start a created container's process", rt.Start), state, kill, del, execC, ps,
-		one("pause", "freeze every process of the container", rt.Pause), one("resume", "thaw a paused container", rt.Resume), features, update, events)
-	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
-		if logPath != "" {
-			ociruntime.LogError(err)
-		}
-		fmt.Fprintln(os.Stderr, "slopbox-runc:", err)
-		return 1
-	}
-	return code
+	return specC
 }
 
 // readProcess reads exec's --process JSON.

@@ -19,6 +19,12 @@ import (
 // root (sandbox/volumes.go).
 func volumeCmd() *cobra.Command {
 	c := &cobra.Command{Use: "volume", Short: "Manage named volumes"}
+	c.AddCommand(volumeCreateCmd(), volumeLsCmd(), volumeInspectCmd(), volumeRmCmd(), volumePruneCmd())
+	return c
+}
+
+// volumeCreateCmd is volume create.
+func volumeCreateCmd() *cobra.Command {
 	var labels []string
 	var driver string
 	create := &cobra.Command{
@@ -55,7 +61,11 @@ func volumeCmd() *cobra.Command {
 	}
 	create.Flags().StringArrayVarP(&labels, "label", "l", nil, "set metadata KEY=VALUE")
 	create.Flags().StringVarP(&driver, "driver", "d", "local", "volume driver (local only)")
+	return create
+}
 
+// volumeLsCmd is volume ls.
+func volumeLsCmd() *cobra.Command {
 	var quiet bool
 	var filterFlags []string
 	ls := &cobra.Command{
@@ -99,7 +109,11 @@ func volumeCmd() *cobra.Command {
 	}
 	ls.Flags().BoolVarP(&quiet, "quiet", "q", false, "only display volume names")
 	ls.Flags().StringArrayVarP(&filterFlags, "filter", "f", nil, "filter (Docker's rules): name=, label=KEY[=VALUE], label!=KEY, dangling=true|false, driver=local")
+	return ls
+}
 
+// volumeInspectCmd is volume inspect.
+func volumeInspectCmd() *cobra.Command {
 	inspect := &cobra.Command{
 		Use:   "inspect VOLUME...",
 		Short: "Show volumes as JSON",
@@ -129,7 +143,11 @@ func volumeCmd() *cobra.Command {
 			return nil
 		},
 	}
+	return inspect
+}
 
+// volumeRmCmd is volume rm.
+func volumeRmCmd() *cobra.Command {
 	var force bool
 	rm := &cobra.Command{
 		Use:     "rm VOLUME...",
@@ -159,7 +177,11 @@ func volumeCmd() *cobra.Command {
 		},
 	}
 	rm.Flags().BoolVarP(&force, "force", "f", false, "no error for a volume that does not exist")
+	return rm
+}
 
+// volumePruneCmd is volume prune.
+func volumePruneCmd() *cobra.Command {
 	var all, yes bool
 	var pruneFlags []string
 	prune := &cobra.Command{
@@ -194,6 +216,5 @@ func volumeCmd() *cobra.Command {
 	prune.Flags().BoolVarP(&all, "all", "a", false, "remove every unused volume, not only anonymous ones")
 	prune.Flags().StringArrayVar(&pruneFlags, "filter", nil, "only volumes matching (Docker's prune filters): label=KEY[=VALUE], label!=KEY[=VALUE]")
 	prune.Flags().BoolVarP(&yes, "force", "f", false, "do not prompt for confirmation (slopbox never prompts)")
-	c.AddCommand(create, ls, inspect, rm, prune)
-	return c
+	return prune
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -312,20 +313,7 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 		return
 	}
 	if body.Detach {
-		devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-		if err != nil {
-			finish(126)
-			fail(w, err)
-			return
-		}
-		defer devnull.Close()
-		if _, err := sb.Attach(context.Background(), req, devnull, devnull, devnull, true); err != nil {
-			finish(126)
-			fail(w, err)
-			return
-		}
-		finish(0) // detached: its end is not followed
-		w.WriteHeader(http.StatusOK)
+		s.execDetached(w, sb, req, finish)
 		return
 	}
 	// The stream's framing is the start request's Tty, as dockerd's: raw
@@ -339,90 +327,16 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if e.Tty {
-		rows, cols := uint16(0), uint16(0)
-		if len(body.ConsoleSize) == 2 {
-			rows, cols = body.ConsoleSize[0], body.ConsoleSize[1]
-		}
-		t, err := sb.AttachTerminal(ctx, req, rows, cols)
-		if err != nil {
-			var se *sandbox.StartError
-			if errors.As(err, &se) {
-				// dockerd's exec: 126 for a command that cannot run,
-				// not found included.
-				io.WriteString(conn, se.Msg+"\r\n")
-				finish(126)
-				return
-			}
-			io.WriteString(conn, err.Error()+"\r\n")
-			finish(126)
-			return
-		}
-		kept := false // detached: the command goes on, and its terminal
-		defer func() {
-			if !kept {
-				t.Close()
-			}
-		}()
-		e.mu.Lock()
-		e.term = t
-		if e.size[0] > 0 {
-			t.Resize(e.size[0], e.size[1])
-		}
-		e.mu.Unlock()
-		var dst io.Writer = io.Discard
-		var src io.Reader = in
-		gone := cancel
-		detached := make(chan struct{})
-		if e.AttachStdin {
-			// The detach keys end the stream and leave the command
-			// running, as dockerd's.
-			dst = t.Master
-			dr := &detachReader{r: in, keys: e.DetachKeys}
-			src, gone = dr, func() {
-				if dr.detached {
-					close(detached)
-					return
-				}
-				cancel()
-			}
-		}
-		go watchClient(ctx, conn, src, dst, nil, gone)
-		var out io.Writer = conn
-		if !body.Tty {
-			out, _ = frames(conn)
-		}
-		copied := make(chan struct{})
-		go func() {
-			io.Copy(out, t.Master)
-			io.Copy(io.Discard, t.Master) // detached: what it writes goes nowhere
-			close(copied)
-		}()
-		select {
-		case <-t.Done():
-		case <-ctx.Done():
-		case <-detached:
-			kept = true
-			go func() {
-				code, _, _ := t.Wait(context.Background(), 0)
-				t.Close()
-				finish(code)
-			}()
-			return
-		}
-		code, _, _ := t.Wait(ctx, 0)
-		// What the command wrote last is still in the terminal: it goes
-		// to the client before the stream ends (the Done channel, closed
-		// by then, ended this wait at once, and a loaded host lost all of
-		// a quick command's output). A client that stops reading does not
-		// hold the exec beyond the bound.
-		t.DrainOutput()
-		select {
-		case <-copied:
-		case <-time.After(2 * sandbox.TerminalDrain):
-		}
-		finish(code)
+		s.execTerminal(ctx, cancel, conn, in, e, sb, req, body.Tty, body.ConsoleSize, finish)
 		return
 	}
+	s.execPipes(ctx, cancel, conn, in, e, sb, req, body.Tty, finish)
+}
+
+// execPipes is an exec without a terminal: its stdin, stdout and stderr
+// are pipes to the hijacked connection conn (in what the client sends),
+// raw or in multiplexed frames as the start request's Tty says.
+func (s *Server) execPipes(ctx context.Context, cancel context.CancelFunc, conn net.Conn, in io.Reader, e *execInstance, sb *sandbox.Sandbox, req backend.ExecRequest, rawStream bool, finish func(int)) {
 	stdin, err := os.OpenFile(os.DevNull, os.O_RDONLY, 0)
 	if err != nil {
 		finish(126)
@@ -455,7 +369,7 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 		return
 	}
 	var stdout, stderr io.Writer = conn, conn
-	if !body.Tty {
+	if !rawStream {
 		stdout, stderr = frames(conn)
 	}
 	if !e.AttachOut {
@@ -491,6 +405,113 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 			stderr.Write([]byte(err.Error() + "\n"))
 		}
 		code = 126
+	}
+	finish(code)
+}
+
+// execDetached is a detached exec's start (docker exec -d): the command
+// runs with /dev/null as its stdio, and its end is not followed.
+func (s *Server) execDetached(w http.ResponseWriter, sb *sandbox.Sandbox, req backend.ExecRequest, finish func(int)) {
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		finish(126)
+		fail(w, err)
+		return
+	}
+	defer devnull.Close()
+	if _, err := sb.Attach(context.Background(), req, devnull, devnull, devnull, true); err != nil {
+		finish(126)
+		fail(w, err)
+		return
+	}
+	finish(0) // detached: its end is not followed
+	w.WriteHeader(http.StatusOK)
+}
+
+// execTerminal is an exec with a terminal, its master over the hijacked
+// connection conn (in what the client sends): raw, or multiplexed frames
+// when the start request had no Tty; the detach keys leave it running.
+func (s *Server) execTerminal(ctx context.Context, cancel context.CancelFunc, conn net.Conn, in io.Reader, e *execInstance, sb *sandbox.Sandbox, req backend.ExecRequest, rawStream bool, size []uint16, finish func(int)) {
+	rows, cols := uint16(0), uint16(0)
+	if len(size) == 2 {
+		rows, cols = size[0], size[1]
+	}
+	t, err := sb.AttachTerminal(ctx, req, rows, cols)
+	if err != nil {
+		var se *sandbox.StartError
+		if errors.As(err, &se) {
+			// dockerd's exec: 126 for a command that cannot run,
+			// not found included.
+			io.WriteString(conn, se.Msg+"\r\n")
+			finish(126)
+			return
+		}
+		io.WriteString(conn, err.Error()+"\r\n")
+		finish(126)
+		return
+	}
+	kept := false // detached: the command goes on, and its terminal
+	defer func() {
+		if !kept {
+			t.Close()
+		}
+	}()
+	e.mu.Lock()
+	e.term = t
+	if e.size[0] > 0 {
+		t.Resize(e.size[0], e.size[1])
+	}
+	e.mu.Unlock()
+	var dst io.Writer = io.Discard
+	var src io.Reader = in
+	gone := cancel
+	detached := make(chan struct{})
+	if e.AttachStdin {
+		// The detach keys end the stream and leave the command
+		// running, as dockerd's.
+		dst = t.Master
+		dr := &detachReader{r: in, keys: e.DetachKeys}
+		src, gone = dr, func() {
+			if dr.detached {
+				close(detached)
+				return
+			}
+			cancel()
+		}
+	}
+	go watchClient(ctx, conn, src, dst, nil, gone)
+	var out io.Writer = conn
+	if !rawStream {
+		out, _ = frames(conn)
+	}
+	copied := make(chan struct{})
+	go func() {
+		io.Copy(out, t.Master)
+		io.Copy(io.Discard, t.Master) // detached: what it writes goes nowhere
+		close(copied)
+	}()
+	select {
+	case <-t.Done():
+	case <-ctx.Done():
+	case <-detached:
+		kept = true
+		go func() {
+			code, _, _ := t.Wait(context.Background(), 0)
+			t.Close()
+			finish(code)
+		}()
+		return
+	}
+	code, _, _ := t.Wait(ctx, 0)
+	// What the command wrote last is still in the terminal: it goes
+	// to the client before the stream ends (the Done channel, closed
+	// by then, ended this wait at once, and a loaded host lost all of
+	// a quick command's output). A client that stops reading does not
+	// hold the exec beyond the bound.
+	t.DrainOutput()
+	select {
+	case <-copied:
+	case <-time.After(2 * sandbox.TerminalDrain):
 	}
 	finish(code)
 }
