@@ -43,7 +43,7 @@ done
 GOTESTSUM=${GOTESTSUM:-.work/bin/gotestsum}
 TEST_USER=${SLOPBOX_TEST_USER:-slopbox-test}
 # Packages whose behaviour depends on the caller's privileges run twice.
-ROOTLESS_PKGS=(./image/ ./image/archive/ ./local/ ./backend/ ./test/conformance/ ./sandbox/ ./dockercompat/engine/ ./build/ ./test/integration/)
+ROOTLESS_PKGS=(./image/ ./image/archive/ ./local/ ./backend/ ./test/conformance/ ./sandbox/ ./dockercompat/engine/ ./imagebuild/ ./test/integration/)
 # Tests that need root by nature; they ran in the root pass above
 # (containerd runs as root; a pids limit needs a cgroup, which rootless
 # has none of on a cgroup v1 host).
@@ -54,7 +54,7 @@ STRESS='^(TestConcurrentProcessesOnOneRoot|TestManySandboxesOnOneID|TestManySand
 STRESS_PKGS=(./test/integration/ ./sandbox/)
 # Packages with concurrency of their own: their root pass runs under the
 # race detector.
-RACE_PKGS=(./backend/ ./image/... ./sandbox/... ./test/conformance/ ./dockercompat/... ./build/ ./internal/...)
+RACE_PKGS=(./backend/ ./image/... ./sandbox/... ./test/conformance/ ./dockercompat/... ./imagebuild/ ./internal/...)
 # The CLI and serve under the race detector (a -race slopbox through
 # SLOPBOX_BIN): serve's tests (its goroutines serve many clients at once)
 # and the CLI's with concurrent streams (stdio copied both ways, a
@@ -313,6 +313,9 @@ fi
 # its sandbox package 676 s, and fuzzing spent over 3 min compiling its
 # instrumented binaries before the first input.
 if phase root; then
+	# A package list that names a package no longer there fails the run
+	# here, not as an empty list.
+	go list "${RACE_PKGS[@]}" "${ROOTLESS_PKGS[@]}" >/dev/null || { echo "RACE_PKGS or ROOTLESS_PKGS names a package that is not there" >&2; exit 1; }
 	mapfile -t race_pkgs < <(go list "${RACE_PKGS[@]}")
 	mapfile -t plain_pkgs < <(go list ./... | grep -vxF -f <(printf '%s\n' "${race_pkgs[@]}"))
 	# Each phase in a TMPDIR of its own (phase_tmp), swept when it ends: what
@@ -376,7 +379,7 @@ if phase rootless; then
 	make_work
 	stress_bins=()
 	for pkg in "${ROOTLESS_PKGS[@]}"; do
-		[[ -d $pkg ]] || continue
+		[[ -d $pkg ]] || { echo "== FAILED: ROOTLESS_PKGS names $pkg, which is not there" >>"$summary"; status=1; continue; }
 		ls "$pkg"/*_test.go >/dev/null 2>&1 || continue
 		bin="$work/$(echo "$pkg" | tr -c 'a-z0-9\n' '_').test"
 		go test -c -tags "$TAGS" -ldflags "$LDFLAGS" -o "$bin" "$pkg"

@@ -227,8 +227,15 @@ func TestPush(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || strings.Count(string(body), `"status":"Pushed"`) != 3 || !strings.Contains(string(body), `"aux":{"Digest":"`+want) {
-		t.Errorf("POST /images/…/push: %d\n%s", resp.StatusCode, body)
+	// The last line's aux is the docker CLI's PushResult (Tag, Digest).
+	var aux struct{ Tag, Digest string }
+	lines := strings.Split(strings.TrimSpace(string(body)), "\n")
+	var last struct{ Aux json.RawMessage }
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err == nil && last.Aux != nil {
+		json.Unmarshal(last.Aux, &aux)
+	}
+	if resp.StatusCode != http.StatusOK || strings.Count(string(body), `"status":"Pushed"`) != 3 || aux.Digest != want || aux.Tag != "v3" {
+		t.Errorf("POST /images/…/push: %d, aux %+v, want digest %s and tag v3\n%s", resp.StatusCode, aux, want, body)
 	}
 
 	e2 := &env{t: t, bin: e.bin, root: filepath.Join(searchable(t, t.TempDir()), "root2"), ref: e.ref}
