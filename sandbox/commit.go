@@ -27,7 +27,13 @@ func (s *Sandbox) WithUpperDir(noPause bool, f func(upper string) error) (err er
 	}
 	if !noPause && s.rec.running() && !s.rec.Paused {
 		if err := s.Pause(); err != nil {
-			return err
+			if s.rec.running() {
+				return err
+			}
+			// Its main command ended between the check and the pause
+			// (docker-py commits a `touch` the moment it exits): nothing
+			// runs to write to the layer, which is committed as it is.
+			return f(s.UpperDir())
 		}
 		defer func() {
 			if uerr := s.Unpause(); uerr != nil && !errors.Is(uerr, ErrNotPaused) {
