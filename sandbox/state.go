@@ -186,6 +186,9 @@ func (r stateRoot) writeIn(dir string, rec *record, durable bool) error {
 }
 
 func (r stateRoot) read(id string) (*record, error) {
+	if !plainRef(id) {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
 	b, err := os.ReadFile(filepath.Join(r.sandboxDir(id), stateFile))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -434,10 +437,23 @@ func waitKilled(id string, killed []int) error {
 	return nil
 }
 
+// plainRef reports whether ref can name a sandbox: no path separator,
+// not "." or "..", nor anything else starting with a dot (a name begins
+// with a letter or digit, an id is hex). A ref with a slash would read a
+// record below another directory of the state root, such as one a sandbox
+// wrote in its own upper directory (an Engine API path's {id} may carry
+// an escaped "/").
+func plainRef(ref string) bool {
+	return ref != "" && !strings.HasPrefix(ref, ".") && !strings.ContainsAny(ref, "/\x00")
+}
+
 // find resolves a name, a full id or a unique id prefix.
 func (r stateRoot) find(ref string) (*record, error) {
 	if ref == "" {
 		return nil, fmt.Errorf("%w: empty name", ErrNotFound)
+	}
+	if !plainRef(ref) {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, ref)
 	}
 	if rec, err := r.read(ref); err == nil {
 		return rec, nil

@@ -88,7 +88,11 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 		case tar.TypeSymlink:
 			mode |= fs.ModeSymlink
 		}
-		stat, _ := json.Marshal(container.PathStat{Name: path.Base(h.Name), Size: h.Size, Mode: mode, Mtime: h.ModTime, LinkTarget: h.Linkname})
+		stat, err := json.Marshal(container.PathStat{Name: path.Base(h.Name), Size: h.Size, Mode: mode, Mtime: h.ModTime, LinkTarget: h.Linkname})
+		if err != nil {
+			fail(w, err) // a time past year 9999, as dockerd's
+			return
+		}
 		w.Header().Set("X-Docker-Container-Path-Stat", base64.StdEncoding.EncodeToString(stat))
 		if r.Method == http.MethodHead {
 			w.WriteHeader(http.StatusOK)

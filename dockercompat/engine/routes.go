@@ -11,12 +11,23 @@ import (
 
 // routes is every endpoint the server answers, one ServeMux pattern each
 // (moby's router table: method, path, handler). The version prefix is
-// gone from the path by then (ServeHTTP). A request no pattern takes gets
-// Docker's JSON 404; a GET pattern takes HEAD too.
+// gone from the path by then, and the path is clean (ServeHTTP). A
+// request no pattern takes gets Docker's JSON 404.
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	handle := func(pattern string, h func(http.ResponseWriter, *request)) {
-		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { h(w, requestOf(r)) })
+		// A GET pattern takes HEAD too; dockerd answers HEAD only for
+		// /_ping and a container's archive (docker cp's stat), and a HEAD
+		// of anything else (events, logs -f, export) would run the whole
+		// request for nothing.
+		head := pattern == "GET /_ping" || pattern == "GET /containers/{id}/archive"
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodHead && !head {
+				notServed(w, requestOf(r))
+				return
+			}
+			h(w, requestOf(r))
+		})
 	}
 	// A container verb: {id} is opened first (a name, an id or its
 	// prefix), or the answer is Docker's "No such container".
@@ -92,6 +103,10 @@ func (s *Server) routes() *http.ServeMux {
 	handle("POST /networks/{id}/connect", s.networkConnect)
 	handle("POST /networks/{id}/disconnect", s.networkConnect)
 
+	// The roots of the subtrees above, exactly: else ServeMux would
+	// redirect them to their trailing slash, where dockerd has a 404.
+	handle("/swarm", notServed)
+	handle("/images", notServed)
 	handle("/", notServed)
 	return mux
 }

@@ -17,6 +17,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -122,7 +123,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Server", "slopbox/"+s.version+" (linux)")
 	h.Set("Docker-Experimental", "false")
 	version := APIVersion
-	if m := versionPrefix.FindStringSubmatch(r.URL.Path); m != nil {
+	m := versionPrefix.FindStringSubmatch(r.URL.Path)
+	versioned := m != nil
+	if versioned {
 		version, r.URL.Path = m[1], m[2]
 		if rest, ok := strings.CutPrefix(r.URL.RawPath, "/v"+version); ok {
 			r.URL.RawPath = rest
@@ -136,6 +139,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
+		// As dockerd's router (gorilla's path cleaning): a redirect to
+		// the clean path, with the version the client asked for, rather
+		// than ServeMux's, which would drop it.
+		u := *r.URL
+		u.Path, u.RawPath = clean, ""
+		if versioned {
+			u.Path = "/v" + version + clean
+		}
+		http.Redirect(w, r, u.String(), http.StatusMovedPermanently)
+		return
+	}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = limitBody(w, r, s.b.Store().Root())
 	}
@@ -147,6 +162,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}(time.Now())
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// cleanPath is p without empty, "." and ".." segments (a trailing slash
+// kept), as dockerd's router cleans it.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
 }
 
 // Request bodies are bounded: a JSON one in size and in the time it takes
