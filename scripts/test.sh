@@ -135,6 +135,8 @@ sweep() {
 	for p in /proc/[0-9]*; do
 		[[ ${p#/proc/} != "$$" ]] || continue
 		if grep -qz -e "^$dir/" -e "=$dir/" "$p/cmdline" 2>/dev/null; then
+			# What it was, for the summary: a leak is a test's defect.
+			echo "== left running: pid ${p#/proc/}: $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-300)" | tee -a "$summary" >&2
 			kill -9 "${p#/proc/}" 2>/dev/null && killed=$((killed + 1))
 		fi
 	done
