@@ -254,19 +254,26 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 		conn.kill(syscall.SIGKILL)
 		return fmt.Errorf("start the sandbox's monitor: %w (%s)", err, fdEvidence(mon))
 	}
-	pid := m.Process.Pid
+	s.monitorStarted(m.Process)
+	started = true
+	s.superviseStarted()
+	return nil
+}
+
+// monitorStarted records monitor m, just started, and returns once it
+// runs.
+func (s *Sandbox) monitorStarted(m *os.Process) {
+	pid := m.Pid
 	if start, _, ok := procStart(pid); ok {
 		writePidFile(filepath.Join(s.dir, monitorFile), pid, start)
 	}
-	reapWhenDone(m.Process) // a long-lived caller (serve) reaps it
+	reapWhenDone(m) // a long-lived caller (serve) reaps it
 	// The command runs, and writes into the pipes, before its monitor:
 	// start returns once the monitor reads them and answers syncLog, so
 	// that a reader of the log right after (docker start, then logs)
 	// finds what the command has written.
 	s.awaitMonitorReady(pid)
 	touch(filepath.Join(s.dir, socketFile))
-	started = true
-	return nil
 }
 
 // reapWhenDone reaps child p (a monitor, a port forwarder) once it
@@ -338,6 +345,11 @@ func monitorMain(args []string) int {
 			waitLogReaders(filepath.Join(dir, logFile))
 		}
 		sb.Stop()
+		if !sb.rec.AutoRemove {
+			if sb, err := bk.Open(id); err == nil {
+				sb.superviseExited(p.exitCode())
+			}
+		}
 	}
 	return 0
 }

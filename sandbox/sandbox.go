@@ -182,6 +182,9 @@ func (*Backend) Name() string { return Name }
 // Store is the image store sandboxes are created from.
 func (b *Backend) Store() *image.Store { return b.store }
 
+// Root is the state root the backend was opened on.
+func (b *Backend) Root() string { return b.root }
+
 // SpawnCommand is Spawn that also records the command a docker-style `run`
 // starts, for `ps`.
 func (b *Backend) SpawnCommand(ctx context.Context, spec backend.SpawnSpec, command []string) (*Sandbox, error) {
@@ -425,6 +428,9 @@ func (b *Backend) destroy(rec *record) error {
 		killErr = rec.killInit(5 * time.Second)
 	} else {
 		killErr = killStragglers(rec.ID, b.state.sandboxDir(rec.ID))
+	}
+	if err := killSupervisorHelpers(b.state.sandboxDir(rec.ID)); err != nil {
+		errs = append(errs, err)
 	}
 	if err := killHelpers(rec, b.state.sandboxDir(rec.ID)); err != nil {
 		errs = append(errs, err)
@@ -907,6 +913,9 @@ func (s *Sandbox) Stop() error {
 		return err
 	}
 	s.awaitExitRecord()
+	if err := killSupervisorHelpers(s.dir); err != nil {
+		return err
+	}
 	if err := killHelpers(s.rec, s.dir); err != nil {
 		return err
 	}

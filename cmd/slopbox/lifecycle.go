@@ -19,6 +19,7 @@ import (
 	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/dockercompat/filters"
+	"github.com/slopbox/slopbox/dockercompat/service"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
@@ -107,7 +108,10 @@ func startCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := signalContext()
 			defer cancel()
-			return eachSandbox(args, func(sb *sandbox.Sandbox) error { return sb.Start(ctx) })
+			return eachSandbox(args, func(sb *sandbox.Sandbox) error {
+				_, err := service.Start(ctx, sb, sandbox.AttachedStart{})
+				return err
+			})
 		},
 	}
 }
@@ -136,7 +140,8 @@ func stopCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return sb.StopGrace(ctx, sig, dockercompat.StopGrace(sb.Info().StateDir, t))
+				_, err = service.Stop(ctx, sb, sig, dockercompat.StopGrace(sb.Info().StateDir, t))
+				return err
 			})
 		},
 	}
@@ -156,7 +161,7 @@ func killCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return eachSandbox(args, func(sb *sandbox.Sandbox) error { return sb.Signal(sig) })
+			return eachSandbox(args, func(sb *sandbox.Sandbox) error { return service.Kill(sb, sig) })
 		},
 	}
 	c.Flags().StringVarP(&sigName, "signal", "s", "KILL", "signal: KILL stops the sandbox; TERM, HUP, INT, USR1, … go to the main command's processes (run -d)")
@@ -171,13 +176,7 @@ func rmCmd() *cobra.Command {
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return eachSandbox(args, func(sb *sandbox.Sandbox) error {
-				if sb.Running() && !force {
-					return dockercompat.ErrRemoveRunning(sb.ID())
-				}
-				if volumes {
-					return sb.RemoveWithVolumes()
-				}
-				return sb.Remove()
+				return service.Remove(sb, force, volumes)
 			})
 		},
 	}

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/spf13/pflag"
 
 	"github.com/slopbox/slopbox/backend"
@@ -60,6 +61,13 @@ type spawnFlags struct {
 	stopSignal                                               string
 	memorySwappiness                                         int64
 	cpuRtPeriod, cpuRtRuntime                                int64
+	// The restart policy and healthcheck, carried out by the container's
+	// monitor (dockercompat/service), with serve or without.
+	restart                                          string
+	healthCmd                                        string
+	healthInterval, healthTimeout, healthStartPeriod time.Duration
+	healthRetries                                    int
+	noHealthcheck                                    bool
 }
 
 func (f *spawnFlags) register(fs *pflag.FlagSet) {
@@ -102,6 +110,13 @@ func (f *spawnFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.initFlag, "init", false, "accepted: the sandbox's PID 1 already reaps orphans and forwards nothing")
 	fs.StringVar(&f.stopSignal, "stop-signal", "", "the signal stop sends the main command first (default: the image's STOPSIGNAL, else TERM)")
 	fs.IntVar(&f.stopTimeout, "stop-timeout", dockercompat.DefaultStopTimeout, "seconds stop waits for the main command before killing every process (-1: for ever)")
+	fs.StringVar(&f.restart, "restart", "no", "restart policy when the main command exits: no, always, unless-stopped, on-failure[:N] (carried out with or without serve; stop, kill and rm end it)")
+	fs.StringVar(&f.healthCmd, "health-cmd", "", "command run in the container (by sh -c) to check its health: inspect's State.Health")
+	fs.DurationVar(&f.healthInterval, "health-interval", 0, "time between health checks, ms|s|m|h (default 30s; at most one a second)")
+	fs.DurationVar(&f.healthTimeout, "health-timeout", 0, "longest a health check may run, ms|s|m|h (default 30s)")
+	fs.DurationVar(&f.healthStartPeriod, "health-start-period", 0, "time during which failed checks do not count, ms|s|m|h (default 0s)")
+	fs.IntVar(&f.healthRetries, "health-retries", 0, "consecutive failures that make the container unhealthy (default 3)")
+	fs.BoolVar(&f.noHealthcheck, "no-healthcheck", false, "disable the image's HEALTHCHECK")
 	fs.StringArrayVar(&f.volumesFrom, "volumes-from", nil, "mount the volumes and bind mounts of a container, CONTAINER[:ro|rw]")
 	fs.StringArrayVar(&f.links, "link", nil, "CONTAINER[:ALIAS]: its name and environment in ALIAS_NAME, ALIAS_ENV_KEY (Docker's legacy links)")
 	fs.StringVar(&f.runtime, "runtime", "", "runc only (slopbox runs runc's libcontainer)")
@@ -174,6 +189,9 @@ func (f *spawnFlags) options(fs *pflag.FlagSet, img string, args []string) (dock
 	if fs != nil && fs.Changed("stop-timeout") {
 		o.StopTimeout = &f.stopTimeout
 	}
+	if err := f.supervision(&o); err != nil {
+		return o, err
+	}
 	if fs != nil && fs.Changed("memory-swappiness") {
 		o.MemorySwappiness = &f.memorySwappiness
 	}
@@ -225,6 +243,40 @@ func (f *spawnFlags) options(fs *pflag.FlagSet, img string, args []string) (dock
 		o.AllowedMountRoots, o.PolicyUnsafe, o.KeepOwnersOutside = pol.AllowedMountRoots, pol.AllowUnsafe, pol.KeepOwnersOutside
 	}
 	return o, nil
+}
+
+// supervision puts --restart and the --health-* flags into o, as the
+// docker CLI puts them into its create request.
+func (f *spawnFlags) supervision(o *dockercompat.CreateOptions) error {
+	p, err := dockercompat.ParseRestartPolicy(f.restart)
+	if err != nil {
+		return err
+	}
+	o.RestartPolicy = p
+	if f.noHealthcheck {
+		if f.healthCmd != "" || f.healthInterval != 0 || f.healthTimeout != 0 || f.healthStartPeriod != 0 || f.healthRetries != 0 {
+			return backend.InvalidValue("--no-healthcheck conflicts with --health-* options")
+		}
+		o.Healthcheck = &v1.HealthConfig{Test: []string{"NONE"}}
+		return nil
+	}
+	if f.healthCmd == "" && f.healthInterval == 0 && f.healthTimeout == 0 && f.healthStartPeriod == 0 && f.healthRetries == 0 {
+		return nil
+	}
+	h := &v1.HealthConfig{Interval: f.healthInterval, Timeout: f.healthTimeout, StartPeriod: f.healthStartPeriod, Retries: f.healthRetries}
+	if f.healthCmd != "" {
+		h.Test = []string{"CMD-SHELL", f.healthCmd}
+	}
+	for name, d := range map[string]time.Duration{"--health-interval": h.Interval, "--health-timeout": h.Timeout, "--health-start-period": h.StartPeriod} {
+		if d < 0 {
+			return backend.InvalidValue("%s cannot be negative", name)
+		}
+	}
+	if h.Retries < 0 {
+		return backend.InvalidValue("--health-retries cannot be negative")
+	}
+	o.Healthcheck = h
+	return nil
 }
 
 // spec is the SpawnSpec of the flags (see options), its warnings and

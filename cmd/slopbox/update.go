@@ -12,7 +12,7 @@ import (
 
 // updateCmd is docker update: new resource limits (set on the running
 // sandbox's cgroup, kept for its next start) and restart policy (which
-// only slopbox serve acts on: the CLI has no daemon).
+// the sandbox's monitor carries out at its next exit: dockercompat/service).
 func updateCmd() *cobra.Command {
 	var memory, restart string
 	var cpus float64
@@ -76,6 +76,6 @@ func updateCmd() *cobra.Command {
 	fs.StringVarP(&memory, "memory", "m", "", "memory limit (e.g. 512m, 2g; 0: none)")
 	fs.Float64Var(&cpus, "cpus", 0, "number of CPUs (0: no limit)")
 	fs.Int64Var(&pids, "pids-limit", 0, "maximum number of processes (0 or -1: no limit)")
-	fs.StringVar(&restart, "restart", "", "restart policy: no, always, unless-stopped, on-failure[:N] (honoured while slopbox serve runs, for the containers it starts)")
+	fs.StringVar(&restart, "restart", "", "restart policy: no, always, unless-stopped, on-failure[:N] (carried out at the next exit, with or without serve)")
 	return c
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/dockercompat/filters"
 	"github.com/slopbox/slopbox/dockercompat/networks"
+	"github.com/slopbox/slopbox/dockercompat/service"
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/oci"
 	"github.com/slopbox/slopbox/sandbox"
@@ -133,10 +134,11 @@ func Inspect(i sandbox.Info) *ContainerInspect {
 	if len(cc.Entrypoint) > 0 {
 		entrypoint = cc.Entrypoint
 	}
+	status := State(i)
 	return &ContainerInspect{
 		ID: i.ID, Created: i.Created.Format(time.RFC3339Nano), Path: path, Args: args,
 		State: &ContainerState{
-			Status: State(i), Running: i.Running, Paused: i.Paused, OOMKilled: i.OOMKills > 0,
+			Status: status, Restarting: status == "restarting", Running: i.Running, Paused: i.Paused, OOMKilled: i.OOMKills > 0,
 			Pid: pid, ExitCode: i.ExitCode, StartedAt: i.LastExec.Format(time.RFC3339Nano),
 			FinishedAt: finished, Health: health(i.StateDir, cc.Healthcheck),
 		},
@@ -267,6 +269,8 @@ func State(i sandbox.Info) string {
 		return "running"
 	case i.Pid == 0 && i.FinishedAt.IsZero():
 		return "created"
+	case service.RestartingInfo(i):
+		return "restarting"
 	}
 	return "exited"
 }
@@ -282,6 +286,8 @@ func Status(i sandbox.Info) string {
 		return "Up " + units.HumanDuration(time.Since(i.Created)) + " (Paused)"
 	case "created":
 		return "Created"
+	case "restarting":
+		return fmt.Sprintf("Restarting (%d) %s ago", i.ExitCode, units.HumanDuration(time.Since(i.FinishedAt)))
 	}
 	if i.FinishedAt.IsZero() {
 		return "Exited"

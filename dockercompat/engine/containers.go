@@ -23,6 +23,7 @@ import (
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/dockercompat/dockerview"
+	"github.com/slopbox/slopbox/dockercompat/service"
 	"github.com/slopbox/slopbox/oci"
 	"github.com/slopbox/slopbox/sandbox"
 )
@@ -325,18 +326,24 @@ func (s *Server) containerStart(w http.ResponseWriter, r *request, sb *sandbox.S
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	// The last run's die first, with its own code: start clears its
-	// exit.
+	// A start by hand: a pending restart is cancelled, restarts count
+	// from 0. Then the last run's die, with its own code: start clears
+	// its exit.
+	sb, _, err := service.StartByHand(sb)
+	if err != nil {
+		fail(w, err)
+		return
+	}
 	s.watchOf(sb.ID()).finish()
 	sb = s.reopen(sb)
-	if s.startedByAPI(sb.Info()) {
-		// Its restart policy was starting it: that run is over, with
-		// its start and die; this start comes after it.
-		sb = s.reopen(sb)
+	if sb.Running() {
+		// Its restart policy started it as this start came: started.
+		w.WriteHeader(http.StatusNoContent)
+		return
 	}
 	base := sb.Info().FinishedAt
 	as := s.attachedStart(sb.ID())
-	err := sb.StartAttached(r.Context(), as)
+	err = sb.StartAttached(r.Context(), as)
 	if as.Stdin != nil {
 		as.Stdin.Close()
 	}
@@ -362,15 +369,21 @@ func (s *Server) containerStop(w http.ResponseWriter, r *request, sb *sandbox.Sa
 	if !sb.Running() {
 		// Not running: between runs of a restart policy, or its main
 		// command ended a moment ago, before its watch saw it.
-		if p := s.stopByHand(sb.ID()); p != nil {
-			// A restarting one: stopped, and a run its restart had
-			// begun is over before the answer.
-			s.settleRestart(sb.ID(), p)
+		cur, restarting, err := service.StopByHand(sb)
+		switch {
+		case err != nil:
+			fail(w, err)
+			return
+		case restarting:
+			// A restarting one: stopped, its watch done with it.
+			s.watchOf(sb.ID()).finish()
 			w.WriteHeader(http.StatusNoContent)
 			return
+		case !cur.Running():
+			w.WriteHeader(http.StatusNotModified)
+			return
 		}
-		w.WriteHeader(http.StatusNotModified)
-		return
+		sb = cur // its restart policy had started it again
 	}
 	if err := s.stop(r.Context(), sb, r.URL.Query().Get("t"), r.URL.Query().Get("signal")); err != nil {
 		fail(w, err)
@@ -387,19 +400,20 @@ func (s *Server) containerRestart(w http.ResponseWriter, r *request, sb *sandbox
 			fail(w, err)
 			return
 		}
-	} else {
-		// Restart of a container not running: only started, as
-		// Docker's (no die or stop); the last run's die first.
-		s.watchOf(sb.ID()).finish()
 	}
-	// A start by hand: a pending restart is dropped (one under way is
-	// over first) and restarts count from 0, as /start's. Its state is
-	// read again after the stop, and after that run.
-	s.startedByAPI(sb.Info())
-	sb = s.reopen(sb)
+	// A start by hand: a pending restart is dropped and restarts count
+	// from 0, as /start's. A restart of a container not running is only
+	// a start, as Docker's (no die or stop); the last run's die first.
+	cur, _, err := service.StartByHand(sb)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	s.watchOf(sb.ID()).finish()
+	sb = s.reopen(cur)
 	base := sb.Info().FinishedAt
 	as := s.attachedStart(sb.ID())
-	err := sb.StartAttached(r.Context(), as)
+	err = sb.StartAttached(r.Context(), as)
 	if as.Stdin != nil {
 		as.Stdin.Close()
 	}
@@ -427,25 +441,17 @@ func (s *Server) containerKill(w http.ResponseWriter, r *request, sb *sandbox.Sa
 		fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot kill container: %s: container %s is not running", r.PathValue("id"), sb.ID())))
 		return
 	}
-	watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
-	if stopSig, _ := dockercompat.StopSignal(sb.Info().StateDir, ""); sig == syscall.SIGKILL || sig == stopSig {
-		// A fatal signal (SIGKILL, or its stop signal) stops it by
-		// hand; another (SIGHUP, SIGUSR1, …) leaves its restart
-		// policy in place, as docker kill's documentation says.
-		p := s.stopByHand(sb.ID())
-		if watch == nil && s.settleRestart(sb.ID(), p) {
-			// Its restart policy was starting it, and has stopped
-			// that run on seeing the kill (its start and die are
-			// out): nothing is left to signal, and no kill event,
-			// as dockerd's kill of a restarting container.
-			w.WriteHeader(http.StatusNoContent)
+	if service.IsFatal(sb, sig) {
+		// A fatal signal stops it by hand: its restart policy does
+		// not answer the exit.
+		cur, _, err := service.StopByHand(sb)
+		if err != nil {
+			fail(w, err)
 			return
 		}
-		if s.restartBegun(p) {
-			// Its restart's start failed: what runs is read again.
-			sb = s.reopen(sb)
-		}
+		sb = cur
 	}
+	watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
 	// The kill event goes out before the signal, so that it always
 	// comes before the die the signal causes (dockerd holds the
 	// container's lock over both; its exit handler waits for it).
@@ -457,7 +463,7 @@ func (s *Server) containerKill(w http.ResponseWriter, r *request, sb *sandbox.Sa
 	if sig == syscall.SIGKILL {
 		// As Docker's kill with SIGKILL: it returns once the exit is
 		// recorded, so that a wait or inspect right after has its 137.
-		watch.await()
+		watch.finish()
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -528,15 +534,13 @@ func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t, signal string
 	}
 	grace := dockercompat.StopGrace(sb.Info().StateDir, tp)
 	watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
-	pending := s.stopByHand(sb.ID())
-	if err := sb.StopGrace(ctx, sig, grace); err != nil {
+	if _, err := service.Stop(ctx, sb, sig, grace); err != nil {
 		return err
 	}
+	if now := s.watchOf(sb.ID()); now != nil {
+		watch = now
+	}
 	switch {
-	case watch == nil && s.settleRestart(sb.ID(), pending):
-		// Stopped while its restart policy was starting it again: the
-		// run that restart started has its die from the watch the
-		// restart gave it.
 	case !watch.finish():
 		// A main command this server started has its die from its
 		// watch; one started elsewhere (the slopbox CLI, an earlier
@@ -597,20 +601,16 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request) {
 		return
 	}
 	if !sb.Running() {
-		s.watchOf(sb.ID()).finish() // an exit its restart policy answers: restarting first
+		s.watchOf(sb.ID()).finish() // the die of a run that just ended first
 	}
-	if s.isRestarting(sb.ID()) && !boolParam(r, "force") {
-		fail(w, errdefs.ErrConflict.WithMessage(restartingConflict(sb.ID())))
+	if err := service.CheckRemove(sb, boolParam(r, "force")); err != nil {
+		fail(w, err)
 		return
 	}
-	if p := s.cancelRestart(sb.ID()); s.restartBegun(p) {
-		// A run its restart policy had begun is over (start, die) before
-		// the removal and its destroy; what is left is read again.
-		s.settleRestart(sb.ID(), p)
-		sb = s.reopen(sb)
-	}
-	if sb.Running() && !boolParam(r, "force") {
-		fail(w, errdefs.ErrConflict.WithMessage(dockercompat.ErrRemoveRunning(sb.ID()).Error()))
+	// A restart waiting is cancelled; one that was starting it has.
+	sb, _, err := service.StopByHand(sb)
+	if err != nil {
+		fail(w, err)
 		return
 	}
 	if sb.Running() && len(sb.Info().Command) > 0 {

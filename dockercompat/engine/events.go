@@ -8,31 +8,24 @@ import (
 	"time"
 
 	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/dockercompat/service"
 	"github.com/slopbox/slopbox/internal/pidwatch"
 	"github.com/slopbox/slopbox/sandbox"
 )
 
 // exitWatch follows the main command of a container this server started,
-// to report its die event however it ends: on its own, by kill, by stop,
-// by rm -f, or with its AutoRemove removal.
+// to report its die event however it ends (on its own, by kill, by stop,
+// by rm -f, or with its AutoRemove removal), and the runs its restart
+// policy starts after it: the container's monitor restarts it
+// (dockercompat/service), and the watch reports each run's start and die.
 type exitWatch struct {
-	done chan struct{} // closed once die is emitted
+	done chan struct{} // closed once the watch is over
 	wake chan struct{} // a poll now rather than at the next tick
+	// sync takes the replies of finish: closed once the watch has
+	// reported the run it follows as ended (or is over).
+	sync chan chan struct{}
 	// removedByAPI: DELETE /containers/{id} removes it (and emits destroy).
 	removedByAPI atomic.Bool
-	// manual: stopped or killed through the API, which its restart
-	// policy does not undo.
-	manual atomic.Bool
-	// restart, for a run its restart policy started, is that restart's
-	// cancel channel: closed by a stop that came before this watch did.
-	restart chan struct{}
-}
-
-// stoppedByAPI marks w's container stopped by hand; a nil w has none.
-func (w *exitWatch) stoppedByAPI() {
-	if w != nil {
-		w.manual.Store(true)
-	}
 }
 
 // A watch reads the sandbox's state, where the monitor records the exit,
@@ -60,144 +53,227 @@ const exitGrace = sandbox.ExitGrace
 // watchExit starts the watch of sb, whose main command was started after
 // base (its FinishedAt before the start).
 func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
-	s.watchRun(sb, base, nil)
-}
-
-// watchRun is watchExit of a run started by the restart whose cancel
-// channel is restart (nil: started through the API).
-func (s *Server) watchRun(sb *sandbox.Sandbox, base time.Time, restart chan struct{}) {
 	last := sb.Info() // as it was at its last poll: a removed one's name and image
-	id, autoRemove := last.ID, last.AutoRemove
-	w := &exitWatch{done: make(chan struct{}), wake: make(chan struct{}, 1), restart: restart}
+	id := last.ID
+	w := &exitWatch{done: make(chan struct{}), wake: make(chan struct{}, 1), sync: make(chan chan struct{})}
 	s.mu.Lock()
 	s.watches[id] = w
 	s.mu.Unlock()
-	health := s.startHealth(last)
 	go func() {
-		died := false
-		die := func(code int) {
-			s.emitContainer("die", last, map[string]string{"exitCode": strconv.Itoa(code)})
-			died = true
-			restart := s.planRestart(last, code, w) // restarting before anyone sees the die
+		var replies []chan struct{}
+		defer func() {
 			s.mu.Lock()
 			if s.watches[id] == w {
 				delete(s.watches, id)
 			}
 			s.mu.Unlock()
 			close(w.done)
-			if restart != nil {
-				go s.restartAfter(id, last.StateDir, restart)
+			for _, r := range replies {
+				close(r)
 			}
-		}
-		if health != nil {
-			go health(w.done)
-		}
-		tick := time.NewTicker(exitPoll)
-		defer tick.Stop()
-		// Woken when PID 1 is gone: an exit is known at once rather than
-		// at the next poll, and idle containers cost little polling.
-		cancelWake, woken := pidwatch.Watch(last.Pid, func(int) {
-			select {
-			case w.wake <- struct{}{}:
-			default:
-			}
-		})
-		defer cancelWake()
-		if woken {
-			// The pidfd is PID 1's only if the sandbox still runs now
-			// (its recorded pid and start time): else the pid may have
-			// been reused, and the polls alone tell.
-			if cur, err := s.b.Open(id); err != nil || !cur.Running() {
-				cancelWake()
-				woken = false
-			}
-		}
-		every, most := 20, exitPollMax // polls per interval, the longest
-		interval, polls := exitPoll, 0
-		if woken {
-			every, most, interval = 5, exitPollWoken, exitPollWoken/12
-			tick.Reset(interval)
-		}
-		// fast polls at the start's pace again: what follows an exit (a
-		// removal, or the exit record) comes soon.
-		fast := func() {
-			every, most, interval, polls = 20, exitPollMax, exitPoll, 0
-			tick.Reset(interval)
-		}
-		var since time.Time // when the sandbox was first seen stopped, or died
-		// Woken, it was just read running: the first poll waits.
-		for skip := woken; ; w.next(tick) {
-			if skip {
-				skip = false
-				continue
-			}
-			if polls++; polls%every == 0 && interval < most {
-				interval = min(2*interval, most)
-				tick.Reset(interval)
-			}
-			cur, err := s.b.Open(id)
-			if err != nil {
-				if !died {
-					code := backend.ExitSignalBase + int(syscall.SIGKILL) // removed by force while it ran
-					if c, _, ok := s.b.RemovedExit(id); ok {
-						code = c
-					}
-					die(code)
-				}
-				if autoRemove && !w.removedByAPI.Load() {
-					s.emitContainer("destroy", last, nil)
-				}
+		}()
+		for {
+			code, gone := s.watchRun(w, &last, base)
+			if gone {
 				return
 			}
-			info := cur.Info()
-			if info.Broken == "" {
-				// A record read as it is being removed (rm -f) is broken:
-				// what the events say of the container stays its last
-				// whole reading (image, labels).
-				last = info
+			// Its run has ended: the die is out. A finish waiting for it
+			// is answered.
+			for _, r := range replies {
+				close(r)
 			}
-			switch {
-			case died:
-				// An AutoRemove container goes once its command has
-				// ended; its destroy is reported when it has.
-				if time.Since(since) > time.Minute {
-					return
-				}
-			case info.FinishedAt.After(base):
-				die(info.ExitCode)
-				if !autoRemove {
-					return
-				}
-				since = time.Now()
-				fast()
-			case info.Running:
-			case since.IsZero():
-				since = time.Now()
-				fast()
-			case time.Since(since) > exitGrace:
-				// Stopped with no exit recorded: the monitor records it
-				// first, unless the sandbox was stopped under it (its main
-				// command killed).
-				die(backend.ExitSignalBase + int(syscall.SIGKILL))
+			replies = nil
+			next, ok := s.followRestart(w, &last, code, &replies)
+			if !ok {
 				return
 			}
+			base = next
 		}
 	}()
 }
 
-// next waits for the watch's next poll: the tick, or a wake.
-func (w *exitWatch) next(tick *time.Ticker) {
-	select {
-	case <-tick.C:
-	case <-w.wake:
+// watchRun follows the run of the container last that was started after
+// base until its die is reported (the code it ended with), or the
+// container is gone (true: its die and destroy are reported too).
+func (s *Server) watchRun(w *exitWatch, last *sandbox.Info, base time.Time) (int, bool) {
+	id, autoRemove := last.ID, last.AutoRemove
+	if service.HasHealthcheck(last.StateDir) {
+		go s.reportHealth(*last, w.done)
+	}
+	died, code := false, 0
+	die := func(c int) {
+		s.emitContainer("die", *last, map[string]string{"exitCode": strconv.Itoa(c)})
+		died, code = true, c
+	}
+	tick := time.NewTicker(exitPoll)
+	defer tick.Stop()
+	// Woken when PID 1 is gone: an exit is known at once rather than at
+	// the next poll, and idle containers cost little polling.
+	cancelWake, woken := pidwatch.Watch(last.Pid, func(int) {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	})
+	defer cancelWake()
+	if woken {
+		// The pidfd is PID 1's only if the sandbox still runs now (its
+		// recorded pid and start time): else the pid may have been
+		// reused, and the polls alone tell.
+		if cur, err := s.b.Open(id); err != nil || !cur.Running() {
+			cancelWake()
+			woken = false
+		}
+	}
+	every, most := 20, exitPollMax // polls per interval, the longest
+	interval, polls := exitPoll, 0
+	if woken {
+		every, most, interval = 5, exitPollWoken, exitPollWoken/12
+		tick.Reset(interval)
+	}
+	// fast polls at the start's pace again: what follows an exit (a
+	// removal, or the exit record) comes soon.
+	fast := func() {
+		every, most, interval, polls = 20, exitPollMax, exitPoll, 0
+		tick.Reset(interval)
+	}
+	var since time.Time // when the sandbox was first seen stopped, or died
+	// Woken, it was just read running: the first poll waits.
+	for skip := woken; ; w.next(tick, nil) {
+		if skip {
+			skip = false
+			continue
+		}
+		if polls++; polls%every == 0 && interval < most {
+			interval = min(2*interval, most)
+			tick.Reset(interval)
+		}
+		cur, err := s.b.Open(id)
+		if err != nil {
+			if !died {
+				c := backend.ExitSignalBase + int(syscall.SIGKILL) // removed by force while it ran
+				if rc, _, ok := s.b.RemovedExit(id); ok {
+					c = rc
+				}
+				die(c)
+			}
+			if autoRemove && !w.removedByAPI.Load() {
+				s.emitContainer("destroy", *last, nil)
+			}
+			return code, true
+		}
+		info := cur.Info()
+		if info.Broken == "" {
+			// A record read as it is being removed (rm -f) is broken:
+			// what the events say of the container stays its last whole
+			// reading (image, labels).
+			*last = info
+		}
+		switch {
+		case died:
+			// An AutoRemove container goes once its command has ended;
+			// its destroy is reported when it has.
+			if time.Since(since) > time.Minute {
+				return code, true
+			}
+		case info.FinishedAt.After(base):
+			die(info.ExitCode)
+			if !autoRemove {
+				return code, false
+			}
+			since = time.Now()
+			fast()
+		case info.Running:
+		case since.IsZero():
+			since = time.Now()
+			fast()
+		case time.Since(since) > exitGrace:
+			// Stopped with no exit recorded: the monitor records it
+			// first, unless the sandbox was stopped under it (its main
+			// command killed).
+			die(backend.ExitSignalBase + int(syscall.SIGKILL))
+			return code, false
+		}
 	}
 }
 
-// finish has w poll at once and waits, boundedly, for its die: for a
-// container no longer running, before it is started again or removed, so
-// that each run has exactly one die, with its own exit code (a watch
-// polling slowly would otherwise miss the exit a start clears). A nil w
-// has nothing to finish and reports false.
+// followRestart follows the container last, whose run ended with code,
+// while its restart policy starts it again: it reports the next run's
+// start and returns that run's base (true), or returns false once no
+// restart comes (stopped by hand, the policy's end, removed). Finishes
+// asked for meanwhile are answered at each poll (replies).
+func (s *Server) followRestart(w *exitWatch, last *sandbox.Info, code int, replies *[]chan struct{}) (time.Time, bool) {
+	sb, err := s.b.Open(last.ID)
+	if err != nil || !service.WillRestart(sb, code) {
+		return time.Time{}, false
+	}
+	tick := time.NewTicker(exitPoll)
+	defer tick.Stop()
+	pid, base := last.Pid, sb.Info().FinishedAt
+	for ; ; w.next(tick, replies) {
+		cur, err := s.b.Open(last.ID)
+		if err != nil {
+			return time.Time{}, false
+		}
+		info := cur.Info()
+		if info.Broken == "" {
+			*last = info
+		}
+		switch {
+		case info.Running && info.Pid != pid, info.FinishedAt.After(base):
+			// Started again (and maybe ended already: its die follows).
+			s.emitContainer("start", info, nil)
+			return base, true
+		case !service.Restarting(cur) && !info.Running:
+			return time.Time{}, false
+		}
+		for _, r := range *replies {
+			close(r)
+		}
+		*replies = nil
+	}
+}
+
+// reportHealth reports the health_status event of each change of the
+// healthcheck of container i (its monitor's helper runs it) until done.
+func (s *Server) reportHealth(i sandbox.Info, done <-chan struct{}) {
+	t := time.NewTicker(service.HealthFloor / 2)
+	defer t.Stop()
+	prev := service.HealthStatus(i.StateDir)
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		if st := service.HealthStatus(i.StateDir); st != prev && st != "" {
+			prev = st
+			s.emitContainer("health_status: "+st, i, nil)
+		}
+	}
+}
+
+// next waits for the watch's next poll: the tick, a wake, or a finish
+// (its reply kept in replies; without replies, a finish waits).
+func (w *exitWatch) next(tick *time.Ticker, replies *[]chan struct{}) {
+	var sync chan chan struct{}
+	if replies != nil {
+		sync = w.sync
+	}
+	select {
+	case <-tick.C:
+	case <-w.wake:
+	case r := <-sync:
+		*replies = append(*replies, r)
+	}
+}
+
+// finish has w poll at once and waits, boundedly, until it has reported
+// the end of the run it follows: for a container no longer running,
+// before it is started again or removed, so that each run has exactly one
+// die, with its own exit code (a watch polling slowly would otherwise
+// miss the exit a start clears). A nil w has nothing to finish and
+// reports false.
 func (w *exitWatch) finish() bool {
 	if w == nil {
 		return false
@@ -206,7 +282,21 @@ func (w *exitWatch) finish() bool {
 	case w.wake <- struct{}{}:
 	default:
 	}
-	return w.await()
+	reply := make(chan struct{})
+	timeout := time.After(10 * time.Second)
+	select {
+	case w.sync <- reply:
+	case <-w.done:
+		return true
+	case <-timeout:
+		return true
+	}
+	select {
+	case <-reply:
+	case <-w.done:
+	case <-timeout:
+	}
+	return true
 }
 
 // watchOf is the watch of container id, or nil.
@@ -214,22 +304,6 @@ func (s *Server) watchOf(id string) *exitWatch {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.watches[id]
-}
-
-// await waits, boundedly, for w's die event; a nil w has none to wait for
-// and reports false.
-func (w *exitWatch) await() bool { return w.awaitFor(10 * time.Second) }
-
-// awaitFor is await waiting at most d.
-func (w *exitWatch) awaitFor(d time.Duration) bool {
-	if w == nil {
-		return false
-	}
-	select {
-	case <-w.done:
-	case <-time.After(d):
-	}
-	return true
 }
 
 // emitContainer reports a container event with the attributes Docker

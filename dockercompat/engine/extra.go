@@ -12,16 +12,8 @@ import (
 	"github.com/slopbox/slopbox/sandbox"
 )
 
-// inspect is dockerview.Inspect with what only this server knows: a
-// container waiting for its restart (restart.go) is restarting.
-func (s *Server) inspect(i sandbox.Info) *dockerview.ContainerInspect {
-	out := dockerview.Inspect(i)
-	if s.isRestarting(i.ID) {
-		out.State.Restarting = true
-		out.State.Status = "restarting"
-	}
-	return out
-}
+// inspect is dockerview.Inspect.
+func (s *Server) inspect(i sandbox.Info) *dockerview.ContainerInspect { return dockerview.Inspect(i) }
 
 // containerUpdate is POST /containers/{id}/update: resources (Memory,
 // NanoCpus or CpuQuota/CpuPeriod, PidsLimit; CpuShares recorded) and the

@@ -1,15 +1,17 @@
 package engine
 
 import (
-	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/slopbox/slopbox/dockercompat"
+	"github.com/slopbox/slopbox/sandbox"
+	"github.com/slopbox/slopbox/test/fixtures"
 )
 
 // collectEvents subscribes to s's events; the function returned gives the
@@ -34,154 +36,143 @@ func collectEvents(s *Server) func() []string {
 	}
 }
 
-// A stop, kill, forced removal, start or restart through the API that lands while
-// the restart policy is starting the container again — just before the
-// start, or once its main command runs but before its watch is there —
-// waits for that restart: the run it started has one start and one die,
-// before the action's own event. The first code sent a second die from
-// the stop; a kill returned before the exit, a removal's destroy came
-// before the run's start, a start raced the restart's.
-func TestActionsMidRestart(t *testing.T) {
+// inspectState is a container's State as inspect gives it.
+func inspectState(t *testing.T, c *http.Client, name string) (code int, st struct {
+	Status              string
+	Running, Restarting bool
+}, restarts int) {
+	t.Helper()
+	code, out := call(t, c, "GET", "/containers/"+name+"/json", nil)
+	var in struct {
+		State struct {
+			Status              string
+			Running, Restarting bool
+		}
+		RestartCount int
+	}
+	json.Unmarshal(out, &in)
+	return code, in.State, in.RestartCount
+}
+
+// restartingContainer creates and starts container name with restart
+// policy always, whose first run exits 1 at once and whose later runs
+// sleep; with a restart count of 9 set before that exit, its restart
+// waits 51.2 s (delay: true), and else 100 ms.
+func restartingContainer(t *testing.T, s *Server, c *http.Client, ref, name string, delay bool) *sandbox.Sandbox {
+	t.Helper()
+	first := "exit 1"
+	if delay {
+		first = "while [ ! -e /go ]; do sleep 0.05; done; exit 1"
+	}
+	cmd := []string{"sh", "-c", fmt.Sprintf("if [ -e /ran ]; then exec sleep 1000; fi; touch /ran; %s", first)}
+	if code, out := call(t, c, "POST", "/containers/create?name="+name, map[string]any{"Image": ref, "Cmd": cmd,
+		"HostConfig": map[string]any{"RestartPolicy": map[string]any{"Name": "always"}}}); code != 201 {
+		t.Fatalf("create: %d %s", code, out)
+	}
+	t.Cleanup(func() { call(t, c, "DELETE", "/containers/"+name+"?force=1", nil) })
+	if code, out := call(t, c, "POST", "/containers/"+name+"/start", nil); code != 204 {
+		t.Fatalf("start: %d %s", code, out)
+	}
+	sb, err := s.b.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if delay {
+		if err := dockercompat.SetRestartCount(sb.Info().StateDir, 9); err != nil {
+			t.Fatal(err)
+		}
+		if code, out := call(t, c, "POST", "/containers/"+name+"/exec", map[string]any{"Cmd": []string{"touch", "/go"}}); code != 201 {
+			t.Fatalf("exec create: %d %s", code, out)
+		} else {
+			var e struct{ Id string }
+			json.Unmarshal(out, &e)
+			if code, out := call(t, c, "POST", "/exec/"+e.Id+"/start", map[string]any{"Detach": true}); code != 200 {
+				t.Fatalf("exec start: %d %s", code, out)
+			}
+		}
+		fixtures.Eventually(t, name+" restarting", func() (bool, string) {
+			_, st, _ := inspectState(t, c, name)
+			return st.Restarting && st.Status == "restarting" && !st.Running, fmt.Sprintf("state %+v", st)
+		})
+	} else {
+		fixtures.Eventually(t, name+" restarted", func() (bool, string) {
+			_, st, n := inspectState(t, c, name)
+			return st.Running && n == 1, fmt.Sprintf("state %+v, restarts %d", st, n)
+		})
+	}
+	return sb
+}
+
+// The restart policy is carried out by the container's monitor, not by
+// serve: serve reports each run's start and die, and an action through
+// the API during the restart's delay cancels it (the monitor waiting is
+// killed: nothing is left running, and no start follows).
+func TestRestartDelayActions(t *testing.T) {
 	s, c, ref := testServer(t)
 	for _, tc := range []struct {
-		action, stage, path string
-		code                int
-		want                []string
-		running             bool
+		action, method, path string
+		code                 int
+		want                 []string
+		status               string
 	}{
-		{"stop", "started", "/stop?t=0", 204, []string{"start", "die", "start", "die", "stop"}, false},
-		{"stop", "starting", "/stop?t=0", 204, []string{"start", "die", "start", "die"}, false},
-		{"kill", "started", "/kill", 204, []string{"start", "die", "start", "die"}, false},
-		{"rm", "started", "?force=1", 204, []string{"start", "die", "start", "die", "destroy"}, false},
-		{"rm", "starting", "?force=1", 204, []string{"start", "die", "start", "die", "destroy"}, false},
-		{"start", "starting", "/start", 204, []string{"start", "die", "start", "die", "start"}, true},
-		{"restart", "starting", "/restart?t=0", 204, []string{"start", "die", "start", "die", "start"}, true},
+		{"stop", "POST", "/stop?t=0", 204, []string{"start", "die"}, "exited"},
+		{"rm", "DELETE", "", 409, []string{"start", "die"}, "restarting"},
+		{"rm-f", "DELETE", "?force=1", 204, []string{"start", "die", "destroy"}, ""},
+		{"start", "POST", "/start", 204, []string{"start", "die", "start"}, "running"},
+		{"restart", "POST", "/restart?t=0", 204, []string{"start", "die", "start"}, "running"},
+		{"kill", "POST", "/kill", 409, []string{"start", "die"}, "restarting"},
 	} {
-		t.Run(tc.action+"-"+tc.stage, func(t *testing.T) {
-			name := "again-" + tc.action + "-" + tc.stage
-			method := "POST"
-			if tc.action == "rm" {
-				method = "DELETE"
-			}
-			var once sync.Once
-			done := make(chan int, 1)
-			hook := func(id, stage string, cancel <-chan struct{}) {
-				if stage != tc.stage {
-					return
-				}
-				once.Do(func() {
-					// The action runs beside the restart, which goes on
-					// once the action has cancelled it.
-					go func() {
-						req, _ := http.NewRequest(method, "http://slopbox/v1.41/containers/"+name+tc.path, nil)
-						resp, err := c.Do(req)
-						if err != nil {
-							done <- -1
-							return
-						}
-						resp.Body.Close()
-						done <- resp.StatusCode
-					}()
-					select {
-					case <-cancel:
-					case <-time.After(20 * time.Second):
-						t.Error("the action did not cancel the restart")
-					}
-				})
-			}
-			s.testHookRestart.Store(&hook)
-			t.Cleanup(func() { s.testHookRestart.Store(nil) })
+		t.Run(tc.action, func(t *testing.T) {
 			events := collectEvents(s)
-
-			// The first run exits 1; the restarted one sleeps until stopped.
-			cmd := []string{"sh", "-c", "if [ -e /ran ]; then exec sleep 1000; fi; touch /ran; exit 1"}
-			if code, out := call(t, c, "POST", "/containers/create?name="+name, map[string]any{"Image": ref, "Cmd": cmd,
-				"HostConfig": map[string]any{"RestartPolicy": map[string]any{"Name": "always"}}}); code != 201 {
-				t.Fatalf("create: %d %s", code, out)
+			name := "delay-" + tc.action
+			sb := restartingContainer(t, s, c, ref, name, true)
+			code, out := call(t, c, tc.method, "/containers/"+name+tc.path, nil)
+			if code != tc.code {
+				t.Errorf("%s: %d %s, want %d", tc.action, code, out, tc.code)
 			}
-			if code, out := call(t, c, "POST", "/containers/"+name+"/start", nil); code != 204 {
-				t.Fatalf("start: %d %s", code, out)
+			if tc.action == "rm" && !strings.Contains(string(out), "You cannot remove a restarting container") {
+				t.Errorf("rm of a restarting container: %s", out)
 			}
-			select {
-			case code := <-done:
-				if code != tc.code {
-					t.Errorf("%s: %d, want %d", tc.action, code, tc.code)
-				}
-			case <-time.After(60 * time.Second):
-				t.Fatal("no restart within a minute")
+			time.Sleep(500 * time.Millisecond) // a late event, a restart not cancelled
+			code, st, _ := inspectState(t, c, name)
+			switch {
+			case tc.status == "" && code != 404:
+				t.Errorf("inspect after %s: %d, want 404", tc.action, code)
+			case tc.status != "" && st.Status != tc.status:
+				t.Errorf("after %s: status %q, want %q", tc.action, st.Status, tc.status)
 			}
-			// Right after the answer the container is as the action left
-			// it (a run the restart started is over), and every event is
-			// out: wait a moment for a late one.
-			code, out := call(t, c, "GET", "/containers/"+name+"/json", nil)
-			if tc.action == "rm" {
-				if code != 404 {
-					t.Errorf("inspect after rm -f: %d %s", code, out)
-				}
-			} else {
-				var in struct{ State struct{ Running bool } }
-				json.Unmarshal(out, &in)
-				if code != 200 || in.State.Running != tc.running {
-					t.Errorf("inspect right after %s: %d running %v, want %v", tc.action, code, in.State.Running, tc.running)
-				}
+			if tc.status == "exited" && sb.MonitorAlive() {
+				t.Errorf("after %s: its monitor still waits to restart it", tc.action)
 			}
-			time.Sleep(500 * time.Millisecond)
 			if got := events(); !slices.Equal(got, tc.want) {
 				t.Errorf("events %q, want %q", got, tc.want)
 			}
-			call(t, c, "DELETE", "/containers/"+name+"?force=1", nil)
 		})
 	}
 }
 
-// A stop of a container that another process (the CLI) started while
-// this server's restart of it still waited out its delay has the die of
-// that run: the restart started nothing, so the stop sends it.
-func TestStopOfARunStartedElsewhereDuringRestartDelay(t *testing.T) {
+// A container restarted by its policy has the start of each run from
+// serve's watch, then stops by hand for good: a stop's exit is not
+// answered, and neither is a later kill's.
+func TestRestartedThenStopped(t *testing.T) {
 	s, c, ref := testServer(t)
 	events := collectEvents(s)
-	cmd := []string{"sh", "-c", "if [ -e /ran ]; then exec sleep 1000; fi; touch /ran; sleep 5; exit 1"}
-	if code, out := call(t, c, "POST", "/containers/create?name=elsewhere", map[string]any{"Image": ref, "Cmd": cmd,
-		"HostConfig": map[string]any{"RestartPolicy": map[string]any{"Name": "always"}}}); code != 201 {
-		t.Fatalf("create: %d %s", code, out)
-	}
-	sb, err := s.b.Open("elsewhere")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code, out := call(t, c, "POST", "/containers/elsewhere/start", nil); code != 204 {
-		t.Fatalf("start: %d %s", code, out)
-	}
-	// Nine restarts so far (the start counts from 0): the next waits
-	// 51.2 s. Written while the first run sleeps.
-	if err := dockercompat.SetRestartCount(sb.Info().StateDir, 9); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !s.isRestarting(sb.ID()) {
-		if time.Now().After(deadline) {
-			t.Fatal("no restart pending after the first run's exit")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	// Stopped by then, as the restart waits for: started as the CLI does.
-	for cur, err := s.b.Open(sb.ID()); err == nil && cur.Running(); cur, err = s.b.Open(sb.ID()) {
-		if time.Now().After(deadline) {
-			t.Fatal("still running after its exit")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	cur, err := s.b.Open(sb.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cur.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if code, out := call(t, c, "POST", "/containers/elsewhere/stop?t=0", nil); code != 204 {
+	restartingContainer(t, s, c, ref, "again", false)
+	if code, out := call(t, c, "POST", "/containers/again/stop?t=0", nil); code != 204 {
 		t.Fatalf("stop: %d %s", code, out)
 	}
-	if got, want := events(), []string{"start", "die", "die", "stop"}; !slices.Equal(got, want) {
-		t.Errorf("events %q, want %q (the CLI's start has no event here; its run's die does)", got, want)
+	time.Sleep(time.Second) // a restart would have begun by now
+	if _, st, n := inspectState(t, c, "again"); st.Running || st.Restarting || st.Status != "exited" || n != 1 {
+		t.Errorf("after stop: %+v, restarts %d; want exited, 1", st, n)
+	}
+	if got, want := events(), []string{"start", "die", "start", "die", "stop"}; !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+	// Started by hand: restarts count from 0 again.
+	if code, out := call(t, c, "POST", "/containers/again/start", nil); code != 204 {
+		t.Fatalf("start: %d %s", code, out)
+	}
+	if _, st, n := inspectState(t, c, "again"); !st.Running || n != 0 {
+		t.Errorf("after start: %+v, restarts %d; want running, 0", st, n)
 	}
 }

@@ -77,18 +77,8 @@ type Server struct {
 	mux *http.ServeMux
 
 	events *eventHub
-	// extra holds the restarts pending and is used by the healthchecks
-	// (restart.go, health.go).
-	extra extraRuntime
-
 	// Log, when set, gets one line per request (slopbox serve --debug).
 	Log func(format string, a ...any)
-
-	// testHookRestart, when set (by tests), runs in restartAfter at each
-	// stage of a restart that has begun: "starting" just before the start,
-	// "started" once the main command runs and its start event is out,
-	// before its watch is there.
-	testHookRestart atomic.Pointer[func(id, stage string, cancel <-chan struct{})]
 }
 
 // New serves the sandboxes and images of backend b.
