@@ -1,0 +1,151 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// helpers lists the healthcheck helpers running for the store at root.
+func healthHelpers(root string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.HasPrefix(b, []byte("slopbox-service-health\x00"+root+"\x00")) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// cliState is what the CLI's inspect says of a container's state.
+type cliState struct {
+	Status              string
+	Running, Restarting bool
+	ExitCode            int
+	Health              *struct{ Status string }
+}
+
+func (e *env) state(name string) (cliState, int) {
+	e.t.Helper()
+	var in []struct {
+		State        cliState
+		RestartCount int
+	}
+	out := e.must("inspect", name)
+	if err := json.Unmarshal([]byte(out), &in); err != nil || len(in) != 1 {
+		e.t.Fatalf("inspect %s: %v\n%s", name, err, out)
+	}
+	return in[0].State, in[0].RestartCount
+}
+
+// TestSupervisionWithoutServe: a container the CLI runs has its restart
+// policy and healthcheck carried out with no serve and no daemon, as
+// Docker's daemon carries them out (issue 43 point 2): on-failure:N
+// restarts N times and then stays exited; always restarts until a stop
+// by hand, which no restart undoes; a restarting container is refused rm
+// without -f, and rm -f ends the restart; a healthcheck runs every
+// interval and its status is in inspect; nothing is left running after.
+func TestSupervisionWithoutServe(t *testing.T) {
+	e := newEnv(t)
+	t.Cleanup(func() {
+		waitFor(t, "monitors to exit", func() bool { return len(monitors(e.root)) == 0 })
+		waitFor(t, "healthcheck helpers to exit", func() bool { return len(healthHelpers(e.root)) == 0 })
+	})
+	e.must("pull", e.ref)
+
+	t.Run("on-failure", func(t *testing.T) {
+		e.must("run", "-d", "--name", "fail", "--restart", "on-failure:2", e.ref, "sh", "-c", "echo run; exit 3")
+		waitFor(t, "two restarts, then exited", func() bool {
+			st, n := e.state("fail")
+			return st.Status == "exited" && n == 2 && len(monitors(e.root)) == 0
+		})
+		if st, _ := e.state("fail"); st.ExitCode != 3 {
+			t.Errorf("exit code %d, want 3", st.ExitCode)
+		}
+		if logs := e.must("logs", "fail"); strings.Count(logs, "run\n") != 3 {
+			t.Errorf("logs of three runs:\n%s", logs)
+		}
+		e.must("rm", "fail")
+	})
+
+	t.Run("always-then-stop", func(t *testing.T) {
+		e.must("run", "-d", "--name", "always", "--restart", "always", e.ref, "sh", "-c", "sleep 0.2")
+		waitFor(t, "two restarts", func() bool { _, n := e.state("always"); return n >= 2 })
+		e.must("stop", "-t", "0", "always")
+		waitFor(t, "no monitor left", func() bool { return len(monitors(e.root)) == 0 })
+		st, n := e.state("always")
+		if st.Status != "exited" || st.Running || st.Restarting {
+			t.Errorf("after stop: %+v, want exited", st)
+		}
+		// A start by hand counts restarts from 0, and a kill ends it for
+		// good too.
+		e.must("start", "always")
+		if _, n2 := e.state("always"); n2 != 0 {
+			t.Errorf("restart count after a start by hand: %d (was %d), want 0", n2, n)
+		}
+		e.must("kill", "always")
+		waitFor(t, "no monitor left after kill", func() bool { return len(monitors(e.root)) == 0 })
+		if st, _ := e.state("always"); st.Status != "exited" {
+			t.Errorf("after kill: %+v, want exited", st)
+		}
+		e.must("rm", "always")
+	})
+
+	t.Run("rm-restarting", func(t *testing.T) {
+		// The first run waits for /go, the count is set to 9 meanwhile:
+		// its restart waits 51.2 s, long enough to be seen.
+		id := strings.TrimSpace(e.must("run", "-d", "--name", "slow", "--restart", "always", e.ref, "sh", "-c",
+			"if [ -e /ran ]; then exec sleep 1000; fi; touch /ran; while [ ! -e /go ]; do sleep 0.05; done; exit 1"))
+		dir := filepath.Join(e.root, "c", id)
+		if err := os.WriteFile(filepath.Join(dir, "engine-restarts.json"), []byte(`{"RestartCount":9}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		e.must("exec", "slow", "touch", "/go")
+		waitFor(t, "restarting", func() bool { st, _ := e.state("slow"); return st.Restarting && st.Status == "restarting" })
+		if ps := e.must("ps", "-a"); !strings.Contains(ps, "Restarting (1)") {
+			t.Errorf("ps -a of a restarting container:\n%s", ps)
+		}
+		out, code := e.run("", "rm", "slow")
+		if code == 0 || !strings.Contains(out, "You cannot remove a restarting container") {
+			t.Errorf("rm of a restarting container: exit %d: %s", code, out)
+		}
+		e.must("rm", "-f", "slow")
+		waitFor(t, "no monitor left after rm -f", func() bool { return len(monitors(e.root)) == 0 })
+	})
+
+	t.Run("healthcheck", func(t *testing.T) {
+		e.must("run", "-d", "--name", "hc", "--health-cmd", "test -e /ok", "--health-interval", "1s", "--health-retries", "1", e.ref, "sleep", "1000")
+		health := func() string {
+			st, _ := e.state("hc")
+			if st.Health == nil {
+				return ""
+			}
+			return st.Health.Status
+		}
+		if h := health(); h != "starting" && h != "unhealthy" {
+			t.Errorf("health right after run -d: %q, want starting", h)
+		}
+		waitFor(t, "unhealthy", func() bool { return health() == "unhealthy" })
+		e.must("exec", "hc", "touch", "/ok")
+		waitFor(t, "healthy", func() bool { return health() == "healthy" })
+		if n := len(healthHelpers(e.root)); n != 1 {
+			t.Errorf("%d healthcheck helpers run, want 1", n)
+		}
+		e.must("stop", "-t", "0", "hc")
+		waitFor(t, "the healthcheck helper to end with the run", func() bool { return len(healthHelpers(e.root)) == 0 })
+		out, code := e.run("", "run", "-d", "--no-healthcheck", "--health-cmd", "true", e.ref, "true")
+		if code == 0 || !strings.Contains(out, "--no-healthcheck conflicts") {
+			t.Errorf("--no-healthcheck with --health-cmd: exit %d: %s", code, out)
+		}
+		out, code = e.run("", "run", "-d", "--restart", "sometimes", e.ref, "true")
+		if code == 0 || !strings.Contains(fmt.Sprint(out), "sometimes") {
+			t.Errorf("--restart sometimes: exit %d: %s", code, out)
+		}
+	})
+}
