@@ -237,19 +237,34 @@ func (s *Server) followRestart(w *exitWatch, last *sandbox.Info, code int, repli
 // reportHealth reports the health_status event of each change of the
 // healthcheck of container i (its monitor's helper runs it) until done.
 func (s *Server) reportHealth(i sandbox.Info, done <-chan struct{}) {
-	t := time.NewTicker(service.HealthFloor / 2)
+	t := time.NewTicker(service.HealthFloor / 4)
 	defer t.Stop()
-	prev := service.HealthStatus(i.StateDir)
 	for {
 		select {
 		case <-done:
 			return
 		case <-t.C:
 		}
-		if st := service.HealthStatus(i.StateDir); st != prev && st != "" {
-			prev = st
-			s.emitContainer("health_status: "+st, i, nil)
-		}
+		s.healthSeen(i, service.HealthStatus(i.StateDir))
+	}
+}
+
+// healthSeen is a health status of container i read just now (by its
+// watch, or an inspect): a change from the last reported is reported,
+// once, before the reader goes on.
+func (s *Server) healthSeen(i sandbox.Info, status string) {
+	if status == "" {
+		return
+	}
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	if s.health == nil {
+		s.health = map[string]string{}
+	}
+	prev := s.health[i.ID]
+	s.health[i.ID] = status
+	if prev != status && status != "starting" {
+		s.emitContainer("health_status: "+status, i, nil)
 	}
 }
 

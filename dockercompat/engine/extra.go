@@ -2,6 +2,7 @@ package engine
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"net/http"
 
@@ -12,8 +13,19 @@ import (
 	"github.com/slopbox/slopbox/sandbox"
 )
 
-// inspect is dockerview.Inspect.
-func (s *Server) inspect(i sandbox.Info) *dockerview.ContainerInspect { return dockerview.Inspect(i) }
+// inspect is dockerview.Inspect. A health status it shows has had its
+// health_status event (healthSeen), as dockerd's, which sends the event
+// as it records the status.
+func (s *Server) inspect(i sandbox.Info) *dockerview.ContainerInspect {
+	out := dockerview.Inspect(i)
+	if out.State != nil && out.State.Health != nil {
+		var h struct{ Status string }
+		if json.Unmarshal(out.State.Health, &h) == nil {
+			s.healthSeen(i, h.Status)
+		}
+	}
+	return out
+}
 
 // containerUpdate is POST /containers/{id}/update: resources (Memory,
 // NanoCpus or CpuQuota/CpuPeriod, PidsLimit; CpuShares recorded) and the

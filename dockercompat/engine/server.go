@@ -67,6 +67,10 @@ type Server struct {
 	attached map[string]*attachment
 	// watches follow the main commands this server started, for die.
 	watches map[string]*exitWatch
+	// health is the last health status reported of each container with
+	// a healthcheck: its health_status events, sent under healthMu.
+	healthMu sync.Mutex
+	health   map[string]string
 
 	// active counts requests in flight; last is when the last one ended
 	// (unix nanoseconds), for Idle.

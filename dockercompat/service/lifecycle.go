@@ -57,9 +57,6 @@ func IsFatal(sb *sandbox.Sandbox, sig syscall.Signal) bool {
 
 // Kill is docker kill of sb with sig.
 func Kill(sb *sandbox.Sandbox, sig syscall.Signal) error {
-	if !sb.Running() {
-		return ErrNotRunning(sb.Name(), sb.ID())
-	}
 	if IsFatal(sb, sig) {
 		cur, _, err := StopByHand(sb)
 		if err != nil {
@@ -105,9 +102,4 @@ func Remove(sb *sandbox.Sandbox, force, volumes bool) error {
 // remove ").
 func ErrRemoveRestarting(id string) error {
 	return errdefs.ErrConflict.WithMessage(fmt.Sprintf("You cannot remove a restarting container %s. Stop the container before attempting removal or force remove", id))
-}
-
-// ErrNotRunning is docker kill's 409 for a container not running.
-func ErrNotRunning(ref, id string) error {
-	return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot kill container: %s: container %s is not running", ref, id))
 }
