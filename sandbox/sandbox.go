@@ -419,6 +419,16 @@ func (b *Backend) PruneMatching(all bool, match func(Info) bool) ([]string, erro
 // sandbox's processes first: nothing it started may outlive its state.
 func (b *Backend) destroy(rec *record) error {
 	var errs []error
+	// A supervisor's restart under way (it holds the lock while it
+	// starts the sandbox) is done first, and what it started is read
+	// again: its PID 1 must not outlive the removal. One waiting out its
+	// delay is the monitor killed below.
+	if unlock, err := lockSupervision(b.state.sandboxDir(rec.ID), rec.Name); err == nil {
+		defer unlock()
+		if cur, err := b.state.read(rec.ID); err == nil {
+			rec = cur
+		}
+	}
 	// The monitor first: it must not write into the directory being removed.
 	if err := killMonitor(b.state.sandboxDir(rec.ID)); err != nil {
 		errs = append(errs, err)

@@ -50,10 +50,13 @@ const supervisionLock = "supervise.lock"
 // supervisor's restart holds while it starts the sandbox and a stop by
 // hand takes to mark it stopped: one comes wholly before the other. It
 // blocks until the lock is free; the function returned releases it.
-func (s *Sandbox) LockSupervision() (func(), error) {
-	fd, err := unix.Open(filepath.Join(s.dir, supervisionLock), unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+func (s *Sandbox) LockSupervision() (func(), error) { return lockSupervision(s.dir, s.rec.Name) }
+
+// lockSupervision is LockSupervision of the sandbox name in dir.
+func lockSupervision(dir, name string) (func(), error) {
+	fd, err := unix.Open(filepath.Join(dir, supervisionLock), unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("lock the supervision of %s: %w", s.rec.Name, err)
+		return nil, fmt.Errorf("lock the supervision of %s: %w", name, err)
 	}
 	for {
 		err = unix.Flock(fd, unix.LOCK_EX)
@@ -63,7 +66,7 @@ func (s *Sandbox) LockSupervision() (func(), error) {
 	}
 	if err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("lock the supervision of %s: %w", s.rec.Name, err)
+		return nil, fmt.Errorf("lock the supervision of %s: %w", name, err)
 	}
 	return func() { unix.Close(fd) }, nil
 }
