@@ -2,12 +2,14 @@ package integration
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // helpers lists the healthcheck helpers running for the store at root.
@@ -148,4 +150,76 @@ func TestSupervisionWithoutServe(t *testing.T) {
 			t.Errorf("--restart sometimes: exit %d: %s", code, out)
 		}
 	})
+}
+
+// TestLifecycleParity: the same lifecycle scenarios, run through the
+// slopbox CLI (no serve) and through the docker CLI against serve, end in
+// the same state: one service (dockercompat/service) under both, so they
+// agree by construction (issue 43). Each scenario gives its commands
+// with NAME for the container and its expected end, read by the same
+// inspect template on each surface.
+func TestLifecycleParity(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	t.Cleanup(func() {
+		waitFor(t, "monitors to exit", func() bool { return len(monitors(e.root)) == 0 })
+		waitFor(t, "healthcheck helpers to exit", func() bool { return len(healthHelpers(e.root)) == 0 })
+	})
+	e.must("pull", "-q", e.ref)
+	const tmpl = "{{.State.Status}} {{.RestartCount}} {{.State.ExitCode}}"
+	for _, sc := range []struct {
+		name  string
+		steps [][]string // NAME: the container; the last step's output is ignored
+		until string     // inspect (tmpl) waited for
+		then  string     // and after a second, still (empty: until's)
+	}{
+		{"on-failure", [][]string{{"run", "-d", "--name", "NAME", "--restart", "on-failure:2", "IMG", "sh", "-c", "exit 3"}}, "exited 2 3", ""},
+		{"no-policy", [][]string{{"run", "-d", "--name", "NAME", "IMG", "sh", "-c", "exit 4"}}, "exited 0 4", ""},
+		{"stop-is-final", [][]string{{"run", "-d", "--name", "NAME", "--restart", "always", "IMG", "sleep", "300"}, {"stop", "-t", "0", "NAME"}}, "exited 0 137", ""},
+		{"kill-is-final", [][]string{{"run", "-d", "--name", "NAME", "--restart", "unless-stopped", "IMG", "sleep", "300"}, {"kill", "NAME"}}, "exited 0 137", ""},
+		// A signal that is not fatal leaves the policy in place: the
+		// command's exit on it is restarted (a run's exit code is 0, as
+		// Docker's, while it runs).
+		{"hup-restarts", [][]string{{"run", "-d", "--name", "NAME", "--restart", "on-failure:1", "IMG", "sh", "-c", "trap 'exit 5' HUP; while :; do sleep 0.1; done"}, {"kill", "-s", "HUP", "NAME"}}, "running 1 0", ""},
+		{"on-failure-count", [][]string{{"run", "-d", "--name", "NAME", "--restart", "on-failure:1", "IMG", "sh", "-c", "sleep 0.3; exit 1"}}, "exited 1 1", ""},
+	} {
+		for _, surface := range []string{"slopbox", "docker"} {
+			t.Run(sc.name+"/"+surface, func(t *testing.T) {
+				name := sc.name + "-" + surface
+				do := func(args ...string) (string, int) {
+					a := make([]string, len(args))
+					for i, s := range args {
+						a[i] = strings.NewReplacer("NAME", name, "IMG", e.ref).Replace(s)
+					}
+					if surface == "docker" {
+						return dockerCLI(t, debianDocker, sock, "", a...)
+					}
+					return e.run("", a...)
+				}
+				t.Cleanup(func() { do("rm", "-f", "NAME") })
+				for _, step := range sc.steps {
+					if out, code := do(step...); code != 0 {
+						t.Fatalf("%v: exit %d: %s", step, code, out)
+					}
+				}
+				var got string
+				ok := false
+				for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(50 * time.Millisecond) {
+					out, _ := do("inspect", "-f", tmpl, "NAME")
+					if got = strings.TrimSpace(out); got == sc.until {
+						ok = true
+						break
+					}
+				}
+				if !ok {
+					t.Fatalf("inspect: %q, want %q", got, sc.until)
+				}
+				time.Sleep(time.Second)
+				out, _ := do("inspect", "-f", tmpl, "NAME")
+				if want := cmp.Or(sc.then, sc.until); strings.TrimSpace(out) != want {
+					t.Errorf("a second later: %q, want %q", strings.TrimSpace(out), want)
+				}
+			})
+		}
+	}
 }
