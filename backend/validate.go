@@ -29,6 +29,19 @@ func InvalidValue(format string, a ...any) error {
 	return &valueError{fmt.Sprintf(format, a...), ErrInvalidValue}
 }
 
+// Validate is what every backend checks of a spec, once, first thing in
+// its Spawn (before it creates anything): that its limits can be applied
+// as they say (Limits.Validate) and that the sandbox policy allows what
+// it weakens (CheckPolicy). The surfaces (the CLI's flags, the Engine
+// API, rlm_code configs) only parse into a spec: what it may be is said
+// here (test/fences' TestValidateOnce keeps it so).
+func (s SpawnSpec) Validate() error {
+	if err := s.Limits.Validate(); err != nil {
+		return err
+	}
+	return s.CheckPolicy()
+}
+
 // MinMemoryBytes is the smallest memory limit accepted (Docker's: 6 MiB).
 const MinMemoryBytes = 6 << 20
 

@@ -329,10 +329,8 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 			s.Mounts = append(s.Mounts, backend.Mount{Target: target, AnonymousVolume: true})
 		}
 	}
-	// Before anything is pulled or created.
-	if err := s.CheckPolicy(); err != nil {
-		return s, nil, nil, err
-	}
+	// What the spec may be, the backend checks once (SpawnSpec.Validate)
+	// before it creates anything.
 	return s, warnings, nil, nil
 }
 

@@ -71,7 +71,7 @@ func (*Backend) Spawn(ctx context.Context, spec backend.SpawnSpec) (backend.Sand
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("local: spawn: workspace %s is not a directory", ws)
 	}
-	if err := spec.Limits.Validate(); err != nil {
+	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("local: spawn: %w", err)
 	}
 	unenforced := unenforcedLimits(spec.Limits)

@@ -86,10 +86,7 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 	if spec.Image == "" && build == nil {
 		return nil, errors.New("spawn: no image given")
 	}
-	if err := spec.Limits.Validate(); err != nil {
-		return nil, fmt.Errorf("spawn: %w", err)
-	}
-	if err := spec.CheckPolicy(); err != nil {
+	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("spawn: %w", err)
 	}
 	for _, c := range append(slices.Clone(spec.CapAdd), spec.CapDrop...) {

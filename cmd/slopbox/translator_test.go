@@ -246,7 +246,10 @@ func TestMountRefusalNamesTheFlag(t *testing.T) {
 			t.Fatal(err)
 		}
 		for who, o := range map[string]dockercompat.CreateOptions{"the CLI": cliOpts, "the API": apiOpts} {
-			_, _, _, err := o.ToSpawnSpec()
+			s, _, _, err := o.ToSpawnSpec()
+			if err == nil {
+				err = s.Validate() // what the backend checks first
+			}
 			if !errors.Is(err, backend.ErrUnsafe) || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%s, %v: %v, want a refusal with %q", who, c.argv, err, c.want)
 			}

@@ -362,3 +362,61 @@ func TestFunctionSize(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateOnce (issue 43 point 5): what a SpawnSpec may be is checked
+// in one place, backend.SpawnSpec.Validate, which each backend calls
+// first thing in its spawn: no other non-test code calls CheckPolicy (the
+// policy half of it), and both backends call Validate.
+func TestValidateOnce(t *testing.T) {
+	fset := token.NewFileSet()
+	calls := map[string]int{} // "dir:Name" -> calls of .Name()
+	err := filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("../..", p)
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" || rel == "test" || rel == "bench" || rel == "examples" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, 0)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			c, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := c.Fun.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			switch sel.Sel.Name {
+			case "CheckPolicy":
+				if filepath.Dir(rel) != "backend" {
+					t.Errorf("%s: CheckPolicy outside package backend: call SpawnSpec.Validate, in the backend, once", fset.Position(c.Pos()))
+				}
+			case "Validate":
+				if x, ok := sel.X.(*ast.Ident); ok && x.Name == "spec" {
+					calls[filepath.Dir(rel)]++
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"sandbox", "local"} {
+		if calls[dir] != 1 {
+			t.Errorf("package %s calls spec.Validate() %d times, want once (its spawn, before any work)", dir, calls[dir])
+		}
+	}
+}
