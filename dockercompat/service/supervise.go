@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/slopbox/slopbox/dockercompat"
@@ -51,7 +52,7 @@ func (supervisor) Exited(sb *sandbox.Sandbox, code int) {
 		return
 	}
 	pending := filepath.Join(dir, pendingFile)
-	if f, err := os.OpenFile(pending, os.O_CREATE|os.O_WRONLY, 0o600); err != nil {
+	if f, err := os.OpenFile(pending, os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600); err != nil {
 		return
 	} else {
 		f.Close()
@@ -129,7 +130,7 @@ func markStopped(sb *sandbox.Sandbox) (*sandbox.Sandbox, bool, error) {
 	}
 	defer unlock()
 	dir := sb.Info().StateDir
-	f, err := os.OpenFile(filepath.Join(dir, stoppedFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, stoppedFile), os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return sb, false, err
 	}
