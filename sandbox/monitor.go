@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -305,6 +306,11 @@ func monitorMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "slopbox-monitor: internal use only")
 		return 2
 	}
+	// The Go runtime unblocks TERM, HUP, INT, QUIT and ABRT, which the
+	// monitor kept blocked, and dies of them: ignored here, a kill -s or
+	// stop signal meant for the ended command cannot end this process
+	// half-way (its Stop, or a restart's start).
+	signal.Ignore(forwardedSignals...)
 	root, id := args[0], args[1]
 	val, err := strconv.ParseInt(args[3], 10, 32)
 	if err != nil {
@@ -344,11 +350,23 @@ func monitorMain(args []string) int {
 			// gets the rest of it before the files go, within a bound.
 			waitLogReaders(filepath.Join(dir, logFile))
 		}
-		sb.Stop()
-		if !sb.rec.AutoRemove {
-			if sb, err := bk.Open(id); err == nil {
-				sb.superviseExited(p.exitCode())
+		if sb.rec.AutoRemove {
+			sb.Stop()
+			return 0
+		}
+		// Under the supervision lock: a start by hand holds it over its
+		// start, so this stop never kills the helpers of the next run.
+		unlock, err := sb.LockSupervision()
+		if err == nil {
+			if cur, err := bk.Open(id); err == nil && cur.Running() && cur.rec.Pid == sb.rec.Pid {
+				cur.Stop()
 			}
+			unlock()
+		} else {
+			sb.Stop()
+		}
+		if sb, err := bk.Open(id); err == nil && !sb.Running() {
+			sb.superviseExited(p.exitCode())
 		}
 	}
 	return 0

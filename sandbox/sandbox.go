@@ -923,10 +923,7 @@ func (s *Sandbox) Stop() error {
 		return err
 	}
 	s.awaitExitRecord()
-	if err := killSupervisorHelpers(s.dir); err != nil {
-		return err
-	}
-	if err := killHelpers(s.rec, s.dir); err != nil {
+	if err := errors.Join(killSupervisorHelpers(s.dir), killHelpers(s.rec, s.dir)); err != nil {
 		return err
 	}
 	if s.rec.AutoRemove {

@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -58,18 +60,26 @@ func lockSupervision(dir, name string) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock the supervision of %s: %w", name, err)
 	}
-	for {
-		err = unix.Flock(fd, unix.LOCK_EX)
-		if err != unix.EINTR {
+	// Bounded: a restart holds it for a start (seconds on a loaded
+	// host), never longer; a lock held past the bound is refused rather
+	// than waited on for ever.
+	for deadline, nap := time.Now().Add(supervisionWait), time.Millisecond; ; nap = min(2*nap, 50*time.Millisecond) {
+		err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err != unix.EWOULDBLOCK && err != unix.EINTR || time.Now().After(deadline) {
 			break
 		}
+		time.Sleep(nap)
 	}
 	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("lock the supervision of %s: %w", name, err)
 	}
-	return func() { unix.Close(fd) }, nil
+	var once sync.Once
+	return func() { once.Do(func() { unix.Close(fd) }) }, nil
 }
+
+// supervisionWait bounds a wait for the supervision lock.
+const supervisionWait = 30 * time.Second
 
 // MonitorAlive reports whether the monitor of sb's last run still runs:
 // while the command does, and while a Supervisor's Exited does.
@@ -133,6 +143,7 @@ func (s *Sandbox) SpawnHelper(handler string, args ...string) error {
 	cmd.Args[0] = "slopbox-" + handler
 	cmd.Env = append(os.Environ(), reexec.Env+"="+handler)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
+	cmd.Dir = "/" // keeps no caller's directory busy
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s of %s: %w", handler, s.rec.Name, err)

@@ -49,6 +49,9 @@ func createCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := dockercompat.CheckRestartPolicy(opts.RestartPolicy, rm); err != nil {
+				return err // --rm with a restart policy, as Docker refuses it
+			}
 			spec.AutoRemove = rm // as docker create --rm: removed when its command ends or it is stopped
 			sb, err := b.Create(ctx, spec, opts.Command(img.Config.Config.Entrypoint, img.Config.Config.Cmd))
 			if err != nil {

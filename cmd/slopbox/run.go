@@ -12,6 +12,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/dockercompat"
+	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/local"
 	"github.com/slopbox/slopbox/sandbox"
 )
@@ -75,9 +77,9 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			command := opts.Command(img.Config.Config.Entrypoint, img.Config.Config.Cmd)
-			if len(command) == 0 {
-				return fmt.Errorf("run: image %s has no default command; give one", args[0])
+			command, err := runCommand(opts, img, args[0], rm)
+			if err != nil {
+				return err
 			}
 			// -d --rm: removed when stopped or killed, as docker does.
 			spec.AutoRemove = detach && rm
@@ -220,4 +222,17 @@ func runWithSetup(ctx contextT, sb attacher, req backend.ExecRequest, ef execFla
 	os.Stdout.WriteString(strings.TrimLeft(res.Stdout, "\n"))
 	os.Stderr.WriteString(strings.TrimLeft(res.Stderr, "\n"))
 	return res.ExitCode, err
+}
+
+// runCommand is the command run runs: the options' over the image's. It
+// refuses, as Docker does, none at all, and --rm with a restart policy.
+func runCommand(opts dockercompat.CreateOptions, img *image.Image, ref string, rm bool) ([]string, error) {
+	if err := dockercompat.CheckRestartPolicy(opts.RestartPolicy, rm); err != nil {
+		return nil, err
+	}
+	command := opts.Command(img.Config.Config.Entrypoint, img.Config.Config.Cmd)
+	if len(command) == 0 {
+		return nil, fmt.Errorf("run: image %s has no default command; give one", ref)
+	}
+	return command, nil
 }

@@ -329,7 +329,8 @@ func (s *Server) containerStart(w http.ResponseWriter, r *request, sb *sandbox.S
 	// A start by hand: a pending restart is cancelled, restarts count
 	// from 0. Then the last run's die, with its own code: start clears
 	// its exit.
-	sb, _, err := service.StartByHand(sb)
+	sb, _, unlock, err := service.StartByHand(sb)
+	defer unlock() // held over the start: a monitor ending the last run does not start it too
 	if err != nil {
 		fail(w, err)
 		return
@@ -349,6 +350,7 @@ func (s *Server) containerStart(w http.ResponseWriter, r *request, sb *sandbox.S
 	}
 	if err != nil {
 		if sb.Info().AutoRemove {
+			unlock()    // the removal takes it
 			sb.Remove() // as the daemon: a --rm container that cannot start goes
 		}
 		var se *sandbox.StartError
@@ -404,7 +406,8 @@ func (s *Server) containerRestart(w http.ResponseWriter, r *request, sb *sandbox
 	// A start by hand: a pending restart is dropped and restarts count
 	// from 0, as /start's. A restart of a container not running is only
 	// a start, as Docker's (no die or stop); the last run's die first.
-	cur, _, err := service.StartByHand(sb)
+	cur, _, unlock, err := service.StartByHand(sb)
+	defer unlock()
 	if err != nil {
 		fail(w, err)
 		return
@@ -438,6 +441,17 @@ func (s *Server) containerKill(w http.ResponseWriter, r *request, sb *sandbox.Sa
 		}
 	}
 	if !sb.Running() {
+		if service.Restarting(sb) {
+			// As dockerd's kill of a restarting container: its restart
+			// is cancelled, and it stays stopped.
+			if _, _, err := service.StopByHand(sb); err != nil {
+				fail(w, err)
+				return
+			}
+			s.watchOf(sb.ID()).finish()
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
 		fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot kill container: %s: container %s is not running", r.PathValue("id"), sb.ID())))
 		return
 	}

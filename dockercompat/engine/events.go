@@ -98,7 +98,9 @@ func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 func (s *Server) watchRun(w *exitWatch, last *sandbox.Info, base time.Time) (int, bool) {
 	id, autoRemove := last.ID, last.AutoRemove
 	if service.HasHealthcheck(last.StateDir) {
-		go s.reportHealth(*last, w.done)
+		runDone := make(chan struct{}) // this run's: a restart's run has its own
+		defer close(runDone)
+		go s.reportHealth(*last, runDone)
 	}
 	died, code := false, 0
 	die := func(c int) {
@@ -224,7 +226,11 @@ func (s *Server) followRestart(w *exitWatch, last *sandbox.Info, code int, repli
 			// Started again (and maybe ended already: its die follows).
 			s.emitContainer("start", info, nil)
 			return base, true
-		case !service.Restarting(cur) && !info.Running:
+		case !info.Running && !cur.MonitorAlive():
+			// Its monitor, which carries out the restart, is gone with
+			// no new run: stopped by hand meanwhile, or the policy's
+			// end. (Not Restarting: while the monitor starts the next
+			// run, its exit record is gone before the run is seen.)
 			return time.Time{}, false
 		}
 		for _, r := range *replies {

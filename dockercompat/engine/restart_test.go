@@ -120,7 +120,7 @@ func TestRestartDelayActions(t *testing.T) {
 		{"rm-f", "DELETE", "?force=1", 204, []string{"start", "die", "destroy"}, ""},
 		{"start", "POST", "/start", 204, []string{"start", "die", "start"}, "running"},
 		{"restart", "POST", "/restart?t=0", 204, []string{"start", "die", "start"}, "running"},
-		{"kill", "POST", "/kill", 409, []string{"start", "die"}, "restarting"},
+		{"kill", "POST", "/kill", 204, []string{"start", "die"}, "exited"},
 	} {
 		t.Run(tc.action, func(t *testing.T) {
 			events := collectEvents(s)

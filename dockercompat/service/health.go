@@ -182,6 +182,9 @@ func runHealth(sb *sandbox.Sandbox, h *v1.HealthConfig, argv []string, done <-ch
 			return
 		case <-wait.C:
 		}
+		if _, err := sb.Reopen(); err != nil {
+			return // removed without its PID 1 being seen to end
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		r := healthResult{Start: time.Now().UTC()}
 		res, err := sb.Exec(ctx, backend.ExecRequest{Argv: argv, Timeout: timeout, OutputLimit: healthOutMax})

@@ -21,7 +21,11 @@ func StopByHand(sb *sandbox.Sandbox) (*sandbox.Sandbox, bool, error) { return ma
 // StartByHand is what a start by hand does before the start: the stopped
 // mark goes, a pending restart is cancelled (reported), and restarts
 // count from 0 again, as dockerd's.
-func StartByHand(sb *sandbox.Sandbox) (*sandbox.Sandbox, bool, error) { return markStarted(sb) }
+// It returns with the supervision lock held: the caller starts the
+// sandbox, then calls unlock (also on an error).
+func StartByHand(sb *sandbox.Sandbox) (cur *sandbox.Sandbox, pending bool, unlock func(), err error) {
+	return markStarted(sb)
+}
 
 // Start is docker start of sb: a start by hand, then its main command
 // under its monitor, given what an attached client gives it (a).
@@ -29,7 +33,8 @@ func Start(ctx context.Context, sb *sandbox.Sandbox, a sandbox.AttachedStart) (*
 	if sb.Running() {
 		return sb, nil // as docker start of a running container: nothing to do
 	}
-	cur, _, err := StartByHand(sb)
+	cur, _, unlock, err := StartByHand(sb)
+	defer unlock()
 	if err != nil {
 		return cur, err
 	}

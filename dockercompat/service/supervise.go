@@ -52,18 +52,27 @@ func (supervisor) Exited(sb *sandbox.Sandbox, code int) {
 		return
 	}
 	pending := filepath.Join(dir, pendingFile)
-	if f, err := os.OpenFile(pending, os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600); err != nil {
+	if f, err := os.OpenFile(pending, os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600); err != nil {
 		return
 	} else {
 		f.Close()
 	}
-	time.Sleep(RestartDelay(n))
+	// In slices: a sandbox removed meanwhile (its state directory gone)
+	// ends the wait.
+	for end := time.Now().Add(RestartDelay(n)); time.Now().Before(end); {
+		time.Sleep(min(time.Until(end), 100*time.Millisecond))
+		if _, err := os.Lstat(pending); err != nil {
+			return
+		}
+	}
 	unlock, err := sb.LockSupervision()
 	if err != nil {
 		return
 	}
 	defer unlock()
-	os.Remove(pending)
+	// The pending mark stays until the start is done: restarting until
+	// then (RestartingInfo).
+	defer os.Remove(pending)
 	cur, err := sb.Reopen()
 	if err != nil || cur.Running() || stoppedByHand(dir) {
 		return // removed, started by hand, or stopped by hand meanwhile
@@ -114,10 +123,14 @@ func Restarting(sb *sandbox.Sandbox) bool { return RestartingInfo(sb.Info()) }
 
 // RestartingInfo is Restarting of the sandbox i describes.
 func RestartingInfo(i sandbox.Info) bool {
-	if i.Running || i.FinishedAt.IsZero() || !willRestart(i.StateDir, i.ExitCode) {
+	if i.Running || !sandbox.MonitorAlive(i.StateDir) {
 		return false
 	}
-	return sandbox.MonitorAlive(i.StateDir)
+	if _, err := os.Lstat(filepath.Join(i.StateDir, pendingFile)); err == nil {
+		return true // waiting out its delay, or starting it
+	}
+	// Ended a moment ago: its monitor decides next.
+	return !i.FinishedAt.IsZero() && willRestart(i.StateDir, i.ExitCode)
 }
 
 // markStopped marks sb stopped by hand and cancels a restart waiting out
@@ -130,7 +143,7 @@ func markStopped(sb *sandbox.Sandbox) (*sandbox.Sandbox, bool, error) {
 	}
 	defer unlock()
 	dir := sb.Info().StateDir
-	f, err := os.OpenFile(filepath.Join(dir, stoppedFile), os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, stoppedFile), os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
 	if err != nil {
 		return sb, false, err
 	}
@@ -163,22 +176,25 @@ func cancelRestart(sb *sandbox.Sandbox) (*sandbox.Sandbox, bool, error) {
 // markStarted is a start by hand: the stopped mark goes, a pending
 // restart is cancelled, and restarts count from 0 again (dockerd's). It
 // reports whether a restart was pending.
-func markStarted(sb *sandbox.Sandbox) (*sandbox.Sandbox, bool, error) {
-	unlock, err := sb.LockSupervision()
+//
+// It returns with the supervision lock held (unlock releases it, also on
+// an error): the caller starts the sandbox under it, so that a monitor
+// ending the last run (Exited) does not start it too.
+func markStarted(sb *sandbox.Sandbox) (cur *sandbox.Sandbox, pending bool, unlock func(), err error) {
+	unlock, err = sb.LockSupervision()
 	if err != nil {
-		return sb, false, err
+		return sb, false, func() {}, err
 	}
-	defer unlock()
 	dir := sb.Info().StateDir
 	if err := os.Remove(filepath.Join(dir, stoppedFile)); err != nil && !os.IsNotExist(err) {
-		return sb, false, err
+		return sb, false, unlock, err
 	}
-	cur, pending, err := cancelRestart(sb)
+	cur, pending, err = cancelRestart(sb)
 	if err != nil {
-		return cur, pending, err
+		return cur, pending, unlock, err
 	}
 	if dockercompat.RestartCount(dir) != 0 {
 		err = dockercompat.SetRestartCount(dir, 0)
 	}
-	return cur, pending, err
+	return cur, pending, unlock, err
 }

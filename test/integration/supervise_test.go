@@ -77,7 +77,11 @@ func TestSupervisionWithoutServe(t *testing.T) {
 	})
 
 	t.Run("always-then-stop", func(t *testing.T) {
-		e.must("run", "-d", "--name", "always", "--restart", "always", e.ref, "sh", "-c", "sleep 0.2")
+		// Once /ctl/hold exists (a host directory), a run sleeps rather
+		// than exiting: the start by hand below runs until killed.
+		ctl := t.TempDir()
+		os.Chmod(ctl, 0o777)
+		e.must("run", "-d", "--name", "always", "--restart", "always", "-v", ctl+":/ctl", e.ref, "sh", "-c", "if [ -e /ctl/hold ]; then exec sleep 300; fi; sleep 0.2")
 		waitFor(t, "two restarts", func() bool { _, n := e.state("always"); return n >= 2 })
 		e.must("stop", "-t", "0", "always")
 		waitFor(t, "no monitor left", func() bool { return len(monitors(e.root)) == 0 })
@@ -87,6 +91,9 @@ func TestSupervisionWithoutServe(t *testing.T) {
 		}
 		// A start by hand counts restarts from 0, and a kill ends it for
 		// good too.
+		if err := os.WriteFile(filepath.Join(ctl, "hold"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 		e.must("start", "always")
 		if _, n2 := e.state("always"); n2 != 0 {
 			t.Errorf("restart count after a start by hand: %d (was %d), want 0", n2, n)
@@ -144,6 +151,10 @@ func TestSupervisionWithoutServe(t *testing.T) {
 		out, code := e.run("", "run", "-d", "--no-healthcheck", "--health-cmd", "true", e.ref, "true")
 		if code == 0 || !strings.Contains(out, "--no-healthcheck conflicts") {
 			t.Errorf("--no-healthcheck with --health-cmd: exit %d: %s", code, out)
+		}
+		out, code = e.run("", "run", "-d", "--rm", "--restart", "always", e.ref, "true")
+		if code == 0 || !strings.Contains(out, "cannot specify both --restart and --rm") {
+			t.Errorf("--rm with --restart always: exit %d: %s", code, out)
 		}
 		out, code = e.run("", "run", "-d", "--restart", "sometimes", e.ref, "true")
 		if code == 0 || !strings.Contains(fmt.Sprint(out), "sometimes") {

@@ -648,8 +648,13 @@ static void monitor_main(int argc, char **argv) {
 		lost = 1;
 	}
 	int recorded = write_exit(status, lost) == 0;
-	if (dir_fd >= 0)
+	/* No longer the forwarder of signals: a kill -s or stop signal from
+	 * now on is refused (Signal), never sent to the slopbox program this
+	 * process becomes, which a signal would end half-way. */
+	if (dir_fd >= 0) {
+		unlinkat(dir_fd, "monitor.ready", 0);
 		close(dir_fd);
+	}
 	for (int i = 0; i < 2; i++)
 		if (streams[i].fd >= 0)
 			close(streams[i].fd);
