@@ -58,12 +58,21 @@ func (supervisor) Exited(sb *sandbox.Sandbox, code int) {
 		f.Close()
 	}
 	// In slices: a sandbox removed meanwhile (its state directory gone)
-	// ends the wait.
-	for end := time.Now().Add(RestartDelay(n)); time.Now().Before(end); {
-		time.Sleep(min(time.Until(end), 100*time.Millisecond))
+	// or stopped by hand ends the wait. The mark is read after pending is
+	// made, and a stopper reads pending after its mark: one sees the
+	// other, so a stop never leaves this waiting out its delay.
+	for end := time.Now().Add(RestartDelay(n)); ; {
 		if _, err := os.Lstat(pending); err != nil {
 			return
 		}
+		if stoppedByHand(dir) {
+			os.Remove(pending)
+			return
+		}
+		if !time.Now().Before(end) {
+			break
+		}
+		time.Sleep(min(time.Until(end), 100*time.Millisecond))
 	}
 	unlock, err := sb.LockSupervision()
 	if err != nil {
