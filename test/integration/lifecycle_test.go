@@ -18,12 +18,16 @@ import (
 )
 
 // monitors lists the monitor processes serving sandboxes under root.
-func monitors(root string) []string {
+func monitors(root string) []string { return procsOf("slopbox-monitor", root) }
+
+// procsOf lists the processes named argv0 whose first argument is the
+// store root.
+func procsOf(argv0, root string) []string {
 	var out []string
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.HasPrefix(b, []byte("slopbox-monitor\x00"+root+"\x00")) {
+		if err == nil && bytes.HasPrefix(b, []byte(argv0+"\x00"+root+"\x00")) {
 			out = append(out, e.Name())
 		}
 	}

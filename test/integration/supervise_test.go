@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -12,18 +11,9 @@ import (
 	"time"
 )
 
-// helpers lists the healthcheck helpers running for the store at root.
-func healthHelpers(root string) []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.HasPrefix(b, []byte("slopbox-service-health\x00"+root+"\x00")) {
-			out = append(out, e.Name())
-		}
-	}
-	return out
-}
+// healthHelpers lists the healthcheck helpers running for the store at
+// root.
+func healthHelpers(root string) []string { return procsOf("slopbox-service-health", root) }
 
 // cliState is what the CLI's inspect says of a container's state.
 type cliState struct {
