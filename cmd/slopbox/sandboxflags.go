@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/slopbox/slopbox/dockercompat/service"
 	"math"
 	"os"
 	"os/signal"
@@ -181,7 +182,7 @@ func (f *spawnFlags) options(fs *pflag.FlagSet, img string, args []string) (dock
 		if err != nil {
 			return dockercompat.Container{}, err
 		}
-		return dockerview.Lookup(b)(ref)
+		return dockerview.Lookup(service.New(b))(ref)
 	}
 	if fs != nil && fs.Changed("init") {
 		o.Init = &f.initFlag

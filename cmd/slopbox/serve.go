@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/slopbox/slopbox/dockercompat/service"
 	"net"
 	"net/http"
 	"os"
@@ -58,7 +59,7 @@ func serveCmd() *cobra.Command {
 			}
 			defer b.Close()
 			b.KeepReady(true) // a warm pool per image, as the Go API keeps
-			srv := engine.New(b, version)
+			srv := engine.New(service.New(b), version)
 			if debug {
 				srv.Log = func(f string, a ...any) {
 					fmt.Fprintf(os.Stderr, "%s slopbox serve: "+f+"\n", append([]any{time.Now().Format("15:04:05.000000")}, a...)...)

@@ -27,8 +27,6 @@ import (
 	"github.com/slopbox/slopbox/dockercompat/networks"
 	"github.com/slopbox/slopbox/dockercompat/service"
 	"github.com/slopbox/slopbox/image"
-	"github.com/slopbox/slopbox/oci"
-	"github.com/slopbox/slopbox/sandbox"
 )
 
 // health is State.Health of the sandbox in dir with healthcheck h: none
@@ -60,7 +58,7 @@ func envList(env map[string]string, names []string) []string {
 
 // imageName is the container's image as Docker shows it: as its create
 // named it, else its name in Docker's form.
-func imageName(i sandbox.Info, cc dockercompat.CreateRecord) string {
+func imageName(i service.Info, cc dockercompat.CreateRecord) string {
 	if cc.Image != "" {
 		return cc.Image
 	}
@@ -68,12 +66,12 @@ func imageName(i sandbox.Info, cc dockercompat.CreateRecord) string {
 }
 
 // ImageName is imageName for a sandbox's list entry (GET /containers/json).
-func ImageName(i sandbox.Info) string { return imageName(i, dockercompat.LoadCreated(i.StateDir)) }
+func ImageName(i service.Info) string { return imageName(i, dockercompat.LoadCreated(i.StateDir)) }
 
 // Command is a sandbox's command as dockerd lists it (GET
 // /containers/json, docker ps): the program and its arguments, each
 // argument with a space in it between single quotes.
-func Command(i sandbox.Info) string {
+func Command(i service.Info) string {
 	if len(i.Command) == 0 {
 		return ""
 	}
@@ -96,7 +94,7 @@ func cmdOf(command, entrypoint []string) []string {
 }
 
 // inspectMounts is the top-level Mounts of inspect: the bind mounts.
-func inspectMounts(i sandbox.Info) []container.MountPoint {
+func inspectMounts(i service.Info) []container.MountPoint {
 	out := []container.MountPoint{}
 	for _, m := range i.BindMounts {
 		mode := "rw"
@@ -116,7 +114,7 @@ func inspectMounts(i sandbox.Info) []container.MountPoint {
 
 // Inspect is docker inspect of a container, GET /containers/{id}/json in
 // Docker's shape, with the fields docker-py and the docker CLI read.
-func Inspect(i sandbox.Info) *ContainerInspect {
+func Inspect(i service.Info) *ContainerInspect {
 	cc := dockercompat.LoadCreated(i.StateDir)
 	finished := "0001-01-01T00:00:00Z"
 	if !i.FinishedAt.IsZero() {
@@ -159,7 +157,7 @@ func Inspect(i sandbox.Info) *ContainerInspect {
 // hostConfig is inspect's HostConfig: Docker's whole key set, each with
 // what the create asked for (cc) or what the sandbox has, and dockerd's
 // default for what slopbox has no setting of.
-func hostConfig(i sandbox.Info, cc dockercompat.CreateRecord) *HostConfig {
+func hostConfig(i service.Info, cc dockercompat.CreateRecord) *HostConfig {
 	orEmpty := func(v []string) []string {
 		if v == nil {
 			return []string{}
@@ -182,7 +180,7 @@ func hostConfig(i sandbox.Info, cc dockercompat.CreateRecord) *HostConfig {
 		Isolation: cc.Isolation, CpuShares: cc.CpuShares, Memory: i.Limits.MemoryBytes, NanoCpus: int64(i.Limits.CPUs * 1e9),
 		BlkioWeightDevice: []struct{}{}, CpusetCpus: cc.CpusetCpus, CpusetMems: cc.CpusetMems, Devices: []struct{}{},
 		MemorySwap: swap, MemorySwappiness: cc.MemorySwappiness, PidsLimit: i.Limits.Pids,
-		MaskedPaths: oci.DefaultMaskedPaths, ReadonlyPaths: oci.DefaultReadonlyPaths,
+		MaskedPaths: service.DefaultMaskedPaths, ReadonlyPaths: service.DefaultReadonlyPaths,
 		Mounts: cc.Mounts, Tmpfs: cc.Tmpfs, Init: cc.Init,
 	}
 }
@@ -194,14 +192,14 @@ func hostConfig(i sandbox.Info, cc dockercompat.CreateRecord) *HostConfig {
 // one has it), so a client that connected to it from the host would time
 // out and one in another sandbox would reach itself; published ports are
 // the way in.
-func networkSettings(i sandbox.Info, cc dockercompat.CreateRecord) *NetworkSettings {
+func networkSettings(i service.Info, cc dockercompat.CreateRecord) *NetworkSettings {
 	return &NetworkSettings{Ports: portMap(i, i.Running), Networks: Networks(i), MacAddress: cc.MacAddress}
 }
 
 // Networks is a sandbox's NetworkSettings.Networks in GET
 // /containers/json: its one network by name, as inspect has it (so
 // docker ps --format '{{.Networks}}' names it).
-func Networks(i sandbox.Info) map[string]*EndpointSettings {
+func Networks(i service.Info) map[string]*EndpointSettings {
 	if len(i.Networks) > 0 {
 		// User-defined networks: each with its interface while the
 		// sandbox runs (Docker's shape; no address when stopped).
@@ -226,7 +224,7 @@ func Networks(i sandbox.Info) map[string]*EndpointSettings {
 // endpoint is the sandbox's endpoint on its network: no address (see
 // networkSettings). Its MacAddress is empty: a --mac-address is echoed at
 // the top level (echoed.go), not given to the interface.
-func endpoint(network string, i sandbox.Info) *EndpointSettings {
+func endpoint(network string, i service.Info) *EndpointSettings {
 	endpointID := ""
 	if i.Running {
 		endpointID = networks.ID(network + " " + i.ID) // as GET /networks/{id} lists it
@@ -237,7 +235,7 @@ func endpoint(network string, i sandbox.Info) *EndpointSettings {
 // portMap is the sandbox's published ports as inspect shows them:
 // {"80/tcp": [{"HostIp": "127.0.0.1", "HostPort": "8080"}]}; a stopped
 // sandbox's NetworkSettings have none bound.
-func portMap(i sandbox.Info, bound bool) PortMap {
+func portMap(i service.Info, bound bool) PortMap {
 	m := PortMap{}
 	if !bound {
 		return m
@@ -259,7 +257,7 @@ func nonNil(m map[string]string) map[string]string {
 // State is Docker's State.Status of a sandbox: created, running, paused,
 // exited, or dead for a broken one (its state cannot be read whole). The
 // CLI's ps and the Engine API share it, with Status and Filter.
-func State(i sandbox.Info) string {
+func State(i service.Info) string {
 	switch {
 	case i.Broken != "":
 		return "dead"
@@ -276,7 +274,7 @@ func State(i sandbox.Info) string {
 }
 
 // Status is docker ps's STATUS column (the Engine API's Status).
-func Status(i sandbox.Info) string {
+func Status(i service.Info) string {
 	switch State(i) {
 	case "dead":
 		return "Broken: " + i.Broken
@@ -307,7 +305,7 @@ var psStatuses = []string{"created", "restarting", "running", "removing", "pause
 // (package filters: values of one key OR, keys AND, every label must
 // hold); list is every sandbox, for before and since. An unknown key,
 // status or exit code is an error.
-func Filter(f filters.Args, list []sandbox.Info) (func(sandbox.Info) bool, error) {
+func Filter(f filters.Args, list []service.Info) (func(service.Info) bool, error) {
 	if err := f.Validate(psFilterKeys...); err != nil {
 		return nil, err
 	}
@@ -346,7 +344,7 @@ func Filter(f filters.Args, list []sandbox.Info) (func(sandbox.Info) bool, error
 		}
 	}
 	matchID, matchName := f.Matcher("id"), f.Matcher("name")
-	return func(i sandbox.Info) bool {
+	return func(i service.Info) bool {
 		state := State(i)
 		switch {
 		case isTask: // no sandbox is a swarm task
@@ -371,7 +369,7 @@ func Filter(f filters.Args, list []sandbox.Info) (func(sandbox.Info) bool, error
 }
 
 // findInfo is the sandbox a name, id or id prefix names.
-func findInfo(list []sandbox.Info, ref string) (sandbox.Info, bool) {
+func findInfo(list []service.Info, ref string) (service.Info, bool) {
 	ref = strings.TrimPrefix(ref, "/")
 	for _, i := range list {
 		if i.Name == ref || i.ID == ref {
@@ -383,19 +381,19 @@ func findInfo(list []sandbox.Info, ref string) (sandbox.Info, bool) {
 			return i, true
 		}
 	}
-	return sandbox.Info{}, false
+	return service.Info{}, false
 }
 
 // ancestor is docker ps's ancestor filter: the image by name (with or
 // without the registry and the latest tag) or by id prefix.
-func ancestor(i sandbox.Info, v string) bool {
+func ancestor(i service.Info, v string) bool {
 	return i.Image == v || strings.HasPrefix(i.ImageID, v) || strings.HasPrefix(strings.TrimPrefix(i.ImageID, "sha256:"), v) ||
 		strings.HasSuffix(i.Image, "/"+v) || strings.HasSuffix(i.Image, "/"+v+":latest") || i.Image == v+":latest"
 }
 
 // mountsVolume is docker ps's volume filter: a volume's name, or a
 // mount's destination.
-func mountsVolume(i sandbox.Info, v string) bool {
+func mountsVolume(i service.Info, v string) bool {
 	for _, m := range i.BindMounts {
 		if m.Target == v || m.Volume != "" && m.Volume == v {
 			return true
@@ -407,7 +405,7 @@ func mountsVolume(i sandbox.Info, v string) bool {
 // publishes is docker ps's publish and expose filters: a container port,
 // PORT[/PROTO] (tcp when none is given), that the sandbox publishes (a
 // sandbox exposes only what it publishes).
-func publishes(i sandbox.Info, v string) bool {
+func publishes(i service.Info, v string) bool {
 	port, proto, _ := strings.Cut(v, "/")
 	if proto == "" {
 		proto = "tcp"
@@ -423,7 +421,7 @@ func publishes(i sandbox.Info, v string) bool {
 // Lookup is CreateOptions.Lookup over the sandboxes of b: a container's
 // name, environment (the main command's, as Docker's Config.Env) and
 // bind mounts, for VolumesFrom and Links.
-func Lookup(b *sandbox.Backend) func(ref string) (dockercompat.Container, error) {
+func Lookup(b *service.Service) func(ref string) (dockercompat.Container, error) {
 	return func(ref string) (dockercompat.Container, error) {
 		sb, err := b.Open(ref)
 		if err != nil {
@@ -448,7 +446,7 @@ func ListsStopped(f filters.Args) bool {
 // PruneFilter reads docker container prune's filters (until, label,
 // label!) into a match; nil when none is given, so that a prune without
 // filters also removes half-created state.
-func PruneFilter(f filters.Args) (func(sandbox.Info) bool, error) {
+func PruneFilter(f filters.Args) (func(service.Info) bool, error) {
 	if len(f) == 0 {
 		return nil, nil
 	}
@@ -459,7 +457,7 @@ func PruneFilter(f filters.Args) (func(sandbox.Info) bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(i sandbox.Info) bool {
+	return func(i service.Info) bool {
 		return f.LabelsMatch(i.Labels) && (!hasUntil || i.Created.Before(until))
 	}, nil
 }
@@ -467,7 +465,7 @@ func PruneFilter(f filters.Args) (func(sandbox.Info) bool, error) {
 // VolumeFilter reads docker volume ls's filters (dangling, driver, label,
 // label!, name) into a match; used reports how many sandboxes use a
 // volume (for dangling).
-func VolumeFilter(f filters.Args, used func(sandbox.Volume) int) (func(sandbox.Volume) bool, error) {
+func VolumeFilter(f filters.Args, used func(service.Volume) int) (func(service.Volume) bool, error) {
 	if err := f.Validate("dangling", "driver", "label", "label!", "name"); err != nil {
 		return nil, err
 	}
@@ -476,7 +474,7 @@ func VolumeFilter(f filters.Args, used func(sandbox.Volume) int) (func(sandbox.V
 		return nil, err
 	}
 	matchName := f.Matcher("name")
-	return func(v sandbox.Volume) bool {
+	return func(v service.Volume) bool {
 		return matchName(v.Name) && f.Exact("driver", v.Driver) && f.LabelsMatch(v.Labels) &&
 			(!hasDangling || dangling == (used(v) == 0))
 	}, nil
@@ -486,7 +484,7 @@ func VolumeFilter(f filters.Args, used func(sandbox.Volume) int) (func(sandbox.V
 // all) into a match of the volumes to remove among those no sandbox uses:
 // anonymous ones only unless all is true, or allByDefault (API before
 // 1.42, where prune took every unused volume).
-func VolumePruneFilter(f filters.Args, allByDefault bool) (func(sandbox.Volume) bool, error) {
+func VolumePruneFilter(f filters.Args, allByDefault bool) (func(service.Volume) bool, error) {
 	if err := f.Validate("label", "label!", "all"); err != nil {
 		return nil, err
 	}
@@ -497,12 +495,12 @@ func VolumePruneFilter(f filters.Args, allByDefault bool) (func(sandbox.Volume) 
 	if !set {
 		all = allByDefault
 	}
-	return func(v sandbox.Volume) bool { return (all || v.Anonymous) && f.LabelsMatch(v.Labels) }, nil
+	return func(v service.Volume) bool { return (all || v.Anonymous) && f.LabelsMatch(v.Labels) }, nil
 }
 
 // onNetwork reports whether sandbox i is on network v (a name or id, as
 // Docker's ps --filter network= takes).
-func onNetwork(i sandbox.Info, v string) bool {
+func onNetwork(i service.Info, v string) bool {
 	if len(i.Networks) == 0 {
 		return i.Network == v || networks.ID(cmp.Or(i.Network, backend.NetworkNone)) == v
 	}

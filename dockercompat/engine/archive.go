@@ -12,8 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
-	"github.com/slopbox/slopbox/internal/sparse"
-	"github.com/slopbox/slopbox/sandbox"
+	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
 // containerArchive is docker cp's endpoint: HEAD and GET
@@ -25,7 +24,7 @@ import (
 // or stopped container's files are read on the host through its layers
 // or the sources of its mounts (Sandbox.ReadFiles), and written below its
 // mounts only (Sandbox.WriteFiles).
-func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *service.Container) {
 	p := r.URL.Query().Get("path")
 	if p == "" {
 		fail(w, errdefs.ErrInvalidArgument.WithMessage("path is required"))
@@ -43,7 +42,7 @@ func (s *Server) containerArchive(w http.ResponseWriter, r *request, sb *sandbox
 
 // archivePut is PUT /containers/{id}/archive: the tar in the body
 // extracted at p.
-func (s *Server) archivePut(w http.ResponseWriter, r *request, sb *sandbox.Sandbox, p string) {
+func (s *Server) archivePut(w http.ResponseWriter, r *request, sb *service.Container, p string) {
 	running := sb.Running()
 	// Docker takes the tar compressed too (testcontainers' gzip).
 	body, done, err := decompressStream(r.Body)
@@ -79,7 +78,7 @@ func (s *Server) archivePut(w http.ResponseWriter, r *request, sb *sandbox.Sandb
 
 // archiveGet is GET and HEAD /containers/{id}/archive: p as a tar, its
 // stat in the X-Docker-Container-Path-Stat header.
-func (s *Server) archiveGet(w http.ResponseWriter, r *request, sb *sandbox.Sandbox, p string) {
+func (s *Server) archiveGet(w http.ResponseWriter, r *request, sb *service.Container, p string) {
 	running := sb.Running()
 	pr, pw := io.Pipe()
 	if running {
@@ -112,7 +111,7 @@ func (s *Server) archiveGet(w http.ResponseWriter, r *request, sb *sandbox.Sandb
 	// (Sandbox.CopyBound). A file past the bound is refused before its
 	// header: as the first entry, with the bound named; later, by
 	// ending the archive there, which the client reports.
-	size := sparse.Counter{Bound: sb.CopyBound()}
+	size := sb.CopyCounter()
 	if h.Typeflag == tar.TypeReg {
 		if err := size.Add(h.Name, h.Size); err != nil {
 			fail(w, errdefs.ErrResourceExhausted.WithMessage("copy from "+sb.Name()+": the copy is "+err.Error()))

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/slopbox/slopbox/sandbox"
+	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
 // attachment is a client attached to a container's main command (docker
@@ -35,11 +35,11 @@ type attachment struct {
 }
 
 // start is what StartAttached gets from the attachment (once).
-func (a *attachment) start() sandbox.AttachedStart {
+func (a *attachment) start() service.AttachedStart {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.used || a.closed {
-		return sandbox.AttachedStart{}
+		return service.AttachedStart{}
 	}
 	a.used = true
 	if !a.tty {
@@ -47,9 +47,9 @@ func (a *attachment) start() sandbox.AttachedStart {
 		// read end, so that writes to a command that is gone fail.
 		in := a.stdin
 		a.stdin = nil
-		return sandbox.AttachedStart{Stdin: in}
+		return service.AttachedStart{Stdin: in}
 	}
-	return sandbox.AttachedStart{Master: func(m *os.File) {
+	return service.AttachedStart{Master: func(m *os.File) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		if a.closed {
@@ -58,7 +58,7 @@ func (a *attachment) start() sandbox.AttachedStart {
 		}
 		a.master = m
 		if a.size.Row > 0 {
-			sandbox.SetWinsize(m, a.size.Row, a.size.Col)
+			service.SetWinsize(m, a.size.Row, a.size.Col)
 		}
 		if a.stdin != nil {
 			go io.Copy(m, a.stdin)
@@ -73,7 +73,7 @@ func (a *attachment) resize(h, w uint16) error {
 		a.size = unix.Winsize{Row: h, Col: w}
 		return nil
 	}
-	return sandbox.SetWinsize(a.master, h, w)
+	return service.SetWinsize(a.master, h, w)
 }
 
 func (a *attachment) close() {
@@ -95,7 +95,7 @@ func (a *attachment) close() {
 // the client half-closes). The attach ends, too, when the client goes.
 // As dockerd's: logs=1 first replays the log, and without stream=1 the
 // attach ends there (docker-py's attach(stream=False, logs=True)).
-func (s *Server) containerAttach(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+func (s *Server) containerAttach(w http.ResponseWriter, r *request, sb *service.Container) {
 	info := sb.Info()
 	tty := info.Tty
 	// The detach keys (detachKeys, ctrl-p,ctrl-q by default) end an
@@ -111,7 +111,7 @@ func (s *Server) containerAttach(w http.ResponseWriter, r *request, sb *sandbox.
 	}
 	logs, stream := boolParam(r, "logs"), boolParam(r, "stream")
 	if !stream {
-		var follow *sandbox.OutputFollower
+		var follow *service.OutputFollower
 		if logs {
 			if follow, err = sb.FollowOutput(); err != nil {
 				fail(w, err)
@@ -264,7 +264,7 @@ func watchHangup(ctx context.Context, conn net.Conn, gone func()) {
 
 // containerResize sizes the main command's terminal through the attached
 // client's attachment (docker run -it); without one it has no effect.
-func (s *Server) containerResize(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+func (s *Server) containerResize(w http.ResponseWriter, r *request, sb *service.Container) {
 	h, _ := strconv.Atoi(r.URL.Query().Get("h"))
 	wd, _ := strconv.Atoi(r.URL.Query().Get("w"))
 	s.mu.Lock()
@@ -281,12 +281,12 @@ func (s *Server) containerResize(w http.ResponseWriter, r *request, sb *sandbox.
 
 // attachedStart is what start hands the main command from a client
 // attached before it, if any.
-func (s *Server) attachedStart(id string) sandbox.AttachedStart {
+func (s *Server) attachedStart(id string) service.AttachedStart {
 	s.mu.Lock()
 	a := s.attached[id]
 	s.mu.Unlock()
 	if a == nil {
-		return sandbox.AttachedStart{}
+		return service.AttachedStart{}
 	}
 	return a.start()
 }

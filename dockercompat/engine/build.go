@@ -89,7 +89,7 @@ func (s *Server) imageBuild(w http.ResponseWriter, r *request) {
 		o.Out = sw
 		o.Err = errStream{sw}
 	}
-	res, err := imagebuild.New(s.b).Build(r.Context(), o)
+	res, err := s.b.Builder().Build(r.Context(), o)
 	if err != nil {
 		msg, code := err.Error(), 0
 		var se *imagebuild.StepError
@@ -192,7 +192,7 @@ func (s *Server) imageCommit(w http.ResponseWriter, r *request) {
 	for _, c := range q["changes"] {
 		o.Changes = append(o.Changes, strings.Split(c, "\n")...)
 	}
-	res, err := imagebuild.Commit(r.Context(), s.b, o)
+	res, err := s.b.Commit(r.Context(), o)
 	if err != nil {
 		fail(w, err)
 		return

@@ -24,8 +24,6 @@ import (
 	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/dockercompat/service"
-	"github.com/slopbox/slopbox/oci"
-	"github.com/slopbox/slopbox/sandbox"
 )
 
 // strSlice is Docker's strslice: a JSON string or array of strings.
@@ -226,7 +224,7 @@ func (s *Server) options(c *createBody, name string) (dockercompat.CreateOptions
 
 // policyError names the server's policy file in an error it caused.
 func (s *Server) policyError(err error) error {
-	if s.PolicyFile != "" && errors.Is(err, oci.ErrMountNotAllowed) {
+	if s.PolicyFile != "" && errors.Is(err, service.ErrMountNotAllowed) {
 		return fmt.Errorf("%w (allowed_mount_roots of the policy %s)", err, s.PolicyFile)
 	}
 	return err
@@ -269,7 +267,7 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 	}
 	sb, err := s.b.Create(r.Context(), spec, cmd)
 	if err != nil {
-		if errors.Is(err, sandbox.ErrNameInUse) {
+		if errors.Is(err, service.ErrNameInUse) {
 			fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Conflict. The container name %q is already in use by another container. You have to remove (or rename) that container to be able to reuse that name.", "/"+spec.Name)))
 			return
 		}
@@ -277,7 +275,7 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 		return
 	}
 	if c.Tty || c.OpenStdin {
-		o := sandbox.DetachOptions{TTY: c.Tty, OpenStdin: c.OpenStdin}
+		o := service.DetachOptions{TTY: c.Tty, OpenStdin: c.OpenStdin}
 		if cs := c.HostConfig.ConsoleSize; c.Tty && len(cs) == 2 && cs[0] > 0 && cs[1] > 0 {
 			o.Rows, o.Cols = cs[0], cs[1]
 		}
@@ -303,10 +301,10 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 }
 
 // open finds container ref or answers 404 as Docker does.
-func (s *Server) open(w http.ResponseWriter, ref string) *sandbox.Sandbox {
+func (s *Server) open(w http.ResponseWriter, ref string) *service.Container {
 	sb, err := s.b.Open(ref)
 	if err != nil {
-		if errors.Is(err, sandbox.ErrNotFound) {
+		if errors.Is(err, service.ErrNotFound) {
 			fail(w, errdefs.ErrNotFound.WithMessage("No such container: "+ref))
 		} else {
 			fail(w, err)
@@ -317,7 +315,7 @@ func (s *Server) open(w http.ResponseWriter, ref string) *sandbox.Sandbox {
 }
 
 // containerStart is POST /containers/{id}/start.
-func (s *Server) containerStart(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+func (s *Server) containerStart(w http.ResponseWriter, r *request, sb *service.Container) {
 	if sb.Paused() {
 		fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("cannot start a paused container %s, try unpause instead", r.PathValue("id"))))
 		return
@@ -329,7 +327,7 @@ func (s *Server) containerStart(w http.ResponseWriter, r *request, sb *sandbox.S
 	// A start by hand: a pending restart is cancelled, restarts count
 	// from 0. Then the last run's die, with its own code: start clears
 	// its exit.
-	sb, _, unlock, err := service.StartByHand(sb)
+	sb, _, unlock, err := sb.StartByHand()
 	defer unlock() // held over the start: a monitor ending the last run does not start it too
 	if err != nil {
 		fail(w, err)
@@ -353,7 +351,7 @@ func (s *Server) containerStart(w http.ResponseWriter, r *request, sb *sandbox.S
 			unlock()    // the removal takes it
 			sb.Remove() // as the daemon: a --rm container that cannot start goes
 		}
-		var se *sandbox.StartError
+		var se *service.StartError
 		if errors.As(err, &se) {
 			fail(w, errdefs.ErrInvalidArgument.WithMessage("failed to create task for container: "+se.Msg))
 			return
@@ -367,11 +365,11 @@ func (s *Server) containerStart(w http.ResponseWriter, r *request, sb *sandbox.S
 }
 
 // containerStop is POST /containers/{id}/stop.
-func (s *Server) containerStop(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+func (s *Server) containerStop(w http.ResponseWriter, r *request, sb *service.Container) {
 	if !sb.Running() {
 		// Not running: between runs of a restart policy, or its main
 		// command ended a moment ago, before its watch saw it.
-		cur, restarting, err := service.StopByHand(sb)
+		cur, restarting, err := sb.StopByHand()
 		switch {
 		case err != nil:
 			fail(w, err)
@@ -396,7 +394,7 @@ func (s *Server) containerStop(w http.ResponseWriter, r *request, sb *sandbox.Sa
 
 // containerRestart is POST /containers/{id}/restart: a stop when it
 // runs, then a start by hand.
-func (s *Server) containerRestart(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+func (s *Server) containerRestart(w http.ResponseWriter, r *request, sb *service.Container) {
 	if sb.Running() {
 		if err := s.stop(r.Context(), sb, r.URL.Query().Get("t"), r.URL.Query().Get("signal")); err != nil {
 			fail(w, err)
@@ -406,7 +404,7 @@ func (s *Server) containerRestart(w http.ResponseWriter, r *request, sb *sandbox
 	// A start by hand: a pending restart is dropped and restarts count
 	// from 0, as /start's. A restart of a container not running is only
 	// a start, as Docker's (no die or stop); the last run's die first.
-	cur, _, unlock, err := service.StartByHand(sb)
+	cur, _, unlock, err := sb.StartByHand()
 	defer unlock()
 	if err != nil {
 		fail(w, err)
@@ -431,7 +429,7 @@ func (s *Server) containerRestart(w http.ResponseWriter, r *request, sb *sandbox
 }
 
 // containerKill is POST /containers/{id}/kill?signal=.
-func (s *Server) containerKill(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+func (s *Server) containerKill(w http.ResponseWriter, r *request, sb *service.Container) {
 	sig := syscall.SIGKILL
 	if v := r.URL.Query().Get("signal"); v != "" {
 		var err error
@@ -441,10 +439,10 @@ func (s *Server) containerKill(w http.ResponseWriter, r *request, sb *sandbox.Sa
 		}
 	}
 	if !sb.Running() {
-		if service.Restarting(sb) {
+		if sb.Restarting() {
 			// As dockerd's kill of a restarting container: its restart
 			// is cancelled, and it stays stopped.
-			if _, _, err := service.StopByHand(sb); err != nil {
+			if _, _, err := sb.StopByHand(); err != nil {
 				fail(w, err)
 				return
 			}
@@ -455,10 +453,10 @@ func (s *Server) containerKill(w http.ResponseWriter, r *request, sb *sandbox.Sa
 		fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot kill container: %s: container %s is not running", r.PathValue("id"), sb.ID())))
 		return
 	}
-	if service.IsFatal(sb, sig) {
+	if sb.IsFatal(sig) {
 		// A fatal signal stops it by hand: its restart policy does
 		// not answer the exit.
-		cur, _, err := service.StopByHand(sb)
+		cur, _, err := sb.StopByHand()
 		if err != nil {
 			fail(w, err)
 			return
@@ -483,7 +481,7 @@ func (s *Server) containerKill(w http.ResponseWriter, r *request, sb *sandbox.Sa
 }
 
 // containerRename is POST /containers/{id}/rename?name=.
-func (s *Server) containerRename(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+func (s *Server) containerRename(w http.ResponseWriter, r *request, sb *service.Container) {
 	if err := s.b.Rename(sb.ID(), strings.TrimPrefix(r.URL.Query().Get("name"), "/")); err != nil {
 		fail(w, err)
 		return
@@ -492,7 +490,7 @@ func (s *Server) containerRename(w http.ResponseWriter, r *request, sb *sandbox.
 }
 
 // containerChanges is GET /containers/{id}/changes.
-func (s *Server) containerChanges(w http.ResponseWriter, _ *request, sb *sandbox.Sandbox) {
+func (s *Server) containerChanges(w http.ResponseWriter, _ *request, sb *service.Container) {
 	ch, err := sb.Changes()
 	if err != nil {
 		fail(w, err)
@@ -507,7 +505,7 @@ func (s *Server) containerChanges(w http.ResponseWriter, _ *request, sb *sandbox
 
 // containerExport is GET /containers/{id}/export: its root filesystem as
 // a tar.
-func (s *Server) containerExport(w http.ResponseWriter, _ *request, sb *sandbox.Sandbox) {
+func (s *Server) containerExport(w http.ResponseWriter, _ *request, sb *service.Container) {
 	lw := &lazyWriter{w: w, contentType: "application/x-tar"}
 	if err := sb.Export(lw); err != nil && !lw.started {
 		fail(w, err) // once the tar has begun, a failure can only cut it short
@@ -515,13 +513,13 @@ func (s *Server) containerExport(w http.ResponseWriter, _ *request, sb *sandbox.
 }
 
 // containerPause is POST /containers/{id}/pause and /unpause.
-func (s *Server) containerPause(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+func (s *Server) containerPause(w http.ResponseWriter, r *request, sb *service.Container) {
 	do := sb.Pause
 	if strings.HasSuffix(r.URL.Path, "/unpause") {
 		do = sb.Unpause
 	}
 	if err := do(); err != nil {
-		if errors.Is(err, sandbox.ErrPaused) || errors.Is(err, sandbox.ErrNotPaused) || !sb.Running() {
+		if errors.Is(err, service.ErrPaused) || errors.Is(err, service.ErrNotPaused) || !sb.Running() {
 			fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s: %v", r.PathValue("id"), err)))
 			return
 		}
@@ -533,7 +531,7 @@ func (s *Server) containerPause(w http.ResponseWriter, r *request, sb *sandbox.S
 
 // stop is docker stop: SIGTERM to the main command, SIGKILL for the whole
 // sandbox after t seconds (10 by default) or at once when it has none.
-func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t, signal string) error {
+func (s *Server) stop(ctx context.Context, sb *service.Container, t, signal string) error {
 	var tp *int
 	if t != "" {
 		n, err := strconv.Atoi(t)
@@ -548,7 +546,7 @@ func (s *Server) stop(ctx context.Context, sb *sandbox.Sandbox, t, signal string
 	}
 	grace := dockercompat.StopGrace(sb.Info().StateDir, tp)
 	watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
-	if _, err := service.Stop(ctx, sb, sig, grace); err != nil {
+	if _, err := sb.Stop(ctx, sig, grace); err != nil {
 		return err
 	}
 	if now := s.watchOf(sb.ID()); now != nil {
@@ -617,12 +615,12 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request) {
 	if !sb.Running() {
 		s.watchOf(sb.ID()).finish() // the die of a run that just ended first
 	}
-	if err := service.CheckRemove(sb, boolParam(r, "force")); err != nil {
+	if err := sb.CheckRemove(boolParam(r, "force")); err != nil {
 		fail(w, err)
 		return
 	}
 	// A restart waiting is cancelled; one that was starting it has.
-	sb, _, err := service.StopByHand(sb)
+	sb, _, err := sb.StopByHand()
 	if err != nil {
 		fail(w, err)
 		return
@@ -642,7 +640,7 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request) {
 	if boolParam(r, "v") {
 		remove = sb.RemoveWithVolumes // and its anonymous volumes
 	}
-	if err := remove(); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+	if err := remove(); err != nil && !errors.Is(err, service.ErrNotFound) {
 		fail(w, err)
 		return
 	}
@@ -664,7 +662,7 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *request) {
 func (s *Server) containerWait(w http.ResponseWriter, r *request) {
 	cond := r.URL.Query().Get("condition")
 	switch cond {
-	case "", sandbox.WaitNotRunning, sandbox.WaitNextExit, sandbox.WaitRemoved:
+	case "", service.WaitNotRunning, service.WaitNextExit, service.WaitRemoved:
 	default:
 		fail(w, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid condition: %q", cond)))
 		return
@@ -679,8 +677,8 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request) {
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}
-	// The one wait of the CLI and the API (sandbox.WaitCondition).
-	code, err := s.b.WaitCondition(r.Context(), id, cond)
+	// The one wait of the CLI and the API (Service.Wait).
+	code, err := s.b.Wait(r.Context(), id, cond)
 	if err != nil {
 		return // the client went away
 	}
@@ -691,7 +689,7 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request) {
 	json.NewEncoder(w).Encode(container.WaitResponse{StatusCode: int64(code)})
 }
 
-func (s *Server) containerLogs(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+func (s *Server) containerLogs(w http.ResponseWriter, r *request, sb *service.Container) {
 	q := r.URL.Query()
 	o, err := dockerview.LogWindow(q.Get("tail"), q.Get("since"), q.Get("until"), time.Now())
 	if err != nil {
@@ -796,7 +794,7 @@ func (s *Server) containerPrune(w http.ResponseWriter, r *request) {
 			}
 		}
 	}
-	removed, err := s.b.PruneMatching(false, match)
+	removed, err := s.b.Prune(false, match)
 	if err != nil {
 		fail(w, err)
 		return
@@ -811,7 +809,7 @@ func (s *Server) containerPrune(w http.ResponseWriter, r *request) {
 	writeJSON(w, http.StatusOK, container.PruneReport{ContainersDeleted: removed, SpaceReclaimed: uint64(reclaimed)})
 }
 
-func (s *Server) containerTop(w http.ResponseWriter, _ *request, sb *sandbox.Sandbox) {
+func (s *Server) containerTop(w http.ResponseWriter, _ *request, sb *service.Container) {
 	procs, err := sb.Processes()
 	if err != nil {
 		fail(w, err)
@@ -824,8 +822,8 @@ func (s *Server) containerTop(w http.ResponseWriter, _ *request, sb *sandbox.San
 // stream=false (docker stats --no-stream) and without one-shot, as the
 // daemon does, it reads two samples apart, the first as precpu_stats, so
 // that the client computes a CPU percentage.
-func (s *Server) containerStats(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
-	sample := func() (cpuStats, sandbox.Stats, error) {
+func (s *Server) containerStats(w http.ResponseWriter, r *request, sb *service.Container) {
+	sample := func() (cpuStats, service.Stats, error) {
 		st, err := sb.Stats()
 		c := cpuStats{SystemUsage: systemCPUUsage(), OnlineCPUs: uint32(runtime.NumCPU())}
 		c.CPUUsage.TotalUsage = uint64(st.CPU.Nanoseconds())
@@ -904,7 +902,7 @@ func hostMemory() uint64 {
 }
 
 // listPorts is the sandbox's ports as /containers/json shows them.
-func listPorts(i sandbox.Info) []portSummary {
+func listPorts(i service.Info) []portSummary {
 	out := []portSummary{}
 	if !i.Running {
 		return out
@@ -917,7 +915,7 @@ func listPorts(i sandbox.Info) []portSummary {
 
 // reopen reads sb's state again (a restart settled meanwhile, or another
 // process changed it), or returns sb when it cannot be read.
-func (s *Server) reopen(sb *sandbox.Sandbox) *sandbox.Sandbox {
+func (s *Server) reopen(sb *service.Container) *service.Container {
 	if cur, err := s.b.Open(sb.ID()); err == nil {
 		return cur
 	}

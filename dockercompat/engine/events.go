@@ -9,8 +9,6 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat/service"
-	"github.com/slopbox/slopbox/internal/pidwatch"
-	"github.com/slopbox/slopbox/sandbox"
 )
 
 // exitWatch follows the main command of a container this server started,
@@ -48,11 +46,11 @@ const (
 )
 
 // exitGrace is the sandbox package's: the wait and the watch agree.
-const exitGrace = sandbox.ExitGrace
+const exitGrace = service.ExitGrace
 
 // watchExit starts the watch of sb, whose main command was started after
 // base (its FinishedAt before the start).
-func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
+func (s *Server) watchExit(sb *service.Container, base time.Time) {
 	last := sb.Info() // as it was at its last poll: a removed one's name and image
 	id := last.ID
 	w := &exitWatch{done: make(chan struct{}), wake: make(chan struct{}, 1), sync: make(chan chan struct{})}
@@ -95,7 +93,7 @@ func (s *Server) watchExit(sb *sandbox.Sandbox, base time.Time) {
 // watchRun follows the run of the container last that was started after
 // base until its die is reported (the code it ended with), or the
 // container is gone (true: its die and destroy are reported too).
-func (s *Server) watchRun(w *exitWatch, last *sandbox.Info, base time.Time) (int, bool) {
+func (s *Server) watchRun(w *exitWatch, last *service.Info, base time.Time) (int, bool) {
 	id, autoRemove := last.ID, last.AutoRemove
 	if service.HasHealthcheck(last.StateDir) {
 		runDone := make(chan struct{}) // this run's: a restart's run has its own
@@ -111,7 +109,7 @@ func (s *Server) watchRun(w *exitWatch, last *sandbox.Info, base time.Time) (int
 	defer tick.Stop()
 	// Woken when PID 1 is gone: an exit is known at once rather than at
 	// the next poll, and idle containers cost little polling.
-	cancelWake, woken := pidwatch.Watch(last.Pid, func(int) {
+	cancelWake, woken := service.WatchExit(last.Pid, func(int) {
 		select {
 		case w.wake <- struct{}{}:
 		default:
@@ -204,9 +202,9 @@ func (s *Server) watchRun(w *exitWatch, last *sandbox.Info, base time.Time) (int
 // start and returns that run's base (true), or returns false once no
 // restart comes (stopped by hand, the policy's end, removed). Finishes
 // asked for meanwhile are answered at each poll (replies).
-func (s *Server) followRestart(w *exitWatch, last *sandbox.Info, code int, replies *[]chan struct{}) (time.Time, bool) {
+func (s *Server) followRestart(w *exitWatch, last *service.Info, code int, replies *[]chan struct{}) (time.Time, bool) {
 	sb, err := s.b.Open(last.ID)
-	if err != nil || !service.WillRestart(sb, code) {
+	if err != nil || !sb.WillRestart(code) {
 		return time.Time{}, false
 	}
 	tick := time.NewTicker(exitPoll)
@@ -242,7 +240,7 @@ func (s *Server) followRestart(w *exitWatch, last *sandbox.Info, code int, repli
 
 // reportHealth reports the health_status event of each change of the
 // healthcheck of container i (its monitor's helper runs it) until done.
-func (s *Server) reportHealth(i sandbox.Info, done <-chan struct{}) {
+func (s *Server) reportHealth(i service.Info, done <-chan struct{}) {
 	t := time.NewTicker(service.HealthFloor / 4)
 	defer t.Stop()
 	for {
@@ -258,7 +256,7 @@ func (s *Server) reportHealth(i sandbox.Info, done <-chan struct{}) {
 // healthSeen is a health status of container i read just now (by its
 // watch, or an inspect): a change from the last reported is reported,
 // once, before the reader goes on.
-func (s *Server) healthSeen(i sandbox.Info, status string) {
+func (s *Server) healthSeen(i service.Info, status string) {
 	if status == "" {
 		return
 	}
@@ -331,7 +329,7 @@ func (s *Server) watchOf(id string) *exitWatch {
 // gives: the container's name (read now: a die after a rename has the new
 // one), its image and its labels, and extra. A container removed already
 // has them as last had.
-func (s *Server) emitContainer(action string, last sandbox.Info, extra map[string]string) {
+func (s *Server) emitContainer(action string, last service.Info, extra map[string]string) {
 	if !s.events.listening() {
 		return // no /events reader: nothing to read the container again for
 	}

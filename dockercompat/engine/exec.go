@@ -19,7 +19,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/slopbox/slopbox/backend"
-	"github.com/slopbox/slopbox/sandbox"
+	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
 // An exec's record is kept while its container is there, for inspect
@@ -51,13 +51,13 @@ type execInstance struct {
 	running  bool
 	exitCode int
 	pid      int
-	term     *sandbox.Terminal
+	term     *service.Terminal
 	// size is a resize that came before the terminal was made (a client
 	// of API < 1.42 sends one right after the start): applied to it.
 	size [2]uint16
 }
 
-func (s *Server) execCreate(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+func (s *Server) execCreate(w http.ResponseWriter, r *request, sb *service.Container) {
 	var body struct {
 		AttachStdin, AttachStdout, AttachStderr, Tty, Privileged bool
 		Cmd                                                      strSlice
@@ -219,7 +219,7 @@ func (s *Server) dropExecs() {
 	}
 	s.mu.Unlock()
 	for c, es := range byContainer {
-		if _, err := s.b.Open(c); !errors.Is(err, sandbox.ErrNotFound) {
+		if _, err := s.b.Open(c); !errors.Is(err, service.ErrNotFound) {
 			continue
 		}
 		for _, e := range es {
@@ -237,7 +237,7 @@ func (s *Server) dropIfGone(e *execInstance) bool {
 	if running {
 		return false
 	}
-	if _, err := s.b.Open(e.Container); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := s.b.Open(e.Container); !errors.Is(err, service.ErrNotFound) {
 		return false
 	}
 	s.mu.Lock()
@@ -336,7 +336,7 @@ func (s *Server) execStart(w http.ResponseWriter, r *request, e *execInstance) {
 // execPipes is an exec without a terminal: its stdin, stdout and stderr
 // are pipes to the hijacked connection conn (in what the client sends),
 // raw or in multiplexed frames as the start request's Tty says.
-func (s *Server) execPipes(ctx context.Context, cancel context.CancelFunc, conn net.Conn, in io.Reader, e *execInstance, sb *sandbox.Sandbox, req backend.ExecRequest, rawStream bool, finish func(int)) {
+func (s *Server) execPipes(ctx context.Context, cancel context.CancelFunc, conn net.Conn, in io.Reader, e *execInstance, sb *service.Container, req backend.ExecRequest, rawStream bool, finish func(int)) {
 	stdin, err := os.OpenFile(os.DevNull, os.O_RDONLY, 0)
 	if err != nil {
 		finish(126)
@@ -391,7 +391,7 @@ func (s *Server) execPipes(ctx context.Context, cancel context.CancelFunc, conn 
 		}()
 	}
 	code, err := sb.AttachStrict(ctx, req, stdin, outW, errW, false)
-	var se *sandbox.StartError
+	var se *service.StartError
 	if errors.As(err, &se) {
 		// As dockerd's exec: 126 for a command that cannot run, not
 		// found included (a shell's 127 is the CLI's).
@@ -411,7 +411,7 @@ func (s *Server) execPipes(ctx context.Context, cancel context.CancelFunc, conn 
 
 // execDetached is a detached exec's start (docker exec -d): the command
 // runs with /dev/null as its stdio, and its end is not followed.
-func (s *Server) execDetached(w http.ResponseWriter, sb *sandbox.Sandbox, req backend.ExecRequest, finish func(int)) {
+func (s *Server) execDetached(w http.ResponseWriter, sb *service.Container, req backend.ExecRequest, finish func(int)) {
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
 		finish(126)
@@ -431,14 +431,14 @@ func (s *Server) execDetached(w http.ResponseWriter, sb *sandbox.Sandbox, req ba
 // execTerminal is an exec with a terminal, its master over the hijacked
 // connection conn (in what the client sends): raw, or multiplexed frames
 // when the start request had no Tty; the detach keys leave it running.
-func (s *Server) execTerminal(ctx context.Context, cancel context.CancelFunc, conn net.Conn, in io.Reader, e *execInstance, sb *sandbox.Sandbox, req backend.ExecRequest, rawStream bool, size []uint16, finish func(int)) {
+func (s *Server) execTerminal(ctx context.Context, cancel context.CancelFunc, conn net.Conn, in io.Reader, e *execInstance, sb *service.Container, req backend.ExecRequest, rawStream bool, size []uint16, finish func(int)) {
 	rows, cols := uint16(0), uint16(0)
 	if len(size) == 2 {
 		rows, cols = size[0], size[1]
 	}
 	t, err := sb.AttachTerminal(ctx, req, rows, cols)
 	if err != nil {
-		var se *sandbox.StartError
+		var se *service.StartError
 		if errors.As(err, &se) {
 			// dockerd's exec: 126 for a command that cannot run,
 			// not found included.
@@ -511,7 +511,7 @@ func (s *Server) execTerminal(ctx context.Context, cancel context.CancelFunc, co
 	t.DrainOutput()
 	select {
 	case <-copied:
-	case <-time.After(2 * sandbox.TerminalDrain):
+	case <-time.After(2 * service.TerminalDrain):
 	}
 	finish(code)
 }

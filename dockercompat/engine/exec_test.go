@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/slopbox/slopbox/dockercompat/service"
 	"io"
 	"net"
 	"net/http"
@@ -51,7 +52,7 @@ func testServer(t *testing.T) (*Server, *http.Client, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(b, "test")
+	s := New(service.New(b), "test")
 	hs := &http.Server{Handler: s}
 	go hs.Serve(ln)
 	t.Cleanup(func() {

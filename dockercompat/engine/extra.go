@@ -10,13 +10,13 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/dockercompat/dockerview"
-	"github.com/slopbox/slopbox/sandbox"
+	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
 // inspect is dockerview.Inspect. A health status it shows has had its
 // health_status event (healthSeen), as dockerd's, which sends the event
 // as it records the status.
-func (s *Server) inspect(i sandbox.Info) *dockerview.ContainerInspect {
+func (s *Server) inspect(i service.Info) *dockerview.ContainerInspect {
 	out := dockerview.Inspect(i)
 	if out.State != nil && out.State.Health != nil {
 		var h struct{ Status string }
@@ -31,7 +31,7 @@ func (s *Server) inspect(i sandbox.Info) *dockerview.ContainerInspect {
 // NanoCpus or CpuQuota/CpuPeriod, PidsLimit; CpuShares recorded) and the
 // restart policy; CpuRealtimePeriod and CpuRealtimeRuntime are refused as
 // at create (dockercompat.CheckRealtime).
-func (s *Server) containerUpdate(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+func (s *Server) containerUpdate(w http.ResponseWriter, r *request, sb *service.Container) {
 	var body struct {
 		Memory, MemorySwap, NanoCpus, CpuQuota, CpuPeriod int64
 		CpuRealtimePeriod, CpuRealtimeRuntime             int64

@@ -19,7 +19,7 @@ func (s *Server) networkList(w http.ResponseWriter, r *request) {
 		fail(w, err)
 		return
 	}
-	list, err := networks.New(s.b).List(f)
+	list, err := s.b.Networks().List(f)
 	if err != nil {
 		fail(w, err)
 		return
@@ -43,7 +43,7 @@ func (s *Server) networkCreate(w http.ResponseWriter, r *request) {
 	if body.IPAM != nil {
 		o.IPAM = *body.IPAM
 	}
-	res, err := networks.New(s.b).Create(o)
+	res, err := s.b.Networks().Create(o)
 	if err != nil {
 		fail(w, err)
 		return
@@ -58,7 +58,7 @@ func (s *Server) networkPrune(w http.ResponseWriter, r *request) {
 		fail(w, err)
 		return
 	}
-	res, err := networks.New(s.b).Prune(f)
+	res, err := s.b.Networks().Prune(f)
 	if err != nil {
 		fail(w, err)
 		return
@@ -68,7 +68,7 @@ func (s *Server) networkPrune(w http.ResponseWriter, r *request) {
 
 // networkInspect is GET /networks/{id}.
 func (s *Server) networkInspect(w http.ResponseWriter, r *request) {
-	n, err := networks.New(s.b).Inspect(r.PathValue("id"))
+	n, err := s.b.Networks().Inspect(r.PathValue("id"))
 	if err != nil {
 		fail(w, err)
 		return
@@ -78,7 +78,7 @@ func (s *Server) networkInspect(w http.ResponseWriter, r *request) {
 
 // networkRemove is DELETE /networks/{id}.
 func (s *Server) networkRemove(w http.ResponseWriter, r *request) {
-	if err := networks.New(s.b).Remove(r.PathValue("id")); err != nil {
+	if err := s.b.Networks().Remove(r.PathValue("id")); err != nil {
 		fail(w, err)
 		return
 	}
@@ -98,7 +98,7 @@ func (s *Server) networkConnect(w http.ResponseWriter, r *request) {
 	if !decodeBody(w, r, &body) {
 		return
 	}
-	svc, id := networks.New(s.b), r.PathValue("id")
+	svc, id := s.b.Networks(), r.PathValue("id")
 	var err error
 	if strings.HasSuffix(r.URL.Path, "/disconnect") {
 		err = svc.Disconnect(id, body.Container)

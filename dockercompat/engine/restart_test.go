@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/slopbox/slopbox/dockercompat/service"
 	"net/http"
 	"slices"
 	"strings"
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"github.com/slopbox/slopbox/dockercompat"
-	"github.com/slopbox/slopbox/sandbox"
 	"github.com/slopbox/slopbox/test/fixtures"
 )
 
@@ -58,7 +58,7 @@ func inspectState(t *testing.T, c *http.Client, name string) (code int, st struc
 // policy always, whose first run exits 1 at once and whose later runs
 // sleep; with a restart count of 9 set before that exit, its restart
 // waits 51.2 s (delay: true), and else 100 ms.
-func restartingContainer(t *testing.T, s *Server, c *http.Client, ref, name string, delay bool) *sandbox.Sandbox {
+func restartingContainer(t *testing.T, s *Server, c *http.Client, ref, name string, delay bool) *service.Container {
 	t.Helper()
 	first := "exit 1"
 	if delay {

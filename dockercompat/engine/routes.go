@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	"github.com/containerd/errdefs"
-	"github.com/slopbox/slopbox/sandbox"
+	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
 // routes is every endpoint the server answers, one ServeMux pattern each
@@ -31,7 +31,7 @@ func (s *Server) routes() *http.ServeMux {
 	}
 	// A container verb: {id} is opened first (a name, an id or its
 	// prefix), or the answer is Docker's "No such container".
-	container := func(pattern string, h func(http.ResponseWriter, *request, *sandbox.Sandbox)) {
+	container := func(pattern string, h func(http.ResponseWriter, *request, *service.Container)) {
 		handle(pattern, func(w http.ResponseWriter, r *request) {
 			if sb := s.open(w, r.PathValue("id")); sb != nil {
 				h(w, r, sb)
@@ -63,7 +63,7 @@ func (s *Server) routes() *http.ServeMux {
 	handle("DELETE /containers/{id}", s.containerRemove)
 	handle("DELETE /containers/{id}/{alias}", s.linkRemove)
 	handle("POST /containers/{id}/wait", s.containerWait)
-	container("GET /containers/{id}/json", func(w http.ResponseWriter, r *request, sb *sandbox.Sandbox) {
+	container("GET /containers/{id}/json", func(w http.ResponseWriter, r *request, sb *service.Container) {
 		writeJSON(w, http.StatusOK, s.inspect(sb.Info()))
 	})
 	container("POST /containers/{id}/update", s.containerUpdate)

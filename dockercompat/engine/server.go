@@ -28,7 +28,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/system"
-	"github.com/slopbox/slopbox/sandbox"
+	"github.com/slopbox/slopbox/dockercompat/service"
 
 	"golang.org/x/sys/unix"
 )
@@ -48,7 +48,7 @@ const (
 
 // Server answers Engine API requests.
 type Server struct {
-	b       *sandbox.Backend
+	b       *service.Service
 	version string // slopbox's version, for /version and Server:
 
 	// Policy applied to every container created here (the CLI's policy
@@ -86,7 +86,7 @@ type Server struct {
 }
 
 // New serves the sandboxes and images of backend b.
-func New(b *sandbox.Backend, version string) *Server {
+func New(b *service.Service, version string) *Server {
 	s := &Server{b: b, version: version, execs: map[string]*execInstance{}, execClock: time.Now, attached: map[string]*attachment{}, watches: map[string]*exitWatch{}, events: newEventHub()}
 	s.mux = s.routes()
 	s.last.Store(time.Now().UnixNano())

@@ -9,11 +9,11 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/volume"
 	"github.com/slopbox/slopbox/dockercompat/dockerview"
-	"github.com/slopbox/slopbox/sandbox"
+	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
 // volumeJSON is a volume in Docker's shape.
-func volumeJSON(v sandbox.Volume) volume.Volume {
+func volumeJSON(v service.Volume) volume.Volume {
 	return volume.Volume{
 		Name: v.Name, Driver: v.Driver, Mountpoint: v.Mountpoint, CreatedAt: v.CreatedAt.Format(time.RFC3339),
 		Labels: nonNil(v.Labels), Options: nonNil(v.Options), Scope: "local",
@@ -24,7 +24,7 @@ func volumeJSON(v sandbox.Volume) volume.Volume {
 // volume; the others carry their class (in use: conflict, a bad name:
 // invalid argument).
 func volumeError(w http.ResponseWriter, name string, err error) {
-	if errors.Is(err, sandbox.ErrVolumeNotFound) {
+	if errors.Is(err, service.ErrVolumeNotFound) {
 		err = classedAs(err, "get "+name+": no such volume")
 	}
 	fail(w, err)
@@ -81,7 +81,7 @@ func (s *Server) volumeList(w http.ResponseWriter, r *request) {
 		fail(w, err)
 		return
 	}
-	match, err := dockerview.VolumeFilter(f, func(v sandbox.Volume) int { return len(s.b.VolumeUsers(v)) })
+	match, err := dockerview.VolumeFilter(f, func(v service.Volume) int { return len(s.b.VolumeUsers(v)) })
 	if err != nil {
 		fail(w, err)
 		return
@@ -113,7 +113,7 @@ func (s *Server) volumePrune(w http.ResponseWriter, r *request) {
 		fail(w, err)
 		return
 	}
-	removed, err := s.b.PruneVolumes(func(v sandbox.Volume) bool { return !match(v) })
+	removed, err := s.b.PruneVolumes(func(v service.Volume) bool { return !match(v) })
 	if err != nil {
 		fail(w, err)
 		return

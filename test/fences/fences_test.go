@@ -109,6 +109,34 @@ func TestImportFences(t *testing.T) {
 	}
 }
 
+// TestSurfacesThroughService: the Engine API and Docker's views reach the
+// sandboxes through dockercompat/service only (issue 43, as moby's router
+// holds a Backend interface, never the daemon): their non-test files
+// import no sandbox, oci or internal package (their tests may, to set up).
+func TestSurfacesThroughService(t *testing.T) {
+	for _, dir := range []string{"dockercompat/engine", "dockercompat/dockerview"} {
+		files, err := filepath.Glob(filepath.Join("../..", dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("%s: no Go files (%v)", dir, err)
+		}
+		for _, p := range files {
+			if strings.HasSuffix(p, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range f.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				if path == module+"/sandbox" || strings.HasPrefix(path, module+"/sandbox/") || path == module+"/oci" || strings.HasPrefix(path, module+"/internal/") {
+					t.Errorf("%s imports %s: the surfaces reach the sandboxes through dockercompat/service only", p, path)
+				}
+			}
+		}
+	}
+}
+
 // TestTypedResponses: the Engine API and Docker's views answer with typed
 // structs (moby's API types or the packages' own), never a map[string]any
 // or map[string]interface{} whose keys a typo changes unseen (issue 43).
