@@ -512,7 +512,7 @@ func (s *Store) remove(ref string, force bool) ([]string, error) {
 }
 
 // Details are what the store knows of one image; docker image inspect
-// shows them in Docker's shape (dockerview.ImageInspect).
+// shows them in Docker's shape (service.ImageInspect).
 type Details struct {
 	ID     string // the config's digest (Docker's image id)
 	Digest string // the manifest's

@@ -58,12 +58,12 @@ func buildCmd() *cobra.Command {
 			if !quiet {
 				o.Out = cmd.OutOrStdout()
 			}
-			b, err := openBackend()
+			b, err := openService()
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			res, err := imagebuild.New(b).Build(cmd.Context(), o)
+			res, err := b.Builder().Build(cmd.Context(), o)
 			if err != nil {
 				return &exitError{code: 1, err: err}
 			}

@@ -23,12 +23,12 @@ func commitCmd() *cobra.Command {
 			if len(args) == 2 {
 				o.Name = args[1]
 			}
-			b, err := openBackend()
+			b, err := openService()
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			res, err := imagebuild.Commit(cmd.Context(), b, o)
+			res, err := b.Commit(cmd.Context(), o)
 			if err != nil {
 				return err
 			}

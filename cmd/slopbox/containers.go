@@ -9,18 +9,17 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/slopbox/slopbox/dockercompat/dockerview"
-	"github.com/slopbox/slopbox/sandbox"
+	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
 // openSandbox opens one sandbox; a missing one exits 1, as docker's
 // "No such container" does.
-func openSandbox(ref string) (*sandbox.Sandbox, error) {
-	b, err := openBackend()
+func openSandbox(ref string) (*service.Container, error) {
+	svc, err := openService()
 	if err != nil {
 		return nil, err
 	}
-	sb, err := b.Open(ref)
+	sb, err := svc.Open(ref)
 	if err != nil {
 		return nil, &exitError{code: 1, err: err}
 	}
@@ -35,7 +34,7 @@ func logsCmd() *cobra.Command {
 		Short: "Show the output of a sandbox's main command (run -d, start)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o, err := dockerview.LogWindow(tail, since, until, time.Now())
+			o, err := service.LogWindow(tail, since, until, time.Now())
 			if err != nil {
 				return &exitError{code: 1, err: err}
 			}
@@ -66,12 +65,12 @@ func waitCmd() *cobra.Command {
 			ctx, cancel := signalContext()
 			defer cancel()
 			var failed error
-			b, err := openBackend()
+			svc, err := openService()
 			if err != nil {
 				return err
 			}
 			for _, ref := range args {
-				sb, err := b.Open(ref)
+				sb, err := svc.Open(ref)
 				if err != nil {
 					fmt.Fprintln(os.Stderr, "slopbox:", err)
 					failed = &exitError{code: 1, silent: true}
@@ -79,7 +78,7 @@ func waitCmd() *cobra.Command {
 				}
 				// The one wait of the CLI and the API, Docker's default
 				// condition.
-				code, err := b.WaitCondition(ctx, sb.ID(), sandbox.WaitNotRunning)
+				code, err := svc.Wait(ctx, sb.ID(), service.WaitNotRunning)
 				if err != nil {
 					return err
 				}
@@ -117,9 +116,9 @@ func pauseCmd(verb string) *cobra.Command {
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if verb == "pause" {
-				return eachSandbox(args, (*sandbox.Sandbox).Pause)
+				return eachSandbox(args, (*service.Container).Pause)
 			}
-			return eachSandbox(args, (*sandbox.Sandbox).Unpause)
+			return eachSandbox(args, (*service.Container).Unpause)
 		},
 	}
 }
@@ -138,7 +137,7 @@ func topCmd() *cobra.Command {
 			if err != nil {
 				return &exitError{code: 1, err: err}
 			}
-			top := dockerview.Top(procs, time.Now())
+			top := service.Top(procs, time.Now())
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
 			fmt.Fprintln(w, strings.Join(top.Titles, "\t"))
 			for _, row := range top.Processes {

@@ -27,7 +27,7 @@ func execCmd() *cobra.Command {
 			if ef.tty && ef.interactive && !term.IsTerminal(int(os.Stdin.Fd())) {
 				return &exitError{code: 1, err: errNotATTY}
 			}
-			b, err := openBackend()
+			b, err := openService()
 			if err != nil {
 				return err
 			}

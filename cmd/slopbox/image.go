@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/slopbox/slopbox/dockercompat/dockerview"
+	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
 // imageCmd is docker's `image` group: inspect, ls and rm, as the harnesses
@@ -35,13 +35,13 @@ func imageInspectCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var out []dockerview.ImageInspect
+			var out []service.ImageInspect
 			for _, ref := range args {
 				d, err := s.Inspect(ref)
 				if err != nil {
 					return &exitError{code: 1, err: fmt.Errorf("no such image: %s", ref)}
 				}
-				out = append(out, dockerview.ImageInspectOf(d))
+				out = append(out, service.ImageInspectOf(d))
 			}
 			enc := json.NewEncoder(os.Stdout)
 			enc.SetIndent("", "    ")

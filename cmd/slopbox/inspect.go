@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/slopbox/slopbox/dockercompat/dockerview"
+	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
 func inspectCmd() *cobra.Command {
@@ -22,7 +22,7 @@ func inspectCmd() *cobra.Command {
 		Short: "Show sandbox or image metadata as JSON",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := openBackend()
+			b, err := openService()
 			if err != nil {
 				return err
 			}
@@ -30,7 +30,7 @@ func inspectCmd() *cobra.Command {
 			var errs []error
 			for _, ref := range args {
 				if sb, err := b.Open(ref); err == nil {
-					out = append(out, dockerview.Inspect(sb.Info()))
+					out = append(out, service.Inspect(sb.Info()))
 					continue
 				}
 				d, err := b.Store().Inspect(ref)
@@ -38,7 +38,7 @@ func inspectCmd() *cobra.Command {
 					errs = append(errs, err)
 					continue
 				}
-				out = append(out, dockerview.ImageInspectOf(d))
+				out = append(out, service.ImageInspectOf(d))
 			}
 			if format != "" {
 				if err := formatEach(format, out); err != nil {
@@ -98,7 +98,7 @@ func portCmd() *cobra.Command {
 		Short: "List a sandbox's published ports",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := openBackend()
+			b, err := openService()
 			if err != nil {
 				return err
 			}

@@ -17,15 +17,13 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat"
-	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/dockercompat/filters"
 	"github.com/slopbox/slopbox/dockercompat/service"
-	"github.com/slopbox/slopbox/sandbox"
 )
 
 func createCmd() *cobra.Command {
 	var sf spawnFlags
-	var o sandbox.DetachOptions
+	var o service.DetachOptions
 	var rm bool
 	c := &cobra.Command{
 		Use:   "create [flags] IMAGE [COMMAND [ARG...]]",
@@ -53,20 +51,14 @@ func createCmd() *cobra.Command {
 				return err // --rm with a restart policy, as Docker refuses it
 			}
 			spec.AutoRemove = rm // as docker create --rm: removed when its command ends or it is stopped
-			sb, err := b.Create(ctx, spec, opts.Command(img.Config.Config.Entrypoint, img.Config.Config.Cmd))
+			res, err := service.New(b).CreateContainer(ctx, service.CreateRequest{Spec: spec, Options: opts, Image: img, Detach: o})
 			if err != nil {
 				return err
 			}
-			if err := opts.SaveCreated(sb.Info().StateDir, img.Config.Config); err != nil {
-				sb.Remove()
-				return err
+			for _, w := range res.Warnings {
+				fmt.Fprintln(os.Stderr, "WARNING:", w)
 			}
-			if o != (sandbox.DetachOptions{}) {
-				if err := sb.SetDetachOptions(o); err != nil {
-					sb.Remove()
-					return err
-				}
-			}
+			sb := res.Container
 			fmt.Println(sb.ID())
 			return nil
 		},
@@ -80,14 +72,14 @@ func createCmd() *cobra.Command {
 }
 
 // eachSandbox applies f to every named sandbox and joins the errors.
-func eachSandbox(args []string, f func(*sandbox.Sandbox) error) error {
-	b, err := openBackend()
+func eachSandbox(args []string, f func(*service.Container) error) error {
+	svc, err := openService()
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, ref := range args {
-		sb, err := b.Open(ref)
+		sb, err := svc.Open(ref)
 		if err == nil {
 			err = f(sb)
 		}
@@ -111,9 +103,8 @@ func startCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := signalContext()
 			defer cancel()
-			return eachSandbox(args, func(sb *sandbox.Sandbox) error {
-				_, err := service.Start(ctx, sb, sandbox.AttachedStart{})
-				return err
+			return eachSandbox(args, func(sb *service.Container) error {
+				return sb.Start(ctx, service.AttachedStart{})
 			})
 		},
 	}
@@ -138,12 +129,12 @@ func stopCmd() *cobra.Command {
 			if cmd.Flags().Changed("time") {
 				t = &grace
 			}
-			return eachSandbox(args, func(sb *sandbox.Sandbox) error {
+			return eachSandbox(args, func(sb *service.Container) error {
 				sig, err := dockercompat.StopSignal(sb.Info().StateDir, sigName)
 				if err != nil {
 					return err
 				}
-				_, err = service.Stop(ctx, sb, sig, dockercompat.StopGrace(sb.Info().StateDir, t))
+				_, err = sb.Stop(ctx, sig, dockercompat.StopGrace(sb.Info().StateDir, t))
 				return err
 			})
 		},
@@ -164,7 +155,7 @@ func killCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return eachSandbox(args, func(sb *sandbox.Sandbox) error { return service.Kill(sb, sig) })
+			return eachSandbox(args, func(sb *service.Container) error { return sb.Kill(sig) })
 		},
 	}
 	c.Flags().StringVarP(&sigName, "signal", "s", "KILL", "signal: KILL stops the sandbox; TERM, HUP, INT, USR1, … go to the main command's processes (run -d)")
@@ -178,8 +169,8 @@ func rmCmd() *cobra.Command {
 		Short: "Remove sandboxes",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachSandbox(args, func(sb *sandbox.Sandbox) error {
-				return service.Remove(sb, force, volumes)
+			return eachSandbox(args, func(sb *service.Container) error {
+				return sb.RemoveByHand(force, volumes)
 			})
 		},
 	}
@@ -200,19 +191,15 @@ func pruneCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			match, err := dockerview.PruneFilter(f)
+			svc, err := openService()
 			if err != nil {
 				return err
 			}
-			b, err := openBackend()
-			if err != nil {
-				return err
-			}
-			ids, err := b.PruneMatching(false, match)
-			for _, id := range ids {
+			rep, err := svc.PruneContainers(f)
+			for _, id := range rep.Deleted {
 				fmt.Println("Deleted:", id)
 			}
-			if gcErr := b.Store().GC(); err == nil {
+			if gcErr := svc.Store().GC(); err == nil {
 				err = gcErr
 			}
 			return err
@@ -240,23 +227,13 @@ func psCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b, err := openBackend()
+			svc, err := openService()
 			if err != nil {
 				return err
 			}
-			list, err := b.List()
+			shown, err := svc.ListContainers(service.ListOptions{All: all, Filters: f, Broken: true})
 			if err != nil {
 				return err
-			}
-			match, err := dockerview.Filter(f, list)
-			if err != nil {
-				return err
-			}
-			var shown []sandbox.Info
-			for _, i := range list {
-				if (all || i.Running || dockerview.ListsStopped(f)) && match(i) {
-					shown = append(shown, i)
-				}
 			}
 			switch {
 			case asJSON || format == "json":
@@ -266,9 +243,6 @@ func psCmd() *cobra.Command {
 						fmt.Println(string(b))
 					}
 					return nil
-				}
-				if shown == nil {
-					shown = []sandbox.Info{}
 				}
 				printJSON(shown)
 			case quiet && (format == "" || format == "table"):
@@ -316,8 +290,8 @@ var psHeader = psRow{ID: "SANDBOX ID", Image: "IMAGE", Command: "COMMAND", Creat
 // quoted, and unless noTrunc the id's first 12 characters, the command
 // cut to 20 columns and the image without its digest (an image named by
 // its id, that id's first 12).
-func row(i sandbox.Info, noTrunc bool) psRow {
-	id, img, command := i.ID, dockerview.ImageName(i), dockerview.Command(i)
+func row(i service.Info, noTrunc bool) psRow {
+	id, img, command := i.ID, service.ImageName(i), service.Command(i)
 	if !noTrunc {
 		id = id[:min(12, len(id))]
 		img = shortImage(img)
@@ -325,7 +299,7 @@ func row(i sandbox.Info, noTrunc bool) psRow {
 	}
 	r := psRow{ID: id, Image: img, Command: strconv.Quote(command), Names: i.Name,
 		CreatedAt: i.Created.Format("2006-01-02 15:04:05 -0700 MST"), RunningFor: units.HumanDuration(time.Since(i.Created)) + " ago",
-		State: dockerview.State(i), Status: dockerview.Status(i)}
+		State: service.State(i), Status: service.Status(i)}
 	var labels []string
 	for k, v := range i.Labels {
 		labels = append(labels, k+"="+v)

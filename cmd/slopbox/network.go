@@ -19,11 +19,11 @@ import (
 func networkCmd() *cobra.Command {
 	c := &cobra.Command{Use: "network", Short: "Manage networks (user-defined bridge networks, and Docker's predefined bridge, host and none)"}
 	service := func() (*networks.Service, error) {
-		b, err := openBackend()
+		b, err := openService()
 		if err != nil {
 			return nil, err
 		}
-		return networks.New(b), nil
+		return b.Networks(), nil
 	}
 	c.AddCommand(networkLsCmd(service), networkInspectCmd(service), networkCreateCmd(service), networkRmCmd(service),
 		networkPruneCmd(service), networkConnectCmd(service, "connect"), networkConnectCmd(service, "disconnect"))

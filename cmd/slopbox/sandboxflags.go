@@ -17,7 +17,6 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat"
-	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/sandbox"
 )
@@ -182,7 +181,7 @@ func (f *spawnFlags) options(fs *pflag.FlagSet, img string, args []string) (dock
 		if err != nil {
 			return dockercompat.Container{}, err
 		}
-		return dockerview.Lookup(service.New(b))(ref)
+		return service.Lookup(service.New(b))(ref)
 	}
 	if fs != nil && fs.Changed("init") {
 		o.Init = &f.initFlag
@@ -386,6 +385,16 @@ func parseEnv(kvs []string) (map[string]string, error) {
 
 // openBackend opens the sandbox backend with the global flags. A CLI
 // process spawns at most one sandbox: it keeps none ready.
+// openService is the Docker service over the state root: what the Docker
+// verbs call.
+func openService() (*service.Service, error) {
+	b, err := openBackend()
+	if err != nil {
+		return nil, err
+	}
+	return service.New(b), nil
+}
+
 func openBackend() (*sandbox.Backend, error) {
 	b, err := sandbox.New(globals.root,
 		image.WithInsecureRegistries(globals.insecure...),

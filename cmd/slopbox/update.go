@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/slopbox/slopbox/dockercompat"
-	"github.com/slopbox/slopbox/sandbox"
+	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
 // updateCmd is docker update: new resource limits (set on the running
@@ -39,7 +39,7 @@ func updateCmd() *cobra.Command {
 				}
 				policy = p
 			}
-			return eachSandbox(args, func(sb *sandbox.Sandbox) error {
+			return eachSandbox(args, func(sb *service.Container) error {
 				l := sb.Info().Limits
 				if fl.Changed("memory") {
 					l.MemoryBytes = mem

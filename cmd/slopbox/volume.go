@@ -10,9 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/dockercompat/filters"
-	"github.com/slopbox/slopbox/sandbox"
+	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
 // volumeCmd is docker's volume group: named volumes kept under the state
@@ -43,7 +42,7 @@ func volumeCreateCmd() *cobra.Command {
 				}
 				lm[k] = v
 			}
-			b, err := openBackend()
+			b, err := openService()
 			if err != nil {
 				return err
 			}
@@ -74,7 +73,7 @@ func volumeLsCmd() *cobra.Command {
 		Short:   "List volumes",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := openBackend()
+			b, err := openService()
 			if err != nil {
 				return err
 			}
@@ -82,11 +81,7 @@ func volumeLsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			match, err := dockerview.VolumeFilter(f, func(v sandbox.Volume) int { return len(b.VolumeUsers(v)) })
-			if err != nil {
-				return err
-			}
-			list, err := b.Volumes()
+			list, err := b.ListVolumes(f)
 			if err != nil {
 				return err
 			}
@@ -95,9 +90,6 @@ func volumeLsCmd() *cobra.Command {
 				fmt.Fprintln(tw, "DRIVER\tVOLUME NAME")
 			}
 			for _, v := range list {
-				if !match(v) {
-					continue
-				}
 				if quiet {
 					fmt.Fprintln(tw, v.Name)
 				} else {
@@ -119,7 +111,7 @@ func volumeInspectCmd() *cobra.Command {
 		Short: "Show volumes as JSON",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := openBackend()
+			b, err := openService()
 			if err != nil {
 				return err
 			}
@@ -155,14 +147,14 @@ func volumeRmCmd() *cobra.Command {
 		Short:   "Remove volumes (not one a sandbox uses, even with --force)",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := openBackend()
+			b, err := openService()
 			if err != nil {
 				return err
 			}
 			var errs []error
 			for _, name := range args {
 				if err := b.RemoveVolume(name, force); err != nil {
-					if errors.Is(err, sandbox.ErrVolumeNotFound) {
+					if errors.Is(err, service.ErrVolumeNotFound) {
 						err = fmt.Errorf("get %s: no such volume", name)
 					}
 					errs = append(errs, err)
@@ -193,15 +185,11 @@ func volumePruneCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			match, err := dockerview.VolumePruneFilter(f, all)
+			b, err := openService()
 			if err != nil {
 				return err
 			}
-			b, err := openBackend()
-			if err != nil {
-				return err
-			}
-			removed, err := b.PruneVolumes(func(v sandbox.Volume) bool { return !match(v) })
+			removed, err := b.PruneVolumes(f, all)
 			if len(removed) > 0 {
 				fmt.Println("Deleted Volumes:")
 				for _, n := range removed {

@@ -22,7 +22,6 @@ import (
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat"
-	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
@@ -139,7 +138,7 @@ func (s *Server) options(c *createBody, name string) (dockercompat.CreateOptions
 		Echoed: dockercompat.Echoed{CpusetCpus: h.CpusetCpus, CpusetMems: h.CpusetMems, Runtime: h.Runtime, Isolation: h.Isolation,
 			VolumeDriver: h.VolumeDriver, VolumesFrom: h.VolumesFrom, Init: h.Init, MemorySwap: h.MemorySwap,
 			MemorySwappiness: h.MemorySwappiness, MacAddress: c.MacAddress, StopTimeout: c.StopTimeout, StopSignal: c.StopSignal, Links: h.Links},
-		Lookup: dockerview.Lookup(s.b)}
+		Lookup: service.Lookup(s.b)}
 	for _, name := range slices.Sorted(maps.Keys(c.NetworkingConfig.EndpointsConfig)) {
 		ep := c.NetworkingConfig.EndpointsConfig[name]
 		a := backend.NetworkAttachment{Network: name}
@@ -260,40 +259,21 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *request) {
 			s.Log("note: %s", note)
 		}
 	}
-	cmd := opts.Command(img.Config.Config.Entrypoint, img.Config.Config.Cmd)
-	if len(cmd) == 0 {
-		fail(w, errdefs.ErrInvalidArgument.WithMessage("no command specified"))
-		return
-	}
-	sb, err := s.b.Create(r.Context(), spec, cmd)
-	if err != nil {
-		if errors.Is(err, service.ErrNameInUse) {
-			fail(w, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Conflict. The container name %q is already in use by another container. You have to remove (or rename) that container to be able to reuse that name.", "/"+spec.Name)))
-			return
-		}
-		fail(w, s.policyError(err))
-		return
-	}
+	var o service.DetachOptions
 	if c.Tty || c.OpenStdin {
-		o := service.DetachOptions{TTY: c.Tty, OpenStdin: c.OpenStdin}
+		o = service.DetachOptions{TTY: c.Tty, OpenStdin: c.OpenStdin}
 		if cs := c.HostConfig.ConsoleSize; c.Tty && len(cs) == 2 && cs[0] > 0 && cs[1] > 0 {
 			o.Rows, o.Cols = cs[0], cs[1]
 		}
-		if err := sb.SetDetachOptions(o); err != nil {
-			sb.Remove()
-			fail(w, err)
-			return
-		}
 	}
-	if err := opts.SaveCreated(sb.Info().StateDir, img.Config.Config); err != nil {
-		sb.Remove()
-		fail(w, err)
+	res, err := s.b.CreateContainer(r.Context(), service.CreateRequest{Spec: spec, Options: opts, Image: img, Detach: o})
+	if err != nil {
+		fail(w, s.policyError(err))
 		return
 	}
+	sb := res.Container
 	s.emitContainer("create", sb.Info(), nil)
-	for _, l := range sb.Unenforced() {
-		warnings = append(warnings, fmt.Sprintf("the %s limit cannot be enforced on this host: limitation discarded (see `slopbox doctor`)", l))
-	}
+	warnings = append(warnings, res.Warnings...)
 	if warnings == nil {
 		warnings = []string{}
 	}
@@ -691,7 +671,7 @@ func (s *Server) containerWait(w http.ResponseWriter, r *request) {
 
 func (s *Server) containerLogs(w http.ResponseWriter, r *request, sb *service.Container) {
 	q := r.URL.Query()
-	o, err := dockerview.LogWindow(q.Get("tail"), q.Get("since"), q.Get("until"), time.Now())
+	o, err := service.LogWindow(q.Get("tail"), q.Get("since"), q.Get("until"), time.Now())
 	if err != nil {
 		fail(w, err)
 		return
@@ -732,39 +712,30 @@ func outputStreams(r *request, w io.Writer, tty bool) (stdout, stderr io.Writer)
 }
 
 func (s *Server) containerList(w http.ResponseWriter, r *request) {
-	list, err := s.b.List()
-	if err != nil {
-		fail(w, err)
-		return
-	}
 	f, err := filterParam(r)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	match, err := dockerview.Filter(f, list)
+	list, err := s.b.ListContainers(service.ListOptions{All: boolParam(r, "all"), Filters: f})
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	all := boolParam(r, "all")
 	out := []containerSummary{}
 	for _, i := range list {
-		if i.Broken != "" || (!all && !i.Running && !dockerview.ListsStopped(f)) || !match(i) {
-			continue
-		}
-		st := dockerview.State(i)
+		st := service.State(i)
 		labels := i.Labels
 		if labels == nil {
 			labels = map[string]string{}
 		}
 		c := containerSummary{
-			ID: i.ID, Names: []string{"/" + i.Name}, Image: dockerview.ImageName(i), ImageID: i.ImageID,
-			Command: dockerview.Command(i), Created: i.Created.Unix(), Ports: listPorts(i),
-			Labels: labels, State: st, Status: dockerview.Status(i), Mounts: []struct{}{},
+			ID: i.ID, Names: []string{"/" + i.Name}, Image: service.ImageName(i), ImageID: i.ImageID,
+			Command: service.Command(i), Created: i.Created.Unix(), Ports: listPorts(i),
+			Labels: labels, State: st, Status: service.Status(i), Mounts: []struct{}{},
 		}
 		c.HostConfig.NetworkMode = i.Network
-		c.NetworkSettings.Networks = dockerview.Networks(i)
+		c.NetworkSettings.Networks = service.Networks(i)
 		out = append(out, c)
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -776,37 +747,12 @@ func (s *Server) containerPrune(w http.ResponseWriter, r *request) {
 		fail(w, err)
 		return
 	}
-	match, err := dockerview.PruneFilter(f)
+	rep, err := s.b.PruneContainers(f)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	// What each stopped container wrote, measured before it goes: the
-	// space the prune reclaims, as dockerd reports it.
-	sizes := map[string]int64{}
-	if list, err := s.b.List(); err == nil {
-		for _, i := range list {
-			if i.Running {
-				continue
-			}
-			if sb, err := s.b.Open(i.ID); err == nil {
-				sizes[i.ID] = sb.WritableSize()
-			}
-		}
-	}
-	removed, err := s.b.Prune(false, match)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	if removed == nil {
-		removed = []string{}
-	}
-	var reclaimed int64
-	for _, id := range removed {
-		reclaimed += sizes[id]
-	}
-	writeJSON(w, http.StatusOK, container.PruneReport{ContainersDeleted: removed, SpaceReclaimed: uint64(reclaimed)})
+	writeJSON(w, http.StatusOK, container.PruneReport{ContainersDeleted: rep.Deleted, SpaceReclaimed: uint64(rep.SpaceReclaimed)})
 }
 
 func (s *Server) containerTop(w http.ResponseWriter, _ *request, sb *service.Container) {
@@ -815,7 +761,7 @@ func (s *Server) containerTop(w http.ResponseWriter, _ *request, sb *service.Con
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, dockerview.Top(procs, time.Now()))
+	writeJSON(w, http.StatusOK, service.Top(procs, time.Now()))
 }
 
 // containerStats is GET /containers/{id}/stats, one sample: with

@@ -9,15 +9,14 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/slopbox/slopbox/dockercompat"
-	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
-// inspect is dockerview.Inspect. A health status it shows has had its
+// inspect is service.Inspect. A health status it shows has had its
 // health_status event (healthSeen), as dockerd's, which sends the event
 // as it records the status.
-func (s *Server) inspect(i service.Info) *dockerview.ContainerInspect {
-	out := dockerview.Inspect(i)
+func (s *Server) inspect(i service.Info) *service.ContainerInspect {
+	out := service.Inspect(i)
 	if out.State != nil && out.State.Health != nil {
 		var h struct{ Status string }
 		if json.Unmarshal(out.State.Health, &h) == nil {

@@ -18,8 +18,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	mobyimage "github.com/moby/moby/api/types/image"
 
-	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/dockercompat/filters"
+	"github.com/slopbox/slopbox/dockercompat/service"
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/imagebuild"
 )
@@ -147,9 +147,9 @@ func (s *Server) imageList(w http.ResponseWriter, r *request) {
 		if !match(i, name) {
 			continue
 		}
-		var digests []string // as image inspect's RepoDigests (dockerview.ImageInspectOf)
+		var digests []string // as image inspect's RepoDigests (service.ImageInspectOf)
 		if i.Source != "" {
-			digests = append(digests, dockerview.Repository(name)+"@"+i.Source)
+			digests = append(digests, service.Repository(name)+"@"+i.Source)
 		}
 		if e, ok := byID[i.ID]; ok {
 			e.RepoTags = append(e.RepoTags, name)
@@ -248,7 +248,7 @@ func (s *Server) imageInspect(w http.ResponseWriter, r *request, name string) {
 		s.imageError(w, name, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, dockerview.ImageInspectOf(d))
+	writeJSON(w, http.StatusOK, service.ImageInspectOf(d))
 }
 
 // imagePull is POST /images/create?fromImage=&tag=: a stream of JSON

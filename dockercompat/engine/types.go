@@ -4,7 +4,7 @@ import (
 	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/api/types/jsonstream"
 
-	"github.com/slopbox/slopbox/dockercompat/dockerview"
+	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
 // The responses here are moby's API types (github.com/moby/moby/api,
@@ -63,7 +63,7 @@ type containerSummary struct {
 	Status          string            `json:"Status"`
 	HostConfig      struct{ NetworkMode string }
 	NetworkSettings struct {
-		Networks map[string]*dockerview.EndpointSettings
+		Networks map[string]*service.EndpointSettings
 	}
 	Mounts []struct{} `json:"Mounts"`
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/volume"
-	"github.com/slopbox/slopbox/dockercompat/dockerview"
 	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
@@ -81,21 +80,14 @@ func (s *Server) volumeList(w http.ResponseWriter, r *request) {
 		fail(w, err)
 		return
 	}
-	match, err := dockerview.VolumeFilter(f, func(v service.Volume) int { return len(s.b.VolumeUsers(v)) })
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	list, err := s.b.Volumes()
+	list, err := s.b.ListVolumes(f)
 	if err != nil {
 		fail(w, err)
 		return
 	}
 	out := volume.ListResponse{Volumes: []volume.Volume{}, Warnings: []string{}}
 	for _, v := range list {
-		if match(v) {
-			out.Volumes = append(out.Volumes, volumeJSON(v))
-		}
+		out.Volumes = append(out.Volumes, volumeJSON(v))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -108,21 +100,13 @@ func (s *Server) volumePrune(w http.ResponseWriter, r *request) {
 		fail(w, err)
 		return
 	}
-	match, err := dockerview.VolumePruneFilter(f, !r.atLeast("1.42"))
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	removed, err := s.b.PruneVolumes(func(v service.Volume) bool { return !match(v) })
+	removed, err := s.b.PruneVolumes(f, !r.atLeast("1.42"))
 	if err != nil {
 		fail(w, err)
 		return
 	}
 	for _, name := range removed {
 		s.events.emit("volume", "destroy", name, map[string]string{"driver": "local"})
-	}
-	if removed == nil {
-		removed = []string{}
 	}
 	writeJSON(w, http.StatusOK, volume.PruneReport{VolumesDeleted: removed})
 }

@@ -92,6 +92,10 @@ type Service struct{ b *sandbox.Backend }
 // New serves the sandboxes and images of backend b.
 func New(b *sandbox.Backend) *Service { return &Service{b: b} }
 
+// Close releases what the backend keeps for spawns (its spawn helpers,
+// its ready sandboxes); the containers keep running.
+func (s *Service) Close() { s.b.Close() }
+
 // Store is the image store.
 func (s *Service) Store() *image.Store { return s.b.Store() }
 
@@ -153,19 +157,11 @@ func (s *Service) CreateVolume(name string, labels map[string]string) (Volume, e
 // Volume is volume name's record.
 func (s *Service) Volume(name string) (Volume, error) { return s.b.Volume(name) }
 
-// Volumes lists the volumes.
-func (s *Service) Volumes() ([]Volume, error) { return s.b.Volumes() }
-
 // VolumeUsers are the containers that mount v.
 func (s *Service) VolumeUsers(v Volume) []string { return s.b.VolumeUsers(v) }
 
 // RemoveVolume removes volume name (force: also one in use).
 func (s *Service) RemoveVolume(name string, force bool) error { return s.b.RemoveVolume(name, force) }
-
-// PruneVolumes removes the unused volumes keep does not keep.
-func (s *Service) PruneVolumes(keep func(Volume) bool) ([]string, error) {
-	return s.b.PruneVolumes(keep)
-}
 
 // Container is one container as the surfaces see it: a handle on its
 // sandbox with the verbs they use.
@@ -207,6 +203,19 @@ func (c *Container) StartByHand() (*Container, bool, func(), error) {
 	cur, pending, unlock, err := StartByHand(c.sb)
 	return &Container{sb: cur}, pending, unlock, err
 }
+
+// Start is docker start of it, with what an attached client gives it.
+func (c *Container) Start(ctx context.Context, a AttachedStart) error {
+	cur, err := Start(ctx, c.sb, a)
+	c.sb = cur
+	return err
+}
+
+// Kill is docker kill of it with sig.
+func (c *Container) Kill(sig syscall.Signal) error { return Kill(c.sb, sig) }
+
+// RemoveByHand is docker rm of it (force: -f, volumes: -v).
+func (c *Container) RemoveByHand(force, volumes bool) error { return Remove(c.sb, force, volumes) }
 
 // StartAttached starts its main command under its monitor, with what an
 // attached client gives it; the caller holds StartByHand's lock.

@@ -1,9 +1,3 @@
-// Package service is Docker's container lifecycle over the sandbox
-// backend, for every surface: the slopbox CLI and the Engine API (serve)
-// call the same functions, and a container's restart policy and
-// healthcheck are carried out whichever of them started it, with no
-// daemon (issue 43).
-//
 // Supervision follows podman's: conmon runs `podman container cleanup`
 // when a container's command ends, and that process applies the restart
 // policy. Here the sandbox's monitor execs this program at the end of a

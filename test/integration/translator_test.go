@@ -167,7 +167,7 @@ func engineCreate(t *testing.T, sock, name, body string) (int, string) {
 
 // TestLogsWindowParity: logs --tail, --since and --until give the same
 // lines through the slopbox CLI and through each docker CLI against serve
-// (one reading of them, dockerview.LogWindow): dockerd's rules, a negative
+// (one reading of them, service.LogWindow): dockerd's rules, a negative
 // tail meaning every line and --until a bound the CLI has too.
 func TestLogsWindowParity(t *testing.T) {
 	e := newEnv(t)
@@ -292,7 +292,7 @@ func TestStopSignal(t *testing.T) {
 }
 
 // TestTopParity: slopbox top and docker top against serve print one table
-// (dockerview.Top): the columns of dockerd's ps -ef, the same processes,
+// (service.Top): the columns of dockerd's ps -ef, the same processes,
 // host pids, and the host's name for the user where it has one.
 func TestTopParity(t *testing.T) {
 	e := newEnv(t)
@@ -334,7 +334,7 @@ func TestTopParity(t *testing.T) {
 }
 
 // TestImageInspectParity: slopbox image inspect and docker image inspect
-// against serve print one object (dockerview.ImageInspectOf) in Docker's
+// against serve print one object (service.ImageInspectOf) in Docker's
 // shape: RepoDigests name the repository each name was pulled from (not
 // the words the inspect was asked with: by id it said "sha256@…"), an
 // image built here has none, and Config.OnBuild is always there.

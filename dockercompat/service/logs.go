@@ -1,4 +1,4 @@
-package dockerview
+package service
 
 import (
 	"fmt"
@@ -8,7 +8,6 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/slopbox/slopbox/dockercompat/filters"
-	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
 // LogWindow reads the tail, since and until of `slopbox logs` and of the
@@ -19,8 +18,8 @@ import (
 //   - since, until: "" or "0" is no bound; else a duration before now
 //     (10m), Unix seconds with a fraction (what the docker CLI sends) or a
 //     date and time, as filters.Timestamp (moby's timetypes.GetTimestamp).
-func LogWindow(tail, since, until string, now time.Time) (service.LogOptions, error) {
-	o := service.LogOptions{Tail: -1}
+func LogWindow(tail, since, until string, now time.Time) (LogOptions, error) {
+	o := LogOptions{Tail: -1}
 	if tail != "" && tail != "all" {
 		n, err := strconv.Atoi(tail)
 		if err != nil {

@@ -1,8 +1,8 @@
-// Package dockerview is Docker's view of a sandbox: inspect, the states
-// and status text of ps and its filters, shared by the slopbox CLI and the
-// Engine API (serve). It reads what dockercompat recorded at the create
+// Docker's view of a sandbox: inspect, the states and status text of ps
+// and its filters. It reads what dockercompat recorded at the create
 // (dockercompat.LoadCreated) next to the sandbox's own state.
-package dockerview
+
+package service
 
 import (
 	"cmp"
@@ -25,7 +25,6 @@ import (
 	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/dockercompat/filters"
 	"github.com/slopbox/slopbox/dockercompat/networks"
-	"github.com/slopbox/slopbox/dockercompat/service"
 	"github.com/slopbox/slopbox/image"
 )
 
@@ -58,7 +57,7 @@ func envList(env map[string]string, names []string) []string {
 
 // imageName is the container's image as Docker shows it: as its create
 // named it, else its name in Docker's form.
-func imageName(i service.Info, cc dockercompat.CreateRecord) string {
+func imageName(i Info, cc dockercompat.CreateRecord) string {
 	if cc.Image != "" {
 		return cc.Image
 	}
@@ -66,12 +65,12 @@ func imageName(i service.Info, cc dockercompat.CreateRecord) string {
 }
 
 // ImageName is imageName for a sandbox's list entry (GET /containers/json).
-func ImageName(i service.Info) string { return imageName(i, dockercompat.LoadCreated(i.StateDir)) }
+func ImageName(i Info) string { return imageName(i, dockercompat.LoadCreated(i.StateDir)) }
 
 // Command is a sandbox's command as dockerd lists it (GET
 // /containers/json, docker ps): the program and its arguments, each
 // argument with a space in it between single quotes.
-func Command(i service.Info) string {
+func Command(i Info) string {
 	if len(i.Command) == 0 {
 		return ""
 	}
@@ -94,7 +93,7 @@ func cmdOf(command, entrypoint []string) []string {
 }
 
 // inspectMounts is the top-level Mounts of inspect: the bind mounts.
-func inspectMounts(i service.Info) []container.MountPoint {
+func inspectMounts(i Info) []container.MountPoint {
 	out := []container.MountPoint{}
 	for _, m := range i.BindMounts {
 		mode := "rw"
@@ -114,7 +113,7 @@ func inspectMounts(i service.Info) []container.MountPoint {
 
 // Inspect is docker inspect of a container, GET /containers/{id}/json in
 // Docker's shape, with the fields docker-py and the docker CLI read.
-func Inspect(i service.Info) *ContainerInspect {
+func Inspect(i Info) *ContainerInspect {
 	cc := dockercompat.LoadCreated(i.StateDir)
 	finished := "0001-01-01T00:00:00Z"
 	if !i.FinishedAt.IsZero() {
@@ -157,7 +156,7 @@ func Inspect(i service.Info) *ContainerInspect {
 // hostConfig is inspect's HostConfig: Docker's whole key set, each with
 // what the create asked for (cc) or what the sandbox has, and dockerd's
 // default for what slopbox has no setting of.
-func hostConfig(i service.Info, cc dockercompat.CreateRecord) *HostConfig {
+func hostConfig(i Info, cc dockercompat.CreateRecord) *HostConfig {
 	orEmpty := func(v []string) []string {
 		if v == nil {
 			return []string{}
@@ -180,7 +179,7 @@ func hostConfig(i service.Info, cc dockercompat.CreateRecord) *HostConfig {
 		Isolation: cc.Isolation, CpuShares: cc.CpuShares, Memory: i.Limits.MemoryBytes, NanoCpus: int64(i.Limits.CPUs * 1e9),
 		BlkioWeightDevice: []struct{}{}, CpusetCpus: cc.CpusetCpus, CpusetMems: cc.CpusetMems, Devices: []struct{}{},
 		MemorySwap: swap, MemorySwappiness: cc.MemorySwappiness, PidsLimit: i.Limits.Pids,
-		MaskedPaths: service.DefaultMaskedPaths, ReadonlyPaths: service.DefaultReadonlyPaths,
+		MaskedPaths: DefaultMaskedPaths, ReadonlyPaths: DefaultReadonlyPaths,
 		Mounts: cc.Mounts, Tmpfs: cc.Tmpfs, Init: cc.Init,
 	}
 }
@@ -192,14 +191,14 @@ func hostConfig(i service.Info, cc dockercompat.CreateRecord) *HostConfig {
 // one has it), so a client that connected to it from the host would time
 // out and one in another sandbox would reach itself; published ports are
 // the way in.
-func networkSettings(i service.Info, cc dockercompat.CreateRecord) *NetworkSettings {
+func networkSettings(i Info, cc dockercompat.CreateRecord) *NetworkSettings {
 	return &NetworkSettings{Ports: portMap(i, i.Running), Networks: Networks(i), MacAddress: cc.MacAddress}
 }
 
 // Networks is a sandbox's NetworkSettings.Networks in GET
 // /containers/json: its one network by name, as inspect has it (so
 // docker ps --format '{{.Networks}}' names it).
-func Networks(i service.Info) map[string]*EndpointSettings {
+func Networks(i Info) map[string]*EndpointSettings {
 	if len(i.Networks) > 0 {
 		// User-defined networks: each with its interface while the
 		// sandbox runs (Docker's shape; no address when stopped).
@@ -224,7 +223,7 @@ func Networks(i service.Info) map[string]*EndpointSettings {
 // endpoint is the sandbox's endpoint on its network: no address (see
 // networkSettings). Its MacAddress is empty: a --mac-address is echoed at
 // the top level (echoed.go), not given to the interface.
-func endpoint(network string, i service.Info) *EndpointSettings {
+func endpoint(network string, i Info) *EndpointSettings {
 	endpointID := ""
 	if i.Running {
 		endpointID = networks.ID(network + " " + i.ID) // as GET /networks/{id} lists it
@@ -235,7 +234,7 @@ func endpoint(network string, i service.Info) *EndpointSettings {
 // portMap is the sandbox's published ports as inspect shows them:
 // {"80/tcp": [{"HostIp": "127.0.0.1", "HostPort": "8080"}]}; a stopped
 // sandbox's NetworkSettings have none bound.
-func portMap(i service.Info, bound bool) PortMap {
+func portMap(i Info, bound bool) PortMap {
 	m := PortMap{}
 	if !bound {
 		return m
@@ -257,7 +256,7 @@ func nonNil(m map[string]string) map[string]string {
 // State is Docker's State.Status of a sandbox: created, running, paused,
 // exited, or dead for a broken one (its state cannot be read whole). The
 // CLI's ps and the Engine API share it, with Status and Filter.
-func State(i service.Info) string {
+func State(i Info) string {
 	switch {
 	case i.Broken != "":
 		return "dead"
@@ -267,14 +266,14 @@ func State(i service.Info) string {
 		return "running"
 	case i.Pid == 0 && i.FinishedAt.IsZero():
 		return "created"
-	case service.RestartingInfo(i):
+	case RestartingInfo(i):
 		return "restarting"
 	}
 	return "exited"
 }
 
 // Status is docker ps's STATUS column (the Engine API's Status).
-func Status(i service.Info) string {
+func Status(i Info) string {
 	switch State(i) {
 	case "dead":
 		return "Broken: " + i.Broken
@@ -305,7 +304,7 @@ var psStatuses = []string{"created", "restarting", "running", "removing", "pause
 // (package filters: values of one key OR, keys AND, every label must
 // hold); list is every sandbox, for before and since. An unknown key,
 // status or exit code is an error.
-func Filter(f filters.Args, list []service.Info) (func(service.Info) bool, error) {
+func Filter(f filters.Args, list []Info) (func(Info) bool, error) {
 	if err := f.Validate(psFilterKeys...); err != nil {
 		return nil, err
 	}
@@ -344,7 +343,7 @@ func Filter(f filters.Args, list []service.Info) (func(service.Info) bool, error
 		}
 	}
 	matchID, matchName := f.Matcher("id"), f.Matcher("name")
-	return func(i service.Info) bool {
+	return func(i Info) bool {
 		state := State(i)
 		switch {
 		case isTask: // no sandbox is a swarm task
@@ -369,7 +368,7 @@ func Filter(f filters.Args, list []service.Info) (func(service.Info) bool, error
 }
 
 // findInfo is the sandbox a name, id or id prefix names.
-func findInfo(list []service.Info, ref string) (service.Info, bool) {
+func findInfo(list []Info, ref string) (Info, bool) {
 	ref = strings.TrimPrefix(ref, "/")
 	for _, i := range list {
 		if i.Name == ref || i.ID == ref {
@@ -381,19 +380,19 @@ func findInfo(list []service.Info, ref string) (service.Info, bool) {
 			return i, true
 		}
 	}
-	return service.Info{}, false
+	return Info{}, false
 }
 
 // ancestor is docker ps's ancestor filter: the image by name (with or
 // without the registry and the latest tag) or by id prefix.
-func ancestor(i service.Info, v string) bool {
+func ancestor(i Info, v string) bool {
 	return i.Image == v || strings.HasPrefix(i.ImageID, v) || strings.HasPrefix(strings.TrimPrefix(i.ImageID, "sha256:"), v) ||
 		strings.HasSuffix(i.Image, "/"+v) || strings.HasSuffix(i.Image, "/"+v+":latest") || i.Image == v+":latest"
 }
 
 // mountsVolume is docker ps's volume filter: a volume's name, or a
 // mount's destination.
-func mountsVolume(i service.Info, v string) bool {
+func mountsVolume(i Info, v string) bool {
 	for _, m := range i.BindMounts {
 		if m.Target == v || m.Volume != "" && m.Volume == v {
 			return true
@@ -405,7 +404,7 @@ func mountsVolume(i service.Info, v string) bool {
 // publishes is docker ps's publish and expose filters: a container port,
 // PORT[/PROTO] (tcp when none is given), that the sandbox publishes (a
 // sandbox exposes only what it publishes).
-func publishes(i service.Info, v string) bool {
+func publishes(i Info, v string) bool {
 	port, proto, _ := strings.Cut(v, "/")
 	if proto == "" {
 		proto = "tcp"
@@ -421,7 +420,7 @@ func publishes(i service.Info, v string) bool {
 // Lookup is CreateOptions.Lookup over the sandboxes of b: a container's
 // name, environment (the main command's, as Docker's Config.Env) and
 // bind mounts, for VolumesFrom and Links.
-func Lookup(b *service.Service) func(ref string) (dockercompat.Container, error) {
+func Lookup(b *Service) func(ref string) (dockercompat.Container, error) {
 	return func(ref string) (dockercompat.Container, error) {
 		sb, err := b.Open(ref)
 		if err != nil {
@@ -446,7 +445,7 @@ func ListsStopped(f filters.Args) bool {
 // PruneFilter reads docker container prune's filters (until, label,
 // label!) into a match; nil when none is given, so that a prune without
 // filters also removes half-created state.
-func PruneFilter(f filters.Args) (func(service.Info) bool, error) {
+func PruneFilter(f filters.Args) (func(Info) bool, error) {
 	if len(f) == 0 {
 		return nil, nil
 	}
@@ -457,7 +456,7 @@ func PruneFilter(f filters.Args) (func(service.Info) bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(i service.Info) bool {
+	return func(i Info) bool {
 		return f.LabelsMatch(i.Labels) && (!hasUntil || i.Created.Before(until))
 	}, nil
 }
@@ -465,7 +464,7 @@ func PruneFilter(f filters.Args) (func(service.Info) bool, error) {
 // VolumeFilter reads docker volume ls's filters (dangling, driver, label,
 // label!, name) into a match; used reports how many sandboxes use a
 // volume (for dangling).
-func VolumeFilter(f filters.Args, used func(service.Volume) int) (func(service.Volume) bool, error) {
+func VolumeFilter(f filters.Args, used func(Volume) int) (func(Volume) bool, error) {
 	if err := f.Validate("dangling", "driver", "label", "label!", "name"); err != nil {
 		return nil, err
 	}
@@ -474,7 +473,7 @@ func VolumeFilter(f filters.Args, used func(service.Volume) int) (func(service.V
 		return nil, err
 	}
 	matchName := f.Matcher("name")
-	return func(v service.Volume) bool {
+	return func(v Volume) bool {
 		return matchName(v.Name) && f.Exact("driver", v.Driver) && f.LabelsMatch(v.Labels) &&
 			(!hasDangling || dangling == (used(v) == 0))
 	}, nil
@@ -484,7 +483,7 @@ func VolumeFilter(f filters.Args, used func(service.Volume) int) (func(service.V
 // all) into a match of the volumes to remove among those no sandbox uses:
 // anonymous ones only unless all is true, or allByDefault (API before
 // 1.42, where prune took every unused volume).
-func VolumePruneFilter(f filters.Args, allByDefault bool) (func(service.Volume) bool, error) {
+func VolumePruneFilter(f filters.Args, allByDefault bool) (func(Volume) bool, error) {
 	if err := f.Validate("label", "label!", "all"); err != nil {
 		return nil, err
 	}
@@ -495,12 +494,12 @@ func VolumePruneFilter(f filters.Args, allByDefault bool) (func(service.Volume) 
 	if !set {
 		all = allByDefault
 	}
-	return func(v service.Volume) bool { return (all || v.Anonymous) && f.LabelsMatch(v.Labels) }, nil
+	return func(v Volume) bool { return (all || v.Anonymous) && f.LabelsMatch(v.Labels) }, nil
 }
 
 // onNetwork reports whether sandbox i is on network v (a name or id, as
 // Docker's ps --filter network= takes).
-func onNetwork(i service.Info, v string) bool {
+func onNetwork(i Info, v string) bool {
 	if len(i.Networks) == 0 {
 		return i.Network == v || networks.ID(cmp.Or(i.Network, backend.NetworkNone)) == v
 	}

@@ -1,4 +1,4 @@
-package dockerview
+package service
 
 import (
 	"testing"

@@ -1,12 +1,10 @@
-package dockerview
+package service
 
 import (
 	"fmt"
 	"os/user"
 	"strconv"
 	"time"
-
-	"github.com/slopbox/slopbox/dockercompat/service"
 )
 
 // TopResult is docker top's table (the Engine API's GET
@@ -21,7 +19,7 @@ type TopResult struct {
 // and the Engine API answers it: host pids, the host's name for each uid
 // (its number where the host has none, as ps shows it), ps's C (CPU time
 // over the time since the start, in percent), STIME and TIME.
-func Top(procs []service.Process, now time.Time) TopResult {
+func Top(procs []Process, now time.Time) TopResult {
 	t := TopResult{Titles: []string{"UID", "PID", "PPID", "C", "STIME", "TTY", "TIME", "CMD"}, Processes: [][]string{}}
 	names := map[int]string{}
 	for _, p := range procs {
