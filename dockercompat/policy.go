@@ -47,6 +47,25 @@ type Policy struct {
 	File string `yaml:"-"`
 }
 
+// Apply puts the policy's bounds into a container's create options, as
+// every surface does (the CLI, serve, an rlm_code run); a nil policy
+// bounds nothing.
+func (p *Policy) Apply(o *CreateOptions) {
+	if p == nil {
+		return
+	}
+	o.AllowedMountRoots, o.PolicyUnsafe, o.KeepOwnersOutside = p.AllowedMountRoots, p.AllowUnsafe, p.KeepOwnersOutside
+}
+
+// ApplySpec puts the policy's bounds into a spawn spec made without
+// create options (an environment spec): its allowances before the spec's.
+func (p *Policy) ApplySpec(s *backend.SpawnSpec) {
+	if p == nil {
+		return
+	}
+	s.AllowedMountRoots, s.Unsafe = p.AllowedMountRoots, append(slices.Clone(p.AllowUnsafe), s.Unsafe...)
+}
+
 var policyKeys = []string{"allowed_mount_roots", "allow_unsafe", "allow_local", "allow_host_network", "allow_os_env", "allow_volumes"}
 
 // LoadPolicy reads the policy in file; relative roots resolve against the

@@ -235,7 +235,7 @@ func containerCmd() *cobra.Command {
 	c := &cobra.Command{Use: "container", Short: "Manage sandboxes (docker's container group)"}
 	ls := psCmd()
 	ls.Use, ls.Aliases = "ls", []string{"list", "ps"}
-	c.AddCommand(startsSandbox(runCmd()), startsSandbox(createCmd()), startCmd(), execCmd(), ls, killCmd(), stopCmd(), rmCmd(), pruneCmd(),
+	c.AddCommand(startsSandbox(runCmd()), startsSandbox(createCmd()), startCmd(), execCmd(), ls, killCmd(), stopCmd(), restartCmd(), rmCmd(), pruneCmd(),
 		logsCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), inspectCmd(), portCmd(), pauseCmd("pause"), pauseCmd("unpause"))
 	return c
 }

@@ -130,17 +130,48 @@ func stopCmd() *cobra.Command {
 				t = &grace
 			}
 			return eachSandbox(args, func(sb *service.Container) error {
-				sig, err := dockercompat.StopSignal(sb.Info().StateDir, sigName)
+				sig, grace, err := sb.StopPlan(sigName, t)
 				if err != nil {
 					return err
 				}
-				_, err = sb.Stop(ctx, sig, dockercompat.StopGrace(sb.Info().StateDir, t))
+				_, err = sb.Stop(ctx, sig, grace)
 				return err
 			})
 		},
 	}
-	c.Flags().IntVarP(&grace, "time", "t", dockercompat.DefaultStopTimeout, "seconds to wait for the main command to exit before killing every process (default: the container's --stop-timeout, else 10; -1 waits for ever)")
-	c.Flags().StringVarP(&sigName, "signal", "s", "", "signal sent to the main command first (default: the container's --stop-signal or its image's STOPSIGNAL, else TERM)")
+	stopFlags(c, &grace, &sigName)
+	return c
+}
+
+// stopFlags are stop's and restart's -t and -s.
+func stopFlags(c *cobra.Command, grace *int, sigName *string) {
+	c.Flags().IntVarP(grace, "time", "t", dockercompat.DefaultStopTimeout, "seconds to wait for the main command to exit before killing every process (default: the container's --stop-timeout, else 10; -1 waits for ever)")
+	c.Flags().StringVarP(sigName, "signal", "s", "", "signal sent to the main command first (default: the container's --stop-signal or its image's STOPSIGNAL, else TERM)")
+}
+
+func restartCmd() *cobra.Command {
+	var grace int
+	var sigName string
+	c := &cobra.Command{
+		Use:   "restart [-t SECONDS] [-s SIGNAL] SANDBOX...",
+		Short: "Restart sandboxes: stopped as stop does when they run, then started",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if sigName != "" {
+				if _, err := backend.ParseSignal(sigName); err != nil {
+					return err
+				}
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			var t *int
+			if cmd.Flags().Changed("time") {
+				t = &grace
+			}
+			return eachSandbox(args, func(sb *service.Container) error { return sb.Restart(ctx, sigName, t) })
+		},
+	}
+	stopFlags(c, &grace, &sigName)
 	return c
 }
 

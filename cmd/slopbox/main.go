@@ -114,7 +114,7 @@ func rootCommand() *cobra.Command {
 // allVerbs builds every top-level command.
 func allVerbs() []*cobra.Command {
 	verbs := []*cobra.Command{pullCmd(), imagesCmd(), rmiCmd(), tagCmd(), inspectCmd(), loadCmd(), saveCmd(),
-		runVerb(), createVerb(), startCmd(), execCmd(), psCmd(), killCmd(), stopCmd(), rmCmd(), pruneCmd(),
+		runVerb(), createVerb(), startCmd(), execCmd(), psCmd(), killCmd(), stopCmd(), restartCmd(), rmCmd(), pruneCmd(),
 		versionCmd(), infoCmd(), doctorCmd(), startsSandbox(envCmd()), imageCmd(),
 		logsCmd(), diffCmd(), exportCmd(), historyCmd(), importCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), containerCmd(), portCmd(), pauseCmd("pause"), pauseCmd("unpause"), systemPruneCmd(), startsSandbox(snapshotCmd()), serveCmd(), buildCmd(), commitCmd(), pushCmd(), volumeCmd(), networkCmd(), updateCmd()}
 	for _, v := range packagingVerbs {

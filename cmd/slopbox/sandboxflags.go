@@ -239,9 +239,7 @@ func (f *spawnFlags) options(fs *pflag.FlagSet, img string, args []string) (dock
 	if err != nil {
 		return o, err
 	}
-	if pol != nil {
-		o.AllowedMountRoots, o.PolicyUnsafe, o.KeepOwnersOutside = pol.AllowedMountRoots, pol.AllowUnsafe, pol.KeepOwnersOutside
-	}
+	pol.Apply(&o)
 	return o, nil
 }
 

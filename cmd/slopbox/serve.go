@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -67,9 +66,8 @@ func serveCmd() *cobra.Command {
 			}
 			if pol, err := loadPolicy(); err != nil {
 				return err
-			} else if pol != nil {
-				srv.AllowedMountRoots, srv.AllowUnsafe = pol.AllowedMountRoots, pol.AllowUnsafe
-				srv.PolicyFile = cmp.Or(globals.policy, defaultPolicy)
+			} else {
+				srv.Policy = pol
 			}
 			hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute}
 			sigs := make(chan os.Signal, 1)

@@ -131,7 +131,6 @@ func (s *Server) options(c *createBody, name string) (dockercompat.CreateOptions
 		Cmd: c.Cmd, Env: c.Env, Network: h.NetworkMode, Volumes: h.Binds, CPUs: float64(h.NanoCpus) / 1e9,
 		AutoRemove: h.AutoRemove, ReadOnly: h.ReadonlyRootfs, CapAdd: h.CapAdd, CapDrop: h.CapDrop, SecurityOpt: h.SecurityOpt,
 		ExtraHosts: h.ExtraHosts, DNS: h.Dns, DNSSearch: h.DnsSearch, DNSOptions: h.DnsOptions,
-		AllowedMountRoots: s.AllowedMountRoots, PolicyUnsafe: s.AllowUnsafe,
 		GroupAdd: h.GroupAdd, RestartPolicy: h.RestartPolicy, LogConfig: h.LogConfig, CpuShares: h.CpuShares, Healthcheck: c.Healthcheck,
 		CPURealtimePeriod: h.CpuRealtimePeriod, CPURealtimeRuntime: h.CpuRealtimeRuntime,
 		AnonymousVolumes: slices.Sorted(maps.Keys(c.Volumes)),
@@ -218,13 +217,14 @@ func (s *Server) options(c *createBody, name string) (dockercompat.CreateOptions
 	if h.PidsLimit != nil {
 		o.PidsLimit = *h.PidsLimit
 	}
+	s.Policy.Apply(&o)
 	return o, nil
 }
 
 // policyError names the server's policy file in an error it caused.
 func (s *Server) policyError(err error) error {
-	if s.PolicyFile != "" && errors.Is(err, service.ErrMountNotAllowed) {
-		return fmt.Errorf("%w (allowed_mount_roots of the policy %s)", err, s.PolicyFile)
+	if s.Policy != nil && errors.Is(err, service.ErrMountNotAllowed) {
+		return fmt.Errorf("%w (allowed_mount_roots of the policy %s)", err, s.Policy.File)
 	}
 	return err
 }
@@ -520,11 +520,10 @@ func (s *Server) stop(ctx context.Context, sb *service.Container, t, signal stri
 		}
 		tp = &n
 	}
-	sig, err := dockercompat.StopSignal(sb.Info().StateDir, signal)
+	sig, grace, err := sb.StopPlan(signal, tp)
 	if err != nil {
 		return err
 	}
-	grace := dockercompat.StopGrace(sb.Info().StateDir, tp)
 	watch := s.watchOf(sb.ID()) // before the signal: its die is the watch's
 	if _, err := sb.Stop(ctx, sig, grace); err != nil {
 		return err

@@ -105,49 +105,18 @@ func (s *Server) watchRun(w *exitWatch, last *service.Info, base time.Time) (int
 		s.emitContainer("die", *last, map[string]string{"exitCode": strconv.Itoa(c)})
 		died, code = true, c
 	}
-	tick := time.NewTicker(exitPoll)
-	defer tick.Stop()
-	// Woken when PID 1 is gone: an exit is known at once rather than at
-	// the next poll, and idle containers cost little polling.
-	cancelWake, woken := service.WatchExit(last.Pid, func(int) {
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
-	})
+	cancelWake, woken := s.wakeAtExit(w, *last)
 	defer cancelWake()
-	if woken {
-		// The pidfd is PID 1's only if the sandbox still runs now (its
-		// recorded pid and start time): else the pid may have been
-		// reused, and the polls alone tell.
-		if cur, err := s.b.Open(id); err != nil || !cur.Running() {
-			cancelWake()
-			woken = false
-		}
-	}
-	every, most := 20, exitPollMax // polls per interval, the longest
-	interval, polls := exitPoll, 0
-	if woken {
-		every, most, interval = 5, exitPollWoken, exitPollWoken/12
-		tick.Reset(interval)
-	}
-	// fast polls at the start's pace again: what follows an exit (a
-	// removal, or the exit record) comes soon.
-	fast := func() {
-		every, most, interval, polls = 20, exitPollMax, exitPoll, 0
-		tick.Reset(interval)
-	}
+	p := newRunPoller(woken)
+	defer p.tick.Stop()
 	var since time.Time // when the sandbox was first seen stopped, or died
 	// Woken, it was just read running: the first poll waits.
-	for skip := woken; ; w.next(tick, nil) {
+	for skip := woken; ; w.next(p.tick, nil) {
 		if skip {
 			skip = false
 			continue
 		}
-		if polls++; polls%every == 0 && interval < most {
-			interval = min(2*interval, most)
-			tick.Reset(interval)
-		}
+		p.polled()
 		cur, err := s.b.Open(id)
 		if err != nil {
 			if !died {
@@ -182,11 +151,11 @@ func (s *Server) watchRun(w *exitWatch, last *service.Info, base time.Time) (int
 				return code, false
 			}
 			since = time.Now()
-			fast()
+			p.fast()
 		case info.Running:
 		case since.IsZero():
 			since = time.Now()
-			fast()
+			p.fast()
 		case time.Since(since) > exitGrace:
 			// Stopped with no exit recorded: the monitor records it
 			// first, unless the sandbox was stopped under it (its main
@@ -195,6 +164,61 @@ func (s *Server) watchRun(w *exitWatch, last *service.Info, base time.Time) (int
 			return code, false
 		}
 	}
+}
+
+// wakeAtExit has w woken when PID 1 of the run last is gone, so that an
+// exit is known at once rather than at the next poll, and idle containers
+// cost little polling. woken is false when it cannot be: the pidfd is
+// PID 1's only if the container still runs now (its recorded pid and
+// start time), else the pid may have been reused and the polls alone tell.
+func (s *Server) wakeAtExit(w *exitWatch, last service.Info) (cancel func(), woken bool) {
+	cancel, woken = service.WatchExit(last.Pid, func(int) {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	})
+	if woken {
+		if cur, err := s.b.Open(last.ID); err != nil || !cur.Running() {
+			cancel()
+			woken = false
+		}
+	}
+	return cancel, woken
+}
+
+// runPoller paces a run's polls: fast at its start, then slower (doubled
+// every so many polls up to a longest interval); woken at the exit, its
+// polls are only a fallback and start slower.
+type runPoller struct {
+	tick           *time.Ticker
+	every          int // polls per interval
+	most, interval time.Duration
+	polls          int
+}
+
+func newRunPoller(woken bool) *runPoller {
+	p := &runPoller{tick: time.NewTicker(exitPoll), every: 20, most: exitPollMax, interval: exitPoll}
+	if woken {
+		p.every, p.most, p.interval = 5, exitPollWoken, exitPollWoken/12
+		p.tick.Reset(p.interval)
+	}
+	return p
+}
+
+// polled counts a poll, and slows the polls down every so many.
+func (p *runPoller) polled() {
+	if p.polls++; p.polls%p.every == 0 && p.interval < p.most {
+		p.interval = min(2*p.interval, p.most)
+		p.tick.Reset(p.interval)
+	}
+}
+
+// fast polls at the start's pace again: what follows an exit (a removal,
+// or the exit record) comes soon.
+func (p *runPoller) fast() {
+	p.every, p.most, p.interval, p.polls = 20, exitPollMax, exitPoll, 0
+	p.tick.Reset(p.interval)
 }
 
 // followRestart follows the container last, whose run ended with code,

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/moby/moby/api/types/system"
 	"github.com/slopbox/slopbox/dockercompat/service"
 
@@ -51,12 +52,10 @@ type Server struct {
 	b       *service.Service
 	version string // slopbox's version, for /version and Server:
 
-	// Policy applied to every container created here (the CLI's policy
-	// file): allowed mount roots and explicit allowances.
-	AllowedMountRoots []string
-	AllowUnsafe       []string
-	// PolicyFile is where they come from, for the errors they cause.
-	PolicyFile string
+	// Policy is applied to every container created here (the CLI's
+	// policy file, nil for none): allowed mount roots and explicit
+	// allowances.
+	Policy *dockercompat.Policy
 
 	mu    sync.Mutex
 	execs map[string]*execInstance

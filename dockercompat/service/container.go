@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/slopbox/slopbox/backend"
+	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/dockercompat/networks"
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/imagebuild"
@@ -226,6 +227,34 @@ func (c *Container) StartAttached(ctx context.Context, a AttachedStart) error {
 // Stop is docker stop (see the function).
 func (c *Container) Stop(ctx context.Context, sig syscall.Signal, grace time.Duration) (restarting bool, err error) {
 	return Stop(ctx, c.sb, sig, grace)
+}
+
+// StopPlan is how docker stop stops it: signal, or its --stop-signal
+// (its image's STOPSIGNAL, else TERM) when empty; t seconds of grace, or
+// its --stop-timeout (else 10 s) when nil.
+func (c *Container) StopPlan(signal string, t *int) (syscall.Signal, time.Duration, error) {
+	dir := c.sb.Info().StateDir
+	sig, err := dockercompat.StopSignal(dir, signal)
+	if err != nil {
+		return 0, 0, err
+	}
+	return sig, dockercompat.StopGrace(dir, t), nil
+}
+
+// Restart is docker restart: stopped as docker stop stops it (StopPlan's
+// signal and t) when it runs, then started by hand (a pending restart is
+// cancelled, restarts count from 0).
+func (c *Container) Restart(ctx context.Context, signal string, t *int) error {
+	if c.Running() {
+		sig, grace, err := c.StopPlan(signal, t)
+		if err != nil {
+			return err
+		}
+		if _, err := c.Stop(ctx, sig, grace); err != nil {
+			return err
+		}
+	}
+	return c.Start(ctx, AttachedStart{})
 }
 
 // StopGrace sends sig to its main command and kills every process after grace.

@@ -304,7 +304,6 @@ var oversized = map[string][2]int{ // file:function -> lines, complexity
 	"local/local.go:startLocked":                 {147, 28},
 	"oci/mounts.go:Resolve":                      {130, 34},
 	"cmd/slopbox/run.go:runCmd":                  {121, 33},
-	"dockercompat/engine/events.go:watchRun":     {119, 26},
 	"sandbox/spawn.go:prestart":                  {116, 23},
 	"imagebuild/build.go:Build":                  {115, 30},
 	"internal/netd/store.go:Create":              {114, 51},

@@ -183,6 +183,11 @@ func TestLifecycleParity(t *testing.T) {
 		// Docker's, while it runs).
 		{"hup-restarts", [][]string{{"run", "-d", "--name", "NAME", "--restart", "on-failure:1", "IMG", "sh", "-c", "trap 'exit 5' HUP; while :; do sleep 0.1; done"}, {"kill", "-s", "HUP", "NAME"}}, "running 1 0", ""},
 		{"on-failure-count", [][]string{{"run", "-d", "--name", "NAME", "--restart", "on-failure:1", "IMG", "sh", "-c", "sleep 0.3; exit 1"}}, "exited 1 1", ""},
+		// restart by hand: stopped (TERM, then the kill after -t), then
+		// started, its restarts counted from 0; one not running is only
+		// started.
+		{"restart", [][]string{{"run", "-d", "--name", "NAME", "IMG", "sleep", "300"}, {"restart", "-t", "0", "NAME"}}, "running 0 0", ""},
+		{"restart-exited", [][]string{{"run", "-d", "--name", "NAME", "IMG", "sh", "-c", "[ -e /again ] && exec sleep 300; touch /again; exit 6"}, {"wait", "NAME"}, {"restart", "NAME"}}, "running 0 0", ""},
 	} {
 		for _, surface := range []string{"slopbox", "docker"} {
 			t.Run(sc.name+"/"+surface, func(t *testing.T) {

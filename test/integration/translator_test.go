@@ -463,3 +463,73 @@ func TestServeHostnameRefused(t *testing.T) {
 		t.Errorf("run --hostname a_b: exit %d %q, want 125 and the rule", code, out)
 	}
 }
+
+// TestListParity: docker ps, volume ls and container prune with Docker's
+// filters (the label filters compose and testcontainers send) answer the
+// same through the slopbox CLI and through the docker CLI against serve:
+// each is one method of the service (ListContainers, ListVolumes,
+// PruneContainers) that both surfaces call (issue 43).
+func TestListParity(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	const project, service = "com.docker.compose.project", "com.docker.compose.service"
+	for _, c := range [][]string{
+		{"create", "--name", "lp-a", "--label", project + "=p1", "--label", service + "=web", e.ref, "sleep", "300"},
+		{"run", "-d", "--name", "lp-b", "--label", project + "=p1", "--label", service + "=db", e.ref, "sleep", "300"},
+		{"run", "-d", "--name", "lp-c", "--label", project + "=p2", e.ref, "sleep", "300"},
+		{"create", "--name", "lp-d", "--label", project + "=p2", e.ref, "true"},
+		{"volume", "create", "--label", "k=v", "lp-v1"},
+		{"volume", "create", "lp-v2"},
+	} {
+		e.must(c...)
+	}
+	t.Cleanup(func() {
+		e.run("", "rm", "-f", "lp-a", "lp-b", "lp-c", "lp-d")
+		e.run("", "volume", "rm", "-f", "lp-v1", "lp-v2")
+	})
+	lines := func(out string) []string {
+		l := strings.Fields(strings.ReplaceAll(strings.TrimSpace(out), "\n", " "))
+		slices.Sort(l)
+		return l
+	}
+	for _, q := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"ps", "-a", "--filter", "label=" + project + "=p1", "--format", "{{.Names}}:{{.State}}"}, []string{"lp-a:created", "lp-b:running"}},
+		{[]string{"ps", "--filter", "label=" + project + "=p1", "--format", "{{.Names}}"}, []string{"lp-b"}},
+		{[]string{"ps", "-a", "--filter", "label=" + project + "=p1", "--filter", "label=" + service + "=db", "--format", "{{.Names}}"}, []string{"lp-b"}},
+		{[]string{"ps", "--filter", "status=created", "--format", "{{.Names}}"}, []string{"lp-a", "lp-d"}},
+		{[]string{"ps", "-a", "--filter", "name=lp-c", "--filter", "name=lp-d", "--format", "{{.Names}}"}, []string{"lp-c", "lp-d"}},
+		{[]string{"volume", "ls", "-q", "--filter", "label=k=v"}, []string{"lp-v1"}},
+		{[]string{"volume", "ls", "-q", "--filter", "name=lp-v"}, []string{"lp-v1", "lp-v2"}},
+	} {
+		mine, code := e.run("", q.args...)
+		if code != 0 {
+			t.Fatalf("slopbox %v: exit %d: %s", q.args, code, mine)
+		}
+		theirs, code := dockerCLI(t, debianDocker, sock, "", q.args...)
+		if code != 0 {
+			t.Fatalf("docker %v: exit %d: %s", q.args, code, theirs)
+		}
+		if !slices.Equal(lines(mine), q.want) || !slices.Equal(lines(theirs), q.want) {
+			t.Errorf("%v: slopbox %q, docker %q, want %q", q.args, lines(mine), lines(theirs), q.want)
+		}
+	}
+	// A prune with a label filter removes the stopped containers of that
+	// project only, whichever surface asks.
+	ids := map[string]string{}
+	for _, n := range []string{"lp-a", "lp-c", "lp-d"} {
+		ids[n] = strings.TrimSpace(e.must("inspect", "-f", "{{.Id}}", n))
+	}
+	if out, code := dockerCLI(t, debianDocker, sock, "", "container", "prune", "-f", "--filter", "label="+project+"=p1"); code != 0 || !strings.Contains(out, ids["lp-a"]) {
+		t.Errorf("docker container prune of p1: exit %d: %s (want lp-a deleted)", code, out)
+	}
+	if out, code := e.run("", "prune", "--filter", "label="+project+"=p2"); code != 0 || !strings.Contains(out, ids["lp-d"]) || strings.Contains(out, ids["lp-c"]) {
+		t.Errorf("slopbox prune of p2: exit %d: %s (want lp-d deleted, lp-c kept)", code, out)
+	}
+	if got := lines(e.must("ps", "-a", "--filter", "name=lp-", "--format", "{{.Names}}")); !slices.Equal(got, []string{"lp-b", "lp-c"}) {
+		t.Errorf("after the prunes: %q, want lp-b and lp-c", got)
+	}
+}
