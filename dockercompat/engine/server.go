@@ -27,8 +27,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/moby/moby/api/types/system"
+	"github.com/slopbox/slopbox/dockercompat"
 	"github.com/slopbox/slopbox/dockercompat/service"
 
 	"golang.org/x/sys/unix"
