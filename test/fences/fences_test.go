@@ -261,13 +261,11 @@ const maxLines, maxComplexity = 100, 30
 
 var oversized = map[string][2]int{ // file:function -> lines, complexity
 	"dockercompat/create.go:ToSpawnSpec":         {207, 75},
-	"sandbox/spawn.go:spawnWith":                 {191, 54},
 	"sandbox/monitor.go:runDetached":             {169, 38},
 	"local/local.go:startLocked":                 {147, 28},
 	"oci/mounts.go:Resolve":                      {130, 34},
 	"cmd/slopbox/run.go:runCmd":                  {121, 33},
 	"dockercompat/engine/events.go:watchRun":     {119, 26},
-	"sandbox/spawn.go:prestart":                  {116, 23},
 	"imagebuild/build.go:Build":                  {115, 30},
 	"internal/netd/store.go:Create":              {114, 51},
 	"imagebuild/copy.go:copy":                    {114, 41},
