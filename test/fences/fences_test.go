@@ -269,7 +269,6 @@ var oversized = map[string][2]int{ // file:function -> lines, complexity
 	"internal/netd/store.go:Create":              {114, 51},
 	"imagebuild/copy.go:copy":                    {114, 41},
 	"imagebuild/copy.go:copyFrom":                {113, 36},
-	"sandbox/sandbox.go:startLocked":             {107, 20},
 	"cmd/slopbox/env.go:runRLM":                  {105, 31},
 	"sandbox/internal/spawnd/server.go:prestart": {103, 20},
 	"internal/copytar/copytar.go:entry":          {98, 35},
