@@ -261,7 +261,6 @@ const maxLines, maxComplexity = 100, 30
 
 var oversized = map[string][2]int{ // file:function -> lines, complexity
 	"dockercompat/create.go:ToSpawnSpec":     {207, 75},
-	"local/local.go:startLocked":             {147, 28},
 	"oci/mounts.go:Resolve":                  {130, 34},
 	"cmd/slopbox/run.go:runCmd":              {121, 33},
 	"dockercompat/engine/events.go:watchRun": {119, 26},
