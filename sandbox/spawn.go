@@ -467,9 +467,10 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 			return nil, nil, fmt.Errorf("mount %s: %s was not opened", m.Destination, m.Source)
 		}
 		byDest[m.Destination] = id
-		// Again on what is mounted: the resolved source.
+		// Again on what is mounted: the path of the descriptor opened,
+		// whose inode claim mounts, not resolved by name again.
 		bm := backend.Mount{Source: m.Source, Target: m.Destination, ReadOnly: slices.Contains(m.Options, "ro"), HandOver: handOver[m.Destination], Flag: flags[m.Destination]}
-		if err := backend.CheckMountSource(bm, spec.Unsafe); err != nil {
+		if err := backend.CheckOpenedSource(bm, spec.Unsafe); err != nil {
 			return nil, nil, err
 		}
 	}
