@@ -56,8 +56,9 @@ func (s SpawnSpec) CheckPolicy() error {
 // CheckMountSource refuses a bind source that is, or leads through a
 // symlink to, one of UnsafeMountSources (unless unsafe allows it), and a
 // hand-over (:U, a workspace) of a host system directory, which would give
-// the host's files to a sandbox's user. The CLI and the Engine API check a
-// spec with it, and the sandbox backend checks again what it resolved.
+// the host's files to a sandbox's user. SpawnSpec.Validate checks a spec's
+// sources with it, by name: it follows m.Source's symlinks. A backend
+// checks what it opened with CheckOpenedSource.
 func CheckMountSource(m Mount, unsafe []string) error {
 	paths := []string{m.Source}
 	if path.IsAbs(m.Source) {
@@ -65,6 +66,20 @@ func CheckMountSource(m Mount, unsafe []string) error {
 			paths = append(paths, real)
 		}
 	}
+	return checkSourcePaths(m, paths, unsafe)
+}
+
+// CheckOpenedSource is CheckMountSource for a source a backend has opened:
+// m.Source is the path of the descriptor it opened (as /proc/self/fd has
+// it), the inode it mounts. It is checked as it is: nothing is resolved by
+// name again, which could lead elsewhere by now.
+func CheckOpenedSource(m Mount, unsafe []string) error {
+	return checkSourcePaths(m, []string{m.Source}, unsafe)
+}
+
+// checkSourcePaths applies CheckMountSource's rules to paths: m.Source,
+// then where it leads when that differs (named as the symlink's target).
+func checkSourcePaths(m Mount, paths []string, unsafe []string) error {
 	for _, src := range paths {
 		if p, bad := hostSystemPath(src); bad && !slices.Contains(unsafe, "mount="+p) {
 			via := ""

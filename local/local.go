@@ -242,54 +242,19 @@ func (s *Sandbox) start(ctx context.Context, req backend.ExecRequest) (*proc, er
 	return s.slot.Start(func() (*proc, error) { return s.startLocked(req) })
 }
 
+// startLocked starts req's command, with the slot held. A command that
+// cannot be found or executed gives a proc that has exited with the
+// failed result, as a shell would give.
 func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
-	if len(req.Argv) == 0 && req.Shell == "" {
-		return nil, errors.New("local: exec: empty command (set Argv or Shell)")
-	}
-	if err := req.Validate(); err != nil {
-		return nil, fmt.Errorf("local: exec: %w", err)
-	}
-	cred := s.cred
-	if req.User != "" {
-		c, err := resolveUser(req.User)
-		if err != nil {
-			return nil, fmt.Errorf("local: exec: %w", err)
-		}
-		cred = c
-	}
-	dir := s.workspace
-	if req.Cwd != "" {
-		dir = req.Cwd
-		if !filepath.IsAbs(dir) {
-			dir = filepath.Join(s.workspace, dir)
-		}
-		fi, err := os.Stat(dir)
-		if err != nil {
-			return nil, fmt.Errorf("local: exec: cwd: %w", err)
-		}
-		if !fi.IsDir() {
-			return nil, fmt.Errorf("local: exec: cwd %s is not a directory", dir)
-		}
+	cred, dir, err := s.execContext(req)
+	if err != nil {
+		return nil, err
 	}
 	env := backend.MergeEnv(s.spec.IncludeOSEnv, s.spec.SpecEnv, s.spec.Env, req.Env)
 	setup := !s.spec.DisableSetup && !req.NoSetup
-
-	var argv []string
-	switch {
-	case setup:
-		command := req.Shell
-		if len(req.Argv) > 0 {
-			command = backend.ShellQuote(req.Argv)
-		}
-		script, err := s.writeScript(backend.SetupCommands(s.spec.Setup, s.spec.Context), command, cred)
-		if err != nil {
-			return nil, err
-		}
-		argv = []string{"/bin/sh", script}
-	case len(req.Argv) > 0:
-		argv = req.Argv
-	default:
-		argv = []string{"/bin/sh", "-c", req.Shell}
+	argv, err := s.execArgv(req, setup, cred)
+	if err != nil {
+		return nil, err
 	}
 
 	p := &proc{
@@ -309,56 +274,151 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 		return p, nil
 	}
 
-	var pipes []*os.File
-	closeAll := func() {
-		for _, f := range pipes {
-			f.Close()
-		}
-	}
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = backendkit.Pipe()
-		if err == nil {
-			pipes = append(pipes, r, w)
-		}
-		return r, w, err
-	}
-	outR, outW, err := pipe()
+	pipes, err := p.openPipes(req)
 	if err != nil {
 		return nil, fmt.Errorf("local: exec: %w", err)
-	}
-	errR, errW, err := pipe()
-	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("local: exec: %w", err)
-	}
-	var stdinR *os.File
-	if req.Stdin != nil {
-		if stdinR, p.stdinW, err = pipe(); err != nil {
-			closeAll()
-			return nil, fmt.Errorf("local: exec: %w", err)
-		}
 	}
 	p.cmd = &exec.Cmd{
 		Path:   path,
 		Args:   argv,
 		Env:    env,
 		Dir:    dir,
-		Stdout: outW,
-		Stderr: errW,
+		Stdout: pipes.outW,
+		Stderr: pipes.errW,
 		SysProcAttr: &syscall.SysProcAttr{
 			Setpgid:    true,
 			Pdeathsig:  syscall.SIGKILL,
 			Credential: cred,
 		},
 	}
-	if stdinR != nil {
-		p.cmd.Stdin = stdinR
+	if pipes.stdinR != nil {
+		p.cmd.Stdin = pipes.stdinR
 	}
-	p.outR, p.errR = outR, errR
+	p.outR, p.errR = pipes.outR, pipes.errR
 
-	// Pdeathsig fires when the OS thread that forked the child exits, not
-	// the process. Keep this goroutine locked to its thread until the child
-	// is reaped, so the runtime cannot retire the thread under it.
+	if err := p.startPinned(); err != nil {
+		pipes.closeAll()
+		if code := backend.ExitCodeFor(err); code == backend.ExitNotFound || code == backend.ExitNotExecutable {
+			p.failed = failedResult(code, err)
+			close(p.exited)
+			return p, nil
+		}
+		return nil, fmt.Errorf("local: exec: start %s: %w", argv[0], err)
+	}
+	pipes.outW.Close()
+	pipes.errW.Close()
+	if pipes.stdinR != nil {
+		pipes.stdinR.Close()
+	}
+	p.pgid = p.cmd.Process.Pid
+	return p, nil
+}
+
+// execContext checks req and resolves who its command runs as (req's
+// user, else the sandbox's: nil for the calling user) and where: the
+// workspace, or req's Cwd (relative to it), which must be a directory.
+func (s *Sandbox) execContext(req backend.ExecRequest) (*syscall.Credential, string, error) {
+	if len(req.Argv) == 0 && req.Shell == "" {
+		return nil, "", errors.New("local: exec: empty command (set Argv or Shell)")
+	}
+	if err := req.Validate(); err != nil {
+		return nil, "", fmt.Errorf("local: exec: %w", err)
+	}
+	cred := s.cred
+	if req.User != "" {
+		c, err := resolveUser(req.User)
+		if err != nil {
+			return nil, "", fmt.Errorf("local: exec: %w", err)
+		}
+		cred = c
+	}
+	dir := s.workspace
+	if req.Cwd != "" {
+		dir = req.Cwd
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(s.workspace, dir)
+		}
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return nil, "", fmt.Errorf("local: exec: cwd: %w", err)
+		}
+		if !fi.IsDir() {
+			return nil, "", fmt.Errorf("local: exec: cwd %s is not a directory", dir)
+		}
+	}
+	return cred, dir, nil
+}
+
+// execArgv is the argv req's command runs as: with setup, the entry
+// script (written for cred) running it; else its Argv, or its Shell
+// command under sh -c.
+func (s *Sandbox) execArgv(req backend.ExecRequest, setup bool, cred *syscall.Credential) ([]string, error) {
+	switch {
+	case setup:
+		command := req.Shell
+		if len(req.Argv) > 0 {
+			command = backend.ShellQuote(req.Argv)
+		}
+		script, err := s.writeScript(backend.SetupCommands(s.spec.Setup, s.spec.Context), command, cred)
+		if err != nil {
+			return nil, err
+		}
+		return []string{"/bin/sh", script}, nil
+	case len(req.Argv) > 0:
+		return req.Argv, nil
+	default:
+		return []string{"/bin/sh", "-c", req.Shell}, nil
+	}
+}
+
+// execPipes are a command's stdio pipes; all holds every end opened.
+type execPipes struct {
+	all        []*os.File
+	outR, outW *os.File
+	errR, errW *os.File
+	stdinR     *os.File // nil without a stdin; its write end is p.stdinW
+}
+
+func (e *execPipes) closeAll() {
+	for _, f := range e.all {
+		f.Close()
+	}
+}
+
+// openPipes opens the pipes of req's command: its stdout and stderr, and
+// its stdin when req has one. On failure it closes what it opened.
+func (p *proc) openPipes(req backend.ExecRequest) (*execPipes, error) {
+	e := &execPipes{}
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = backendkit.Pipe()
+		if err == nil {
+			e.all = append(e.all, r, w)
+		}
+		return r, w, err
+	}
+	var err error
+	if e.outR, e.outW, err = pipe(); err != nil {
+		return nil, err
+	}
+	if e.errR, e.errW, err = pipe(); err != nil {
+		e.closeAll()
+		return nil, err
+	}
+	if req.Stdin != nil {
+		if e.stdinR, p.stdinW, err = pipe(); err != nil {
+			e.closeAll()
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// startPinned starts p.cmd and returns its error: from a goroutine locked
+// to its OS thread until the child is reaped, which then closes p.exited.
+//
+// Pdeathsig fires when the OS thread that forked the child exits, not
+// the process: locked, the runtime cannot retire the thread under it.
+func (p *proc) startPinned() error {
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -372,22 +432,7 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 		p.waitErr = p.cmd.Wait()
 		close(p.exited)
 	}()
-	if err := <-started; err != nil {
-		closeAll()
-		if code := backend.ExitCodeFor(err); code == backend.ExitNotFound || code == backend.ExitNotExecutable {
-			p.failed = failedResult(code, err)
-			close(p.exited)
-			return p, nil
-		}
-		return nil, fmt.Errorf("local: exec: start %s: %w", argv[0], err)
-	}
-	outW.Close()
-	errW.Close()
-	if stdinR != nil {
-		stdinR.Close()
-	}
-	p.pgid = p.cmd.Process.Pid
-	return p, nil
+	return <-started
 }
 
 func failedResult(code int, err error) *backend.Result {

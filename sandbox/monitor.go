@@ -100,39 +100,19 @@ type AttachedStart struct {
 	Master func(*os.File)
 }
 
+// runDetached is RunDetached; a is what a client attached before start
+// gives the command.
 func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o DetachOptions, a AttachedStart) error {
 	started := false
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	req.NoSetup = true
-	if o.TTY {
-		req.Env = s.termEnv(req.Env)
-	}
-	cmd, _, err := s.command(req)
+	cmd, err := s.detachedCommand(req, o)
 	if err != nil {
 		return err
 	}
-	cmd.detach = true
-	if o.TTY {
-		cmd.tty, cmd.rows, cmd.cols = true, 24, 80
-		if o.Rows > 0 && o.Cols > 0 {
-			cmd.rows, cmd.cols = o.Rows, o.Cols
-		}
-	}
-	// Until the monitor runs, the sandbox is this process's to start: if
-	// it is killed before, ps, wait and prune see it stopped (abandoned).
-	if me := self(); s.rec.Detach != o || s.rec.Starting == nil || *s.rec.Starting != *me {
-		s.rec.Detach, s.rec.Starting = o, me
-		if err := s.b.state.write(s.rec); err != nil {
-			return err
-		}
-	}
-	if os.Getenv(pauseBeforeCommandHook) != "" {
-		// Tests only (the environment of the host's slopbox process, out
-		// of any sandbox's reach): the window a kill must be safe in.
-		fmt.Fprintln(os.Stderr, "slopbox: test hook: paused before the main command starts")
-		select {}
+	if err := s.markStarting(o); err != nil {
+		return err
 	}
 	bins, err := s.b.binaries()
 	if err != nil {
@@ -162,70 +142,15 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 		return err
 	}
 	files = append(files, cf)
+	var release func()
 	if o.TTY {
-		master, err := s.startTerminal(conn, cmd)
-		if err != nil {
-			return err
-		}
-		files = append(files, master)
-		if a.Master != nil {
-			fd, err := unix.FcntlInt(master.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-			if err != nil {
-				return err
-			}
-			dup := os.NewFile(uintptr(fd), "ptmx")
-			defer func() {
-				if dup != nil {
-					dup.Close()
-				}
-			}()
-			defer func() {
-				if started {
-					a.Master(dup)
-					dup = nil
-				}
-			}()
-		}
+		release, err = s.attachTerminal(conn, cmd, a, &files, &started)
 	} else {
-		outR, outW, err := os.Pipe()
-		if err != nil {
-			return err
-		}
-		files = append(files, outR)
-		defer outW.Close()
-		errR, errW, err := os.Pipe()
-		if err != nil {
-			return err
-		}
-		files = append(files, errR)
-		defer errW.Close()
-		stdin, err := os.Open(os.DevNull)
-		if err != nil {
-			return err
-		}
-		defer stdin.Close()
-		if a.Stdin != nil {
-			stdin = a.Stdin
-		} else if o.OpenStdin {
-			r, w, err := os.Pipe()
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			files = append(files, w)
-			stdin = r
-		}
-		_, execErr, err := conn.start(cmd, stdin, outW, errW)
-		if err != nil {
-			return fmt.Errorf("exec: %w", err)
-		}
-		if execErr != nil {
-			var ee *execError
-			if errors.As(execErr, &ee) && !ee.cwd {
-				return &StartError{Code: ee.code, Msg: ee.msg}
-			}
-			return fmt.Errorf("exec: %w", execErr)
-		}
+		release, err = s.attachPipes(conn, cmd, o, a, &files)
+	}
+	defer release()
+	if err != nil {
+		return err
 	}
 	// The monitor execs this program once the command has ended, to
 	// record its exit and stop the sandbox: an fd of it, which stays valid
@@ -235,8 +160,149 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 		return err
 	}
 	files = append([]*os.File{self}, files...)
-	// The mode says which fds the monitor is given (monitor.c): it closes
-	// any other it inherits.
+	if err := s.startMonitor(mon, conn, o, files); err != nil {
+		return err
+	}
+	started = true
+	s.superviseStarted()
+	return nil
+}
+
+// detachedCommand is what PID 1 runs for req as the sandbox's detached
+// main command: never wrapped by the entry script, and with o.TTY on a
+// terminal of o's size (24×80 unless both are given).
+func (s *Sandbox) detachedCommand(req backend.ExecRequest, o DetachOptions) (*execRequest, error) {
+	req.NoSetup = true
+	if o.TTY {
+		req.Env = s.termEnv(req.Env)
+	}
+	cmd, _, err := s.command(req)
+	if err != nil {
+		return nil, err
+	}
+	cmd.detach = true
+	if o.TTY {
+		cmd.tty, cmd.rows, cmd.cols = true, 24, 80
+		if o.Rows > 0 && o.Cols > 0 {
+			cmd.rows, cmd.cols = o.Rows, o.Cols
+		}
+	}
+	return cmd, nil
+}
+
+// markStarting records o, and the sandbox as this process's to start:
+// until the monitor runs, if this process is killed, ps, wait and prune
+// see it stopped (abandoned). A test hook stops this process here.
+func (s *Sandbox) markStarting(o DetachOptions) error {
+	if me := self(); s.rec.Detach != o || s.rec.Starting == nil || *s.rec.Starting != *me {
+		s.rec.Detach, s.rec.Starting = o, me
+		if err := s.b.state.write(s.rec); err != nil {
+			return err
+		}
+	}
+	if os.Getenv(pauseBeforeCommandHook) != "" {
+		// Tests only (the environment of the host's slopbox process, out
+		// of any sandbox's reach): the window a kill must be safe in.
+		fmt.Fprintln(os.Stderr, "slopbox: test hook: paused before the main command starts")
+		select {}
+	}
+	return nil
+}
+
+// attachTerminal starts cmd through conn on a terminal of the sandbox's
+// own, whose master it appends to *files for the monitor. With a.Master,
+// that is given a duplicate of the master once *started (the monitor
+// runs). release, which the caller defers whatever the error, hands the
+// duplicate over then, or else closes it.
+func (s *Sandbox) attachTerminal(conn *agentConn, cmd *execRequest, a AttachedStart, files *[]*os.File, started *bool) (release func(), err error) {
+	release = func() {}
+	master, err := s.startTerminal(conn, cmd)
+	if err != nil {
+		return release, err
+	}
+	*files = append(*files, master)
+	if a.Master == nil {
+		return release, nil
+	}
+	fd, err := unix.FcntlInt(master.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return release, err
+	}
+	dup := os.NewFile(uintptr(fd), "ptmx")
+	return func() {
+		defer func() {
+			if dup != nil {
+				dup.Close()
+			}
+		}()
+		if *started {
+			a.Master(dup)
+			dup = nil
+		}
+	}, nil
+}
+
+// attachPipes starts cmd through conn with pipes for its stdout and
+// stderr, whose read ends it appends to *files for the monitor, and as
+// its stdin a.Stdin, else with o.OpenStdin a pipe whose write end the
+// monitor holds (appended too), else /dev/null. release, which the caller
+// defers whatever the error, closes this process's copies of what the
+// command was given, last first. A command that cannot be started gives
+// a *StartError.
+func (s *Sandbox) attachPipes(conn *agentConn, cmd *execRequest, o DetachOptions, a AttachedStart, files *[]*os.File) (release func(), err error) {
+	var given []*os.File
+	release = func() {
+		for _, f := range given {
+			defer f.Close()
+		}
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return release, err
+	}
+	*files = append(*files, outR)
+	given = append(given, outW)
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return release, err
+	}
+	*files = append(*files, errR)
+	given = append(given, errW)
+	stdin, err := os.Open(os.DevNull)
+	if err != nil {
+		return release, err
+	}
+	given = append(given, stdin)
+	if a.Stdin != nil {
+		stdin = a.Stdin
+	} else if o.OpenStdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return release, err
+		}
+		given = append(given, r)
+		*files = append(*files, w)
+		stdin = r
+	}
+	_, execErr, err := conn.start(cmd, stdin, outW, errW)
+	if err != nil {
+		return release, fmt.Errorf("exec: %w", err)
+	}
+	if execErr != nil {
+		var ee *execError
+		if errors.As(execErr, &ee) && !ee.cwd {
+			return release, &StartError{Code: ee.code, Msg: ee.msg}
+		}
+		return release, fmt.Errorf("exec: %w", execErr)
+	}
+	return release, nil
+}
+
+// startMonitor starts the sandbox's monitor, from mon, in a session of its
+// own, with files, and returns once it runs (monitorStarted). Its mode
+// says which fds it is given (monitor.c): it closes any other it
+// inherits. If it cannot start, the command is killed through conn.
+func (s *Sandbox) startMonitor(mon *os.File, conn *agentConn, o DetachOptions, files []*os.File) error {
 	mode := "pipes"
 	switch {
 	case o.TTY:
@@ -250,14 +316,12 @@ func (s *Sandbox) runDetached(ctx context.Context, req backend.ExecRequest, o De
 	m.ExtraFiles = files
 	m.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := m.Start(); err != nil {
-		// The connection closes with this function: PID 1 then leaves the
+		// The connection closes with runDetached: PID 1 then leaves the
 		// command running (detached) with no one to keep its output.
 		conn.kill(syscall.SIGKILL)
 		return fmt.Errorf("start the sandbox's monitor: %w (%s)", err, fdEvidence(mon))
 	}
 	s.monitorStarted(m.Process)
-	started = true
-	s.superviseStarted()
 	return nil
 }
 

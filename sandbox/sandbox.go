@@ -727,6 +727,9 @@ func (s *Sandbox) dial() (*agentConn, error) {
 	return conn, nil
 }
 
+// startLocked starts req's command in the sandbox, with the slot held.
+// A command PID 1 cannot exec gives a proc that has exited with the
+// failed result.
 func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 	rec := s.rec
 	cmd, setup, err := s.command(req)
@@ -737,34 +740,8 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	outR, outW, err := backendkit.Pipe()
+	pipes, err := openStdio(conn, req)
 	if err != nil {
-		conn.close()
-		return nil, err
-	}
-	errR, errW, err := backendkit.Pipe()
-	if err != nil {
-		conn.close()
-		outR.Close()
-		outW.Close()
-		return nil, err
-	}
-	var stdinR, stdinW *os.File
-	if req.Stdin != nil {
-		if stdinR, stdinW, err = os.Pipe(); err != nil {
-			conn.close()
-			outR.Close()
-			outW.Close()
-			errR.Close()
-			errW.Close()
-			return nil, err
-		}
-	} else if stdinR, err = os.Open(os.DevNull); err != nil {
-		conn.close()
-		outR.Close()
-		outW.Close()
-		errR.Close()
-		errW.Close()
 		return nil, err
 	}
 	p := &proc{conn: conn, exited: make(chan struct{}), killCh: make(chan struct{})}
@@ -778,11 +755,11 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 		}
 	}
 	started := time.Now()
-	_, execErr, err := conn.start(cmd, stdinR, outW, errW)
+	_, execErr, err := conn.start(cmd, pipes.stdinR, pipes.outW, pipes.errW)
 	cg.started()
-	stdinR.Close()
-	outW.Close()
-	errW.Close()
+	pipes.stdinR.Close()
+	pipes.outW.Close()
+	pipes.errW.Close()
 	if err == nil && execErr != nil {
 		var ee *execError
 		switch {
@@ -795,10 +772,10 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 	if err != nil || p.failed != nil {
 		cg.release(true) // it joined, then failed to exec
 		conn.close()
-		outR.Close()
-		errR.Close()
-		if stdinW != nil {
-			stdinW.Close()
+		pipes.outR.Close()
+		pipes.errR.Close()
+		if pipes.stdinW != nil {
+			pipes.stdinW.Close()
 		}
 		if err != nil {
 			return nil, err
@@ -808,20 +785,9 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 	}
 	touch(filepath.Join(s.dir, socketFile))
 	var killed atomic.Bool
-	go func() {
-		// The exit status is the next reply; a broken connection means the
-		// sandbox itself went away.
-		typ, val, err := conn.reply(0)
-		if err != nil || typ != replyExited {
-			p.lost = true
-		} else {
-			p.status = syscall.WaitStatus(val)
-		}
-		cg.release(killed.Load())
-		close(p.exited)
-	}()
+	go p.awaitExit(cg, &killed)
 	p.p = &backendkit.Proc{
-		Stdout: outR, Stderr: errR, StdinW: stdinW, Stdin: req.Stdin,
+		Stdout: pipes.outR, Stderr: pipes.errR, StdinW: pipes.stdinW, Stdin: req.Stdin,
 		Setup: setup, Limit: req.OutputLimit, Timeout: req.Timeout, Started: started,
 		Exited: p.exited, KillReq: p.killCh,
 		KillTree: func() {
@@ -833,6 +799,63 @@ func (s *Sandbox) startLocked(req backend.ExecRequest) (*proc, error) {
 		Unenforced: rec.Unenforced,
 	}
 	return p, nil
+}
+
+// execStdio holds both ends of a command's stdio pipes: the command is
+// given stdinR, outW and errW.
+type execStdio struct {
+	outR, outW     *os.File
+	errR, errW     *os.File
+	stdinR, stdinW *os.File // stdinW nil: stdinR is /dev/null
+}
+
+// openStdio opens the pipes of req's command: its stdout and stderr, and
+// a stdin pipe when req has Stdin (else /dev/null). On failure it closes
+// conn, then what it opened.
+func openStdio(conn *agentConn, req backend.ExecRequest) (execStdio, error) {
+	var pipes execStdio
+	var err error
+	pipes.outR, pipes.outW, err = backendkit.Pipe()
+	if err != nil {
+		conn.close()
+		return execStdio{}, err
+	}
+	pipes.errR, pipes.errW, err = backendkit.Pipe()
+	if err != nil {
+		conn.close()
+		pipes.outR.Close()
+		pipes.outW.Close()
+		return execStdio{}, err
+	}
+	if req.Stdin != nil {
+		pipes.stdinR, pipes.stdinW, err = os.Pipe()
+	} else {
+		pipes.stdinR, err = os.Open(os.DevNull)
+	}
+	if err != nil {
+		conn.close()
+		pipes.outR.Close()
+		pipes.outW.Close()
+		pipes.errR.Close()
+		pipes.errW.Close()
+		return execStdio{}, err
+	}
+	return pipes, nil
+}
+
+// awaitExit waits for the exit status of p, the next reply on its
+// connection (a broken connection means the sandbox itself went away),
+// then releases cg (waiting for it to empty when the command was
+// killed) and marks p exited.
+func (p *proc) awaitExit(cg *execCgroup, killed *atomic.Bool) {
+	typ, val, err := p.conn.reply(0)
+	if err != nil || typ != replyExited {
+		p.lost = true
+	} else {
+		p.status = syscall.WaitStatus(val)
+	}
+	cg.release(killed.Load())
+	close(p.exited)
 }
 
 func touch(p string) {

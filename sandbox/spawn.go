@@ -80,150 +80,23 @@ func (s *Sandbox) UpperDir() string { return filepath.Join(s.dir, "upper") }
 // spawnWith is spawn; with build set (SpawnBuildStep), the sandbox runs
 // over that image instead of spec.Image.
 func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *image.Image, command []string, create, owned bool) (*Sandbox, error) {
-	if err := ctx.Err(); err != nil {
+	nw, err := b.checkSpawn(ctx, spec, build)
+	if err != nil {
 		return nil, err
 	}
-	if spec.Image == "" && build == nil {
-		return nil, errors.New("spawn: no image given")
-	}
-	if err := spec.Validate(); err != nil {
-		return nil, fmt.Errorf("spawn: %w", err)
-	}
-	for _, c := range append(slices.Clone(spec.CapAdd), spec.CapDrop...) {
-		if _, err := oci.CapabilityName(c); err != nil {
-			return nil, fmt.Errorf("spawn: %w", err)
-		}
-	}
-	network, nets, err := b.resolveNetworks(spec)
+	ws, err := spawnWorkspace(spec)
 	if err != nil {
-		return nil, fmt.Errorf("spawn: %w", err)
-	}
-	if network == backend.NetworkBridge {
-		if _, err := netHelper(); err != nil {
-			return nil, fmt.Errorf("spawn: %w", err)
-		}
-	} else if spec.AllowHostLoopback {
-		return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("--allow-host-loopback is for --network bridge (with %s the host's loopback is %s)", network, map[bool]string{true: "shared", false: "out of reach"}[network == backend.NetworkHost]))
-	}
-	if spec.Hostname != "" && !oci.ValidHostname(spec.Hostname) {
-		return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("invalid hostname %q: letters, digits, '-' and '.', at most 63, starting with a letter or digit", spec.Hostname))
-	}
-	ports, err := checkPorts(spec.Ports, network)
-	if err != nil {
-		return nil, fmt.Errorf("spawn: %w", err)
-	}
-	for _, h := range spec.ExtraHosts {
-		if _, err := oci.ParseHostEntry(h); err != nil {
-			return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("%v", err))
-		}
-	}
-	var dns *oci.DNS
-	if len(spec.DNS)+len(spec.DNSSearch)+len(spec.DNSOptions) > 0 {
-		d, err := oci.ParseDNS(spec.DNS, spec.DNSSearch, spec.DNSOptions)
-		if err != nil {
-			return nil, fmt.Errorf("spawn: %w", backend.InvalidValue("%v", err))
-		}
-		dns = &d
-	}
-	ws := spec.Workspace
-	if ws != "" {
-		abs, err := filepath.Abs(ws)
-		if err == nil {
-			// Opened as a mount source is, no symlink followed (an
-			// earlier sandbox may have planted one where this one's
-			// workspace is named), and known by the path the kernel
-			// opened: mount sources are compared and reopened by it.
-			abs, err = workspacePath(abs)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("spawn: workspace: %w", err)
-		}
-		ws = abs
-	} else if !spec.NoWorkspaceMount {
-		return nil, errors.New("spawn: no workspace directory given (or set NoWorkspaceMount)")
+		return nil, err
 	}
 	// What is left to check needs the image: the spawn server (rootless:
 	// an exec, newuidmap and newgidmap) starts meanwhile.
 	warmed := b.warmSpawner()
 	defer warmed()
-	img := build
-	if img == nil {
-		if img, err = b.store.Get(spec.Image); err != nil {
-			return nil, fmt.Errorf("spawn: %w", err)
-		}
-	}
-	workdir := spec.Workdir
-	if workdir == "" {
-		workdir = oci.DefaultWorkdir
-	}
-	mounts, sourceIDs, err := b.mounts(spec, ws, workdir)
+	r, err := b.resolveSpawn(ctx, spec, build, ws)
 	if err != nil {
-		return nil, fmt.Errorf("spawn: %w", err)
+		return nil, err
 	}
-	userSpec := spec.User
-	if userSpec == "" {
-		userSpec = defaultUser(spec, img.Config.Config.User)
-	}
-	who, err := resolveUser(img.Layers, userSpec)
-	var groupAdd []uint32
-	if err == nil {
-		groupAdd, err = addGroups(img.Layers, &who, spec.GroupAdd)
-	}
-	if err == nil {
-		err = checkMapped(who, b.store.Mapping())
-	}
-	if err != nil {
-		return nil, fmt.Errorf("spawn: %w", err)
-	}
-	// Rootless, a sandbox user other than root gets a nested user namespace
-	// in which it is the invoking user, and layers extracted for it.
-	mapKey := b.store.Mapping().NestedFor(who.UID, who.GID).Key
-	if build != nil {
-		mapKey = ""
-	}
-	layers, err := b.store.LayersFor(ctx, img, mapKey)
-	if err != nil {
-		return nil, fmt.Errorf("spawn: %w", err)
-	}
-	cwd := workdir
-	if spec.NoWorkspaceMount {
-		cwd = img.Config.Config.WorkingDir
-		if cwd == "" {
-			cwd = "/"
-		}
-	}
-	if spec.Cwd != "" {
-		cwd = spec.Cwd
-	}
-
-	rec := &record{
-		SourceIDs: sourceIDs,
-		ID:        newID(),
-		Name:      spec.Name,
-		Hostname:  spec.Hostname,
-		Image:     img.Name,
-		ImageID:   img.ID,
-		Created:   time.Now().UTC(),
-		Workspace: ws,
-		Workdir:   workdir,
-		Cwd:       cwd,
-		User:      who,
-		GroupAdd:  groupAdd,
-		Layers:    layers,
-		MapKey:    mapKey,
-		Env:       spawnEnv(img.Config.Config.Env, spec),
-		NoSetup:   spec.DisableSetup,
-		Keep:      spec.Keep, AutoRemove: spec.AutoRemove, Disposable: (spec.Disposable || spec.AutoRemove) && !spec.Keep,
-		Labels:     spec.Labels,
-		Network:    network,
-		Nets:       nets,
-		ExtraHosts: spec.ExtraHosts, DNS: dns, AllowHostLoopback: spec.AllowHostLoopback, Ports: ports,
-		ReadOnly: spec.ReadOnlyRootfs,
-		CapAdd:   spec.CapAdd, CapDrop: spec.CapDrop, Unconfined: spec.SeccompUnconfined,
-		Limits:  spec.Limits,
-		Command: command,
-		Build:   build != nil,
-	}
+	rec := newRecord(spec, build != nil, command, ws, nw, r)
 	if owned && !spec.Keep { // a kept sandbox outlives its caller, killed or not
 		rec.Owner = self()
 	} else if !owned && len(command) > 0 && !create {
@@ -231,18 +104,7 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 		// with --keep: its command ran attached, and the sandbox lives on.
 		rec.Starting = self()
 	}
-	for _, m := range spec.Mounts {
-		switch t := path.Clean(m.Target); {
-		case m.KeepOwners:
-			// Any mount at t keeping its owners is enough: a mount that
-			// replaces it there never brings the owners' ids back.
-			if !slices.Contains(rec.KeepOwners, t) {
-				rec.KeepOwners = append(rec.KeepOwners, t)
-			}
-		case m.HandOver && !m.ReadOnly:
-			rec.HandOver = append(rec.HandOver, t)
-		}
-	}
+	rec.markMounts(spec.Mounts)
 	if !spec.DisableSetup {
 		rec.Setup = backend.SetupCommands(spec.Setup, spec.Context)
 	}
@@ -257,15 +119,242 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 		// that start has only the command to run (docker create + start
 		// is docker-py's and the docker CLI's way to run).
 		rec.Reserved = true
-		if err := b.create(ctx, rec, mounts); err != nil {
+		if err := b.create(ctx, rec, r.mounts); err != nil {
 			return nil, err
 		}
 		return b.sandbox(rec), nil
 	}
-	if err := b.create(ctx, rec, mounts); err != nil {
+	if err := b.create(ctx, rec, r.mounts); err != nil {
 		return nil, err
 	}
 	return b.sandbox(rec), nil
+}
+
+// spawnNet is how a sandbox is networked, as spawnNetwork resolved and
+// checked it from its spec.
+type spawnNet struct {
+	network string
+	nets    []netAttach
+	ports   []backend.PortMapping
+	dns     *oci.DNS // nil: the host's
+}
+
+// checkSpawn checks what of spec can be checked before its image is read:
+// the spec itself (its one Validate), its capabilities, and its network
+// settings, which it returns resolved. It fails as spawnWith does.
+func (b *Backend) checkSpawn(ctx context.Context, spec backend.SpawnSpec, build *image.Image) (spawnNet, error) {
+	if err := ctx.Err(); err != nil {
+		return spawnNet{}, err
+	}
+	if spec.Image == "" && build == nil {
+		return spawnNet{}, errors.New("spawn: no image given")
+	}
+	if err := spec.Validate(); err != nil {
+		return spawnNet{}, fmt.Errorf("spawn: %w", err)
+	}
+	for _, c := range append(slices.Clone(spec.CapAdd), spec.CapDrop...) {
+		if _, err := oci.CapabilityName(c); err != nil {
+			return spawnNet{}, fmt.Errorf("spawn: %w", err)
+		}
+	}
+	return b.spawnNetwork(spec)
+}
+
+// spawnNetwork resolves spec's network mode and networks (the bridge's
+// helper must be there to be used), and checks what goes with them: host
+// loopback, hostname, published ports, extra hosts and DNS settings.
+func (b *Backend) spawnNetwork(spec backend.SpawnSpec) (spawnNet, error) {
+	network, nets, err := b.resolveNetworks(spec)
+	if err != nil {
+		return spawnNet{}, fmt.Errorf("spawn: %w", err)
+	}
+	if network == backend.NetworkBridge {
+		if _, err := netHelper(); err != nil {
+			return spawnNet{}, fmt.Errorf("spawn: %w", err)
+		}
+	} else if spec.AllowHostLoopback {
+		return spawnNet{}, fmt.Errorf("spawn: %w", backend.InvalidValue("--allow-host-loopback is for --network bridge (with %s the host's loopback is %s)", network, map[bool]string{true: "shared", false: "out of reach"}[network == backend.NetworkHost]))
+	}
+	if spec.Hostname != "" && !oci.ValidHostname(spec.Hostname) {
+		return spawnNet{}, fmt.Errorf("spawn: %w", backend.InvalidValue("invalid hostname %q: letters, digits, '-' and '.', at most 63, starting with a letter or digit", spec.Hostname))
+	}
+	ports, err := checkPorts(spec.Ports, network)
+	if err != nil {
+		return spawnNet{}, fmt.Errorf("spawn: %w", err)
+	}
+	for _, h := range spec.ExtraHosts {
+		if _, err := oci.ParseHostEntry(h); err != nil {
+			return spawnNet{}, fmt.Errorf("spawn: %w", backend.InvalidValue("%v", err))
+		}
+	}
+	var dns *oci.DNS
+	if len(spec.DNS)+len(spec.DNSSearch)+len(spec.DNSOptions) > 0 {
+		d, err := oci.ParseDNS(spec.DNS, spec.DNSSearch, spec.DNSOptions)
+		if err != nil {
+			return spawnNet{}, fmt.Errorf("spawn: %w", backend.InvalidValue("%v", err))
+		}
+		dns = &d
+	}
+	return spawnNet{network: network, nets: nets, ports: ports, dns: dns}, nil
+}
+
+// spawnWorkspace is the host path of spec's workspace, as the kernel
+// opened it, or "" when there is none (NoWorkspaceMount, which is then
+// required).
+func spawnWorkspace(spec backend.SpawnSpec) (string, error) {
+	ws := spec.Workspace
+	if ws != "" {
+		abs, err := filepath.Abs(ws)
+		if err == nil {
+			// Opened as a mount source is, no symlink followed (an
+			// earlier sandbox may have planted one where this one's
+			// workspace is named), and known by the path the kernel
+			// opened: mount sources are compared and reopened by it.
+			abs, err = workspacePath(abs)
+		}
+		if err != nil {
+			return "", fmt.Errorf("spawn: workspace: %w", err)
+		}
+		ws = abs
+	} else if !spec.NoWorkspaceMount {
+		return "", errors.New("spawn: no workspace directory given (or set NoWorkspaceMount)")
+	}
+	return ws, nil
+}
+
+// spawnImage is what resolveSpawn found for a sandbox in its image.
+type spawnImage struct {
+	img       *image.Image
+	workdir   string // where the workspace is mounted
+	cwd       string // where commands start
+	mounts    []specs.Mount
+	sourceIDs map[string]fileID // each mount's source, by its destination
+	who       identity
+	groupAdd  []uint32
+	mapKey    string // the nested mapping's key, "" for none
+	layers    []string
+}
+
+// resolveSpawn reads the sandbox's image (build, else spec.Image's) and
+// resolves against it, in this order: the bind mounts (workspace ws
+// included), the user and its groups, the layers extracted for that user
+// and the working directory. It fails as spawnWith does.
+func (b *Backend) resolveSpawn(ctx context.Context, spec backend.SpawnSpec, build *image.Image, ws string) (*spawnImage, error) {
+	r := &spawnImage{img: build, workdir: spec.Workdir}
+	var err error
+	if r.img == nil {
+		if r.img, err = b.store.Get(spec.Image); err != nil {
+			return nil, fmt.Errorf("spawn: %w", err)
+		}
+	}
+	if r.workdir == "" {
+		r.workdir = oci.DefaultWorkdir
+	}
+	if r.mounts, r.sourceIDs, err = b.mounts(spec, ws, r.workdir); err != nil {
+		return nil, fmt.Errorf("spawn: %w", err)
+	}
+	if r.who, r.groupAdd, err = b.spawnUser(spec, r.img); err != nil {
+		return nil, fmt.Errorf("spawn: %w", err)
+	}
+	// Rootless, a sandbox user other than root gets a nested user namespace
+	// in which it is the invoking user, and layers extracted for it.
+	r.mapKey = b.store.Mapping().NestedFor(r.who.UID, r.who.GID).Key
+	if build != nil {
+		r.mapKey = ""
+	}
+	if r.layers, err = b.store.LayersFor(ctx, r.img, r.mapKey); err != nil {
+		return nil, fmt.Errorf("spawn: %w", err)
+	}
+	r.cwd = spawnCwd(spec, r.img, r.workdir)
+	return r, nil
+}
+
+// spawnUser resolves the sandbox's user in img (spec's, else the default
+// for its context and image) with the groups spec adds, and checks that
+// they are mapped in the store's user namespace.
+func (b *Backend) spawnUser(spec backend.SpawnSpec, img *image.Image) (identity, []uint32, error) {
+	userSpec := spec.User
+	if userSpec == "" {
+		userSpec = defaultUser(spec, img.Config.Config.User)
+	}
+	who, err := resolveUser(img.Layers, userSpec)
+	var groupAdd []uint32
+	if err == nil {
+		groupAdd, err = addGroups(img.Layers, &who, spec.GroupAdd)
+	}
+	if err == nil {
+		err = checkMapped(who, b.store.Mapping())
+	}
+	return who, groupAdd, err
+}
+
+// spawnCwd is where the sandbox's commands start: spec's Cwd, else the
+// workdir, or without a workspace the image's working directory (or /).
+func spawnCwd(spec backend.SpawnSpec, img *image.Image, workdir string) string {
+	cwd := workdir
+	if spec.NoWorkspaceMount {
+		cwd = img.Config.Config.WorkingDir
+		if cwd == "" {
+			cwd = "/"
+		}
+	}
+	if spec.Cwd != "" {
+		cwd = spec.Cwd
+	}
+	return cwd
+}
+
+// newRecord is the record of a sandbox about to be created from spec (a
+// build step's with build), with what checkSpawn and resolveSpawn found;
+// command, when set, is recorded for ps and start. It gets its id and
+// creation time here.
+func newRecord(spec backend.SpawnSpec, build bool, command []string, ws string, nw spawnNet, r *spawnImage) *record {
+	return &record{
+		SourceIDs: r.sourceIDs,
+		ID:        newID(),
+		Name:      spec.Name,
+		Hostname:  spec.Hostname,
+		Image:     r.img.Name,
+		ImageID:   r.img.ID,
+		Created:   time.Now().UTC(),
+		Workspace: ws,
+		Workdir:   r.workdir,
+		Cwd:       r.cwd,
+		User:      r.who,
+		GroupAdd:  r.groupAdd,
+		Layers:    r.layers,
+		MapKey:    r.mapKey,
+		Env:       spawnEnv(r.img.Config.Config.Env, spec),
+		NoSetup:   spec.DisableSetup,
+		Keep:      spec.Keep, AutoRemove: spec.AutoRemove, Disposable: (spec.Disposable || spec.AutoRemove) && !spec.Keep,
+		Labels:     spec.Labels,
+		Network:    nw.network,
+		Nets:       nw.nets,
+		ExtraHosts: spec.ExtraHosts, DNS: nw.dns, AllowHostLoopback: spec.AllowHostLoopback, Ports: nw.ports,
+		ReadOnly: spec.ReadOnlyRootfs,
+		CapAdd:   spec.CapAdd, CapDrop: spec.CapDrop, Unconfined: spec.SeccompUnconfined,
+		Limits:  spec.Limits,
+		Command: command,
+		Build:   build,
+	}
+}
+
+// markMounts records the targets of mounts that keep their owners' ids
+// (KeepOwners, once each) and of the writable ones handed over to the
+// sandbox's user (HandOver).
+func (rec *record) markMounts(mounts []backend.Mount) {
+	for _, m := range mounts {
+		switch t := path.Clean(m.Target); {
+		case m.KeepOwners:
+			// Any mount at t keeping its owners is enough: a mount that
+			// replaces it there never brings the owners' ids back.
+			if !slices.Contains(rec.KeepOwners, t) {
+				rec.KeepOwners = append(rec.KeepOwners, t)
+			}
+		case m.HandOver && !m.ReadOnly:
+			rec.HandOver = append(rec.HandOver, t)
+		}
+	}
 }
 
 // defaultUser is the user when the spawn spec names none: SPEC "User".
@@ -378,9 +467,10 @@ func (b *Backend) mounts(spec backend.SpawnSpec, ws, workdir string) ([]specs.Mo
 			return nil, nil, fmt.Errorf("mount %s: %s was not opened", m.Destination, m.Source)
 		}
 		byDest[m.Destination] = id
-		// Again on what is mounted: the resolved source.
+		// Again on what is mounted: the path of the descriptor opened,
+		// whose inode claim mounts, not resolved by name again.
 		bm := backend.Mount{Source: m.Source, Target: m.Destination, ReadOnly: slices.Contains(m.Options, "ro"), HandOver: handOver[m.Destination], Flag: flags[m.Destination]}
-		if err := backend.CheckMountSource(bm, spec.Unsafe); err != nil {
+		if err := backend.CheckOpenedSource(bm, spec.Unsafe); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -630,67 +720,26 @@ func (t template) key() string {
 // is handled in the background: its sandbox is discarded, then abandoned
 // (when not nil) runs, to remove what the caller made for it.
 func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t template, id, dir string, abandoned func()) (int, error) {
-	sock := filepath.Join(dir, socketFile)
-	os.Remove(sock)
-	ln, err := listenAgent(sock)
+	lnFile, err := agentListener(dir)
 	if err != nil {
 		return 0, err
 	}
-	lnFile, err := ln.File()
-	ln.Close()
-	if err != nil {
-		return 0, err
-	}
-	sent := false // then the call below owns lnFile
+	sent := false // then callPrestart owns lnFile
 	defer func() {
 		if !sent {
 			lnFile.Close()
 		}
 	}()
-	userNS := oci.WithInheritedUserNamespace()
-	if t.mapKey != "" {
-		nested, err := userns.ParseNested(t.mapKey)
-		if err != nil {
-			return 0, err
-		}
-		userNS = oci.WithIDMappings(specMaps(nested.UIDs), specMaps(nested.GIDs))
-	}
-	spec, err := oci.New(
-		userNS,
-		oci.WithRootfs(filepath.Join(dir, "rootfs"), t.readOnly),
-		oci.WithProcess([]string{agentPath}, append(slices.Clone(b.initEnv), sandboxMarker+id), "/"),
-		oci.WithUser(0, 0, nil),
-		oci.WithHostname("sandbox"), // the sandbox's own is set when it is claimed
-		oci.WithNetwork(t.network),
-		oci.WithMounts(append([]specs.Mount{{
-			Destination: agentPath, Type: "bind", Source: bins.init,
-			Options: []string{"bind", "ro", "nosuid", "nodev"},
-		}}, tmpMounts(t.tmpBytes, t.tmpfs)...)),
-		oci.WithCapabilities(t.caps[0], t.caps[1]),
-		unconfined(t.unconfined),
-		setidModes(t.setid && !t.unconfined),
-	)
+	spec, err := b.templateSpec(bins, t, id, dir)
 	if err != nil {
 		return 0, err
 	}
-	req := spawnd.Request{Op: spawnd.OpPrestart, ID: id, Dir: dir, LayersRoot: filepath.Dir(filepath.Dir(t.layers[0])), Spec: spec,
-		StartDeadline: b.startDeadline, RootfsBytes: t.rootfsBytes, Volatile: t.volatile}
-	if req.Seccomp, err = b.seccomp.get(spec.Linux.Seccomp); err != nil {
+	req, err := b.prestartRequest(srv, t, id, dir, spec)
+	if err != nil {
 		return 0, err
 	}
-	for _, l := range t.layers {
-		rel, err := filepath.Rel(req.LayersRoot, l)
-		if err != nil {
-			return 0, err
-		}
-		if srv.mapping != nil && !filepath.IsLocal(rel) {
-			// A sandbox's own server sees the layers' directory only.
-			return 0, fmt.Errorf("layer %s is not in the store's layers directory %s", l, req.LayersRoot)
-		}
-		req.Layers = append(req.Layers, rel)
-	}
 	fds := []int{int(lnFile.Fd())}
-	var clones []*os.File // the call below owns them, as lnFile
+	var clones []*os.File // callPrestart owns them, as lnFile
 	if srv.mapping != nil {
 		// The sandbox's directory and the layers' directory, as the
 		// server mounts them over their own paths in its mount namespace:
@@ -711,20 +760,100 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 		}
 		req.IDMapped = true
 	}
-	// A caller that gives up (ctx) ends only its own call: the server goes
-	// on for everyone else, and the sandbox it starts late is discarded.
+	sent = true
+	return b.callPrestart(ctx, srv, req, fds, append([]*os.File{lnFile}, clones...), abandoned)
+}
+
+// agentListener makes the socket PID 1 of the sandbox in dir listens on
+// (any earlier one removed) and returns it as a file, to be passed to the
+// spawn server.
+func agentListener(dir string) (*os.File, error) {
+	sock := filepath.Join(dir, socketFile)
+	os.Remove(sock)
+	ln, err := listenAgent(sock)
+	if err != nil {
+		return nil, err
+	}
+	lnFile, err := ln.File()
+	ln.Close()
+	if err != nil {
+		return nil, err
+	}
+	return lnFile, nil
+}
+
+// templateSpec is the OCI spec PID 1 of sandbox id over dir is started
+// with, from template t: its user namespace (nested when t says so), root
+// filesystem, the init at agentPath, network, tmpfs mounts, capabilities
+// and seccomp profile.
+func (b *Backend) templateSpec(bins binaries, t template, id, dir string) (*specs.Spec, error) {
+	userNS := oci.WithInheritedUserNamespace()
+	if t.mapKey != "" {
+		nested, err := userns.ParseNested(t.mapKey)
+		if err != nil {
+			return nil, err
+		}
+		userNS = oci.WithIDMappings(specMaps(nested.UIDs), specMaps(nested.GIDs))
+	}
+	return oci.New(
+		userNS,
+		oci.WithRootfs(filepath.Join(dir, "rootfs"), t.readOnly),
+		oci.WithProcess([]string{agentPath}, append(slices.Clone(b.initEnv), sandboxMarker+id), "/"),
+		oci.WithUser(0, 0, nil),
+		oci.WithHostname("sandbox"), // the sandbox's own is set when it is claimed
+		oci.WithNetwork(t.network),
+		oci.WithMounts(append([]specs.Mount{{
+			Destination: agentPath, Type: "bind", Source: bins.init,
+			Options: []string{"bind", "ro", "nosuid", "nodev"},
+		}}, tmpMounts(t.tmpBytes, t.tmpfs)...)),
+		oci.WithCapabilities(t.caps[0], t.caps[1]),
+		unconfined(t.unconfined),
+		setidModes(t.setid && !t.unconfined),
+	)
+}
+
+// prestartRequest is the spawn server's request to prestart sandbox id
+// over dir with spec: its compiled seccomp filter, and its layers relative
+// to the layers' directory (a sandbox's own server, srv.mapping set, sees
+// no other).
+func (b *Backend) prestartRequest(srv *spawner, t template, id, dir string, spec *specs.Spec) (*spawnd.Request, error) {
+	req := spawnd.Request{Op: spawnd.OpPrestart, ID: id, Dir: dir, LayersRoot: filepath.Dir(filepath.Dir(t.layers[0])), Spec: spec,
+		StartDeadline: b.startDeadline, RootfsBytes: t.rootfsBytes, Volatile: t.volatile}
+	var err error
+	if req.Seccomp, err = b.seccomp.get(spec.Linux.Seccomp); err != nil {
+		return nil, err
+	}
+	for _, l := range t.layers {
+		rel, err := filepath.Rel(req.LayersRoot, l)
+		if err != nil {
+			return nil, err
+		}
+		if srv.mapping != nil && !filepath.IsLocal(rel) {
+			// A sandbox's own server sees the layers' directory only.
+			return nil, fmt.Errorf("layer %s is not in the store's layers directory %s", l, req.LayersRoot)
+		}
+		req.Layers = append(req.Layers, rel)
+	}
+	return &req, nil
+}
+
+// callPrestart sends req with fds to srv and returns the pid it started.
+// It owns files (the fds' files), closed once the server has answered.
+//
+// A caller that gives up (ctx) ends only its own call: the server goes on
+// for everyone else, and the sandbox it starts late is discarded, then
+// abandoned (when not nil) runs.
+func (b *Backend) callPrestart(ctx context.Context, srv *spawner, req *spawnd.Request, fds []int, files []*os.File, abandoned func()) (int, error) {
 	type reply struct {
 		resp *spawnd.Response
 		err  error
 	}
 	replies := make(chan reply, 1)
-	sent = true
 	go func() {
-		defer lnFile.Close()
-		for _, f := range clones {
+		for _, f := range files {
 			defer f.Close()
 		}
-		resp, err := srv.call(context.Background(), b.store.Mapping(), &req, fds, true)
+		resp, err := srv.call(context.Background(), b.store.Mapping(), req, fds, true)
 		replies <- reply{resp, err}
 	}()
 	select {
@@ -736,7 +865,7 @@ func (b *Backend) prestart(ctx context.Context, srv *spawner, bins binaries, t t
 	case <-ctx.Done():
 		go func() {
 			if r := <-replies; r.err == nil {
-				srv.call(context.Background(), b.store.Mapping(), &spawnd.Request{Op: spawnd.OpDiscard, ID: id}, nil, false)
+				srv.call(context.Background(), b.store.Mapping(), &spawnd.Request{Op: spawnd.OpDiscard, ID: req.ID}, nil, false)
 			}
 			if abandoned != nil {
 				abandoned()

@@ -368,14 +368,9 @@ func (s *server) prestart(req *Request, listener *os.File) (int, error) {
 	}
 	upper, work, rootfs := filepath.Join(req.Dir, "upper"), filepath.Join(req.Dir, "work"), filepath.Join(req.Dir, "rootfs")
 	if req.RootfsBytes > 0 {
-		// The writable layer lives on a tmpfs of that size: writes past it
-		// fail with ENOSPC, and it does not outlive the sandbox's PID 1.
-		scratch := filepath.Join(req.Dir, "scratch")
-		if err := os.MkdirAll(scratch, 0o700); err != nil {
+		scratch, err := mountScratch(req.Dir, req.RootfsBytes)
+		if err != nil {
 			return 0, err
-		}
-		if err := unix.Mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0755", req.RootfsBytes)); err != nil {
-			return 0, fmt.Errorf("size-limited root filesystem: %w", err)
 		}
 		// The overlay holds its own reference; this namespace lets go.
 		defer unix.Unmount(scratch, unix.MNT_DETACH)
@@ -400,14 +395,8 @@ func (s *server) prestart(req *Request, listener *os.File) (int, error) {
 	env := slices.Clone(req.Spec.Process.Env)
 	extra := []*os.File{listener}
 	if len(req.Seccomp) > 0 {
-		r, w, err := os.Pipe()
+		r, err := seccompPipe(req.Seccomp)
 		if err != nil {
-			return 0, err
-		}
-		_, err = w.Write(req.Seccomp) // a few KiB: fits the pipe
-		w.Close()
-		if err != nil {
-			r.Close()
 			return 0, err
 		}
 		defer r.Close()
@@ -422,6 +411,52 @@ func (s *server) prestart(req *Request, listener *os.File) (int, error) {
 	defer claimR.Close()
 	extra = append(extra, claimR)
 	env = append(env, fmt.Sprintf("_SLOPBOX_CLAIM_FD=%d", 2+len(extra)))
+	pid, err := startInit(req, env, extra, claimR, claimW)
+	if err != nil {
+		return 0, err
+	}
+	s.inits.add(pid)
+	s.mu.Lock()
+	s.pending[req.ID] = &prestarted{pid: pid, claim: claimW}
+	s.mu.Unlock()
+	return pid, nil
+}
+
+// mountScratch mounts a tmpfs of size bytes at dir/scratch for the
+// sandbox's writable layer, and returns its path: writes past it fail
+// with ENOSPC, and it does not outlive the sandbox's PID 1.
+func mountScratch(dir string, size int64) (string, error) {
+	scratch := filepath.Join(dir, "scratch")
+	if err := os.MkdirAll(scratch, 0o700); err != nil {
+		return "", err
+	}
+	if err := unix.Mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
+		return "", fmt.Errorf("size-limited root filesystem: %w", err)
+	}
+	return scratch, nil
+}
+
+// seccompPipe is the read end of a pipe that holds filter, the compiled
+// seccomp filter PID 1 reads and loads itself.
+func seccompPipe(filter []byte) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	_, err = w.Write(filter) // a few KiB: fits the pipe
+	w.Close()
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// startInit has libcontainer create the container of req and start its
+// init with env and extra (which holds claimR, the read end of its claim
+// pipe), within req's start deadline, and returns its pid. On failure it
+// closes claimW, the write end (and destroys a container it made).
+func startInit(req *Request, env []string, extra []*os.File, claimR, claimW *os.File) (int, error) {
 	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
 		CgroupName:      req.ID,
 		Spec:            req.Spec,
@@ -459,10 +494,6 @@ func (s *server) prestart(req *Request, listener *os.File) (int, error) {
 		claimW.Close()
 		return 0, err
 	}
-	s.inits.add(pid)
-	s.mu.Lock()
-	s.pending[req.ID] = &prestarted{pid: pid, claim: claimW}
-	s.mu.Unlock()
 	return pid, nil
 }
 
