@@ -263,7 +263,6 @@ var oversized = map[string][2]int{ // file:function -> lines, complexity
 	"sandbox/spawn.go:spawnWith":                 {191, 54},
 	"sandbox/monitor.go:runDetached":             {169, 38},
 	"local/local.go:startLocked":                 {147, 28},
-	"cmd/slopbox/run.go:runCmd":                  {121, 33},
 	"dockercompat/engine/events.go:watchRun":     {119, 26},
 	"sandbox/spawn.go:prestart":                  {116, 23},
 	"imagebuild/build.go:Build":                  {115, 30},
