@@ -265,8 +265,6 @@ var oversized = map[string][2]int{ // file:function -> lines, complexity
 	"local/local.go:startLocked":                 {147, 28},
 	"dockercompat/engine/events.go:watchRun":     {119, 26},
 	"sandbox/spawn.go:prestart":                  {116, 23},
-	"imagebuild/copy.go:copy":                    {114, 41},
-	"imagebuild/copy.go:copyFrom":                {113, 36},
 	"sandbox/sandbox.go:startLocked":             {107, 20},
 	"cmd/slopbox/env.go:runRLM":                  {105, 31},
 	"sandbox/internal/spawnd/server.go:prestart": {103, 20},
