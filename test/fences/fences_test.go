@@ -268,7 +268,6 @@ var oversized = map[string][2]int{ // file:function -> lines, complexity
 	"sandbox/sandbox.go:startLocked":             {107, 20},
 	"cmd/slopbox/env.go:runRLM":                  {105, 31},
 	"sandbox/internal/spawnd/server.go:prestart": {103, 20},
-	"internal/copytar/copytar.go:entry":          {98, 35},
 	"cmd/slopbox/env.go:refuseOperatorOnly":      {91, 32},
 	"sandbox/monitor.go:Logs":                    {87, 31},
 	"sandbox/spawn.go:bindSource":                {73, 32},
