@@ -269,7 +269,6 @@ var oversized = map[string][2]int{ // file:function -> lines, complexity
 	"sandbox/internal/spawnd/server.go:prestart": {103, 20},
 	"sandbox/monitor.go:Logs":                    {87, 31},
 	"sandbox/spawn.go:bindSource":                {73, 32},
-	"dockercompat/echoed.go:checkEchoed":         {67, 32},
 }
 
 // complexity is fn's cyclomatic complexity, as gocyclo counts it.
