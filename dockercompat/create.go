@@ -128,48 +128,102 @@ func (m MountOption) flag() string {
 // Engine API returns them in Warnings); the notes are slopbox's advice.
 // Every error is a bad value or a policy
 // refusal: the CLI exits 125 for it and the Engine API answers 400.
+// Each group of options has its own step, in this order: the options
+// recorded for inspect, security, the workspace, the network, the
+// environment and labels, the mounts, the limits, the echoed options
+// and last the anonymous volumes (they fill what no other mount covers).
 func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []string, err error) {
 	s = backend.SpawnSpec{Image: o.Image, Name: o.Name, User: o.User, Hostname: o.Hostname, Keep: o.Keep, AutoRemove: o.AutoRemove,
 		DisableSetup: len(o.Setup) == 0, Setup: backend.Setup{Commands: o.Setup}, ReadOnlyRootfs: o.ReadOnly,
 		CapAdd: o.CapAdd, CapDrop: o.CapDrop, AllowHostLoopback: o.AllowHostLoopback,
 		ExtraHosts: o.ExtraHosts, DNS: o.DNS, DNSSearch: o.DNSSearch, DNSOptions: o.DNSOptions,
 		AllowedMountRoots: o.AllowedMountRoots, Unsafe: append(slices.Clone(o.PolicyUnsafe), o.AllowUnsafe...), GroupAdd: o.GroupAdd}
-	if err := o.HostSharing.Check(); err != nil {
+	if err := o.checkRecorded(); err != nil {
 		return s, nil, nil, err
 	}
-	if err := CheckRestartPolicy(o.RestartPolicy, o.AutoRemove); err != nil {
+	if err := o.securityOpts(&s); err != nil {
 		return s, nil, nil, err
-	}
-	if err := checkLogConfig(o.LogConfig); err != nil {
-		return s, nil, nil, err
-	}
-	if o.CpuShares < 0 {
-		return s, nil, nil, backend.InvalidValue("invalid CPU shares (%d): the minimum is 0", o.CpuShares)
-	}
-	if err := checkHealthcheck(o.Healthcheck); err != nil {
-		return s, nil, nil, err
-	}
-	if err := CheckRealtime(o.CPURealtimePeriod, o.CPURealtimeRuntime); err != nil {
-		return s, nil, nil, err
-	}
-	for _, opt := range o.SecurityOpt {
-		switch strings.ReplaceAll(opt, ":", "=") {
-		case "seccomp=unconfined":
-			s.SeccompUnconfined = true
-		case "no-new-privileges", "no-new-privileges=true":
-		default:
-			return s, nil, nil, backend.InvalidValue("--security-opt %q is not supported (seccomp=unconfined, no-new-privileges)", opt)
-		}
 	}
 	if o.Workspace != "" {
 		s.Workspace, s.Workdir = o.Workspace, o.Workdir
 	} else {
 		s.NoWorkspaceMount, s.Cwd = true, o.Workdir
 	}
+	if warnings, err = o.network(&s); err != nil {
+		return s, nil, nil, err
+	}
+	if err := o.envAndLabels(&s); err != nil {
+		return s, nil, nil, err
+	}
+	tmpfs, err := o.mounts(&s)
+	if err != nil {
+		return s, nil, nil, err
+	}
+	if err := o.specLimits(&s, tmpfs); err != nil {
+		return s, nil, nil, err
+	}
+	volumes := len(o.AnonymousVolumes) > 0
+	for _, m := range s.Mounts {
+		volumes = volumes || m.Volume != "" || m.AnonymousVolume
+	}
+	w, err := o.checkEchoed(s.Limits.MemoryBytes, volumes)
+	if err != nil {
+		return s, nil, nil, err
+	}
+	warnings = append(warnings, w...)
+	o.anonymousVolumes(&s)
+	// What the spec may be, the backend checks once (SpawnSpec.Validate)
+	// before it creates anything.
+	return s, warnings, nil, nil
+}
+
+// checkRecorded checks the options slopbox records for inspect and serve
+// acts on (host sharing, restart policy, log config, CPU shares,
+// healthcheck, realtime), none of which goes into the SpawnSpec.
+func (o *CreateOptions) checkRecorded() error {
+	if err := o.HostSharing.Check(); err != nil {
+		return err
+	}
+	if err := CheckRestartPolicy(o.RestartPolicy, o.AutoRemove); err != nil {
+		return err
+	}
+	if err := checkLogConfig(o.LogConfig); err != nil {
+		return err
+	}
+	if o.CpuShares < 0 {
+		return backend.InvalidValue("invalid CPU shares (%d): the minimum is 0", o.CpuShares)
+	}
+	if err := checkHealthcheck(o.Healthcheck); err != nil {
+		return err
+	}
+	return CheckRealtime(o.CPURealtimePeriod, o.CPURealtimeRuntime)
+}
+
+// securityOpts turns --security-opt into s: seccomp=unconfined is the one
+// slopbox acts on, no-new-privileges is what it always does, and any
+// other is refused.
+func (o *CreateOptions) securityOpts(s *backend.SpawnSpec) error {
+	for _, opt := range o.SecurityOpt {
+		switch strings.ReplaceAll(opt, ":", "=") {
+		case "seccomp=unconfined":
+			s.SeccompUnconfined = true
+		case "no-new-privileges", "no-new-privileges=true":
+		default:
+			return backend.InvalidValue("--security-opt %q is not supported (seccomp=unconfined, no-new-privileges)", opt)
+		}
+	}
+	return nil
+}
+
+// network turns -p, --network, --network-alias, --ip and the further
+// user networks into s's ports, network mode and attachments. Its
+// warning is Docker's for ports published on the host network (which
+// are dropped).
+func (o *CreateOptions) network(s *backend.SpawnSpec) (warnings []string, err error) {
 	for _, p := range o.Publish {
 		pm, err := ParsePort(p)
 		if err != nil {
-			return s, nil, nil, err
+			return nil, err
 		}
 		s.Ports = append(s.Ports, pm)
 	}
@@ -186,13 +240,13 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 		s.Network = o.Network
 	default:
 		if strings.HasPrefix(o.Network, "container:") {
-			return s, nil, nil, backend.InvalidValue("network mode %q: sharing another container's network namespace is not supported by slopbox (use a user-defined network: slopbox network create NAME, then --network NAME)", o.Network)
+			return nil, backend.InvalidValue("network mode %q: sharing another container's network namespace is not supported by slopbox (use a user-defined network: slopbox network create NAME, then --network NAME)", o.Network)
 		}
 		// A user-defined network: the backend checks it exists.
 		s.Network = o.Network
 	}
 	if (len(o.NetworkAliases) > 0 || o.IP != "") && backend.IsPredefinedNetwork(s.Network) {
-		return s, nil, nil, backend.InvalidValue("network-scoped aliases and --ip are only supported for user-defined networks (not %s)", s.Network)
+		return nil, backend.InvalidValue("network-scoped aliases and --ip are only supported for user-defined networks (not %s)", s.Network)
 	}
 	if !backend.IsPredefinedNetwork(s.Network) {
 		s.Networks = append(s.Networks, backend.NetworkAttachment{Network: s.Network, Aliases: o.NetworkAliases, IPv4: o.IP})
@@ -211,16 +265,23 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 		warnings = append(warnings, "Published ports are discarded when using host network mode")
 		s.Ports = nil
 	}
+	return warnings, nil
+}
+
+// envAndLabels turns --link's environment, -e and --label into s's Env
+// and Labels. It comes after network: links cannot be used with the host
+// network.
+func (o *CreateOptions) envAndLabels(s *backend.SpawnSpec) error {
 	env := map[string]string{}
 	if len(o.Links) > 0 && s.Network == backend.NetworkHost {
-		return s, nil, nil, backend.InvalidValue("conflicting options: host type networking can't be used with links. This would result in undefined behavior")
+		return backend.InvalidValue("conflicting options: host type networking can't be used with links. This would result in undefined behavior")
 	}
 	for _, l := range o.Links {
 		// As Docker's legacy links: the linked container's name and
 		// environment, before the container's own (which wins).
 		c, alias, err := o.linked(l)
 		if err != nil {
-			return s, nil, nil, err
+			return err
 		}
 		for _, kv := range LinkEnv(o.Name, alias, c.Env) {
 			k, v, _ := strings.Cut(kv, "=")
@@ -230,7 +291,7 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 	for _, kv := range o.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		if k == "" {
-			return s, nil, nil, backend.InvalidValue("-e %q: want KEY=VALUE", kv)
+			return backend.InvalidValue("-e %q: want KEY=VALUE", kv)
 		}
 		env[k] = v
 	}
@@ -240,24 +301,31 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 	for _, l := range o.Labels {
 		k, v, _ := strings.Cut(l, "=")
 		if k == "" {
-			return s, nil, nil, backend.InvalidValue("--label %q: want KEY=VALUE", l)
+			return backend.InvalidValue("--label %q: want KEY=VALUE", l)
 		}
 		if s.Labels == nil {
 			s.Labels = map[string]string{}
 		}
 		s.Labels[k] = v
 	}
-	tmpfs := slices.Clone(o.Tmpfs)
+	return nil
+}
+
+// mounts turns --mount, -v and --volumes-from into s's Mounts, in that
+// order, and marks the binds that keep their host owners. It returns the
+// tmpfs mounts (--tmpfs and --mount type=tmpfs), which are limits.
+func (o *CreateOptions) mounts(s *backend.SpawnSpec) (tmpfs []string, err error) {
+	tmpfs = slices.Clone(o.Tmpfs)
 	for _, m := range o.Mounts {
 		switch m.Type {
 		case "bind", "":
 			if m.Source == "" || m.Target == "" {
-				return s, nil, nil, backend.InvalidValue("mount %s:%s: a bind mount needs a source and a target", m.Source, m.Target)
+				return nil, backend.InvalidValue("mount %s:%s: a bind mount needs a source and a target", m.Source, m.Target)
 			}
 			s.Mounts = append(s.Mounts, backend.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly, Flag: m.flag()})
 		case "volume":
 			if m.Target == "" {
-				return s, nil, nil, backend.InvalidValue("mount %s: a volume mount needs a target", m.Source)
+				return nil, backend.InvalidValue("mount %s: a volume mount needs a target", m.Source)
 			}
 			s.Mounts = append(s.Mounts, backend.Mount{Volume: m.Source, AnonymousVolume: m.Source == "", Target: m.Target, ReadOnly: m.ReadOnly})
 		case "tmpfs":
@@ -267,28 +335,16 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 			}
 			tmpfs = append(tmpfs, t)
 		default:
-			return s, nil, nil, backend.InvalidValue("mount type %q is not supported (bind, volume or tmpfs)", m.Type)
+			return nil, backend.InvalidValue("mount type %q is not supported (bind, volume or tmpfs)", m.Type)
 		}
 	}
-	for _, v := range o.Volumes {
-		m, err := ParseVolume(v)
-		if err != nil {
-			return s, nil, nil, err
-		}
-		if m.Volume != "" && o.Workspace != "" {
-			// With a workspace a relative source stays slopbox's: a
-			// path in the workspace, not a volume name.
-			m.Source, m.Volume = m.Volume, ""
-		}
-		if o.Workspace == "" && o.CallerDir != "" && strings.HasPrefix(m.Source, ".") {
-			m.Source = filepath.Join(o.CallerDir, m.Source)
-		}
-		s.Mounts = append(s.Mounts, m)
+	if err := o.volumes(s); err != nil {
+		return nil, err
 	}
 	for _, v := range o.VolumesFrom {
 		ms, err := o.volumesFrom(v, s.Mounts)
 		if err != nil {
-			return s, nil, nil, err
+			return nil, err
 		}
 		s.Mounts = append(s.Mounts, ms...)
 	}
@@ -300,26 +356,48 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 			}
 		}
 	}
+	return tmpfs, nil
+}
+
+// volumes adds -v's mounts to s. With a workspace a relative source is a
+// path in it; without one, a source starting with "." is the caller's.
+func (o *CreateOptions) volumes(s *backend.SpawnSpec) error {
+	for _, v := range o.Volumes {
+		m, err := ParseVolume(v)
+		if err != nil {
+			return err
+		}
+		if m.Volume != "" && o.Workspace != "" {
+			// With a workspace a relative source stays slopbox's: a
+			// path in the workspace, not a volume name.
+			m.Source, m.Volume = m.Volume, ""
+		}
+		if o.Workspace == "" && o.CallerDir != "" && strings.HasPrefix(m.Source, ".") {
+			m.Source = filepath.Join(o.CallerDir, m.Source)
+		}
+		s.Mounts = append(s.Mounts, m)
+	}
+	return nil
+}
+
+// specLimits sets s's Limits (tmpfs the mounts gave) and refuses a tmpfs
+// at a path another mount has.
+func (o *CreateOptions) specLimits(s *backend.SpawnSpec, tmpfs []string) (err error) {
 	if s.Limits, err = o.limits(tmpfs); err != nil {
-		return s, nil, nil, err
+		return err
 	}
 	for _, m := range s.Mounts {
 		if t := path.Clean(m.Target); s.Limits.Tmpfs[t] > 0 || t == "/tmp" && s.Limits.TmpBytes > 0 {
-			return s, nil, nil, backend.InvalidValue("Duplicate mount point: %s (a tmpfs and another mount)", t)
+			return backend.InvalidValue("Duplicate mount point: %s (a tmpfs and another mount)", t)
 		}
 	}
-	volumes := len(o.AnonymousVolumes) > 0
-	for _, m := range s.Mounts {
-		volumes = volumes || m.Volume != "" || m.AnonymousVolume
-	}
-	w, err := o.checkEchoed(s.Limits.MemoryBytes, volumes)
-	if err != nil {
-		return s, nil, nil, err
-	}
-	warnings = append(warnings, w...)
-	// An anonymous volume for each of Config.Volumes no other mount or
-	// tmpfs covers. It starts empty: the image's files there are not
-	// copied in (dockerd copies them).
+	return nil
+}
+
+// anonymousVolumes adds an anonymous volume for each of Config.Volumes no
+// other mount or tmpfs covers. It starts empty: the image's files there
+// are not copied in (dockerd copies them).
+func (o *CreateOptions) anonymousVolumes(s *backend.SpawnSpec) {
 	for _, target := range o.AnonymousVolumes {
 		covered := s.Limits.TmpBytes > 0 && path.Clean(target) == "/tmp" || s.Limits.Tmpfs[path.Clean(target)] > 0
 		for _, m := range s.Mounts {
@@ -329,9 +407,6 @@ func (o *CreateOptions) ToSpawnSpec() (s backend.SpawnSpec, warnings, notes []st
 			s.Mounts = append(s.Mounts, backend.Mount{Target: target, AnonymousVolume: true})
 		}
 	}
-	// What the spec may be, the backend checks once (SpawnSpec.Validate)
-	// before it creates anything.
-	return s, warnings, nil, nil
 }
 
 // linked finds the container a link names.

@@ -50,19 +50,50 @@ type Echoed struct {
 // warns of what has no effect here.
 func (o *CreateOptions) checkEchoed(memory int64, volumes bool) (warnings []string, err error) {
 	e := o.Echoed
+	if err := e.checkPlatform(volumes); err != nil {
+		return nil, err
+	}
+	cpus, err := e.checkCPUSet()
+	if err != nil {
+		return nil, err
+	}
+	swap, err := e.checkSwap(memory)
+	if err != nil {
+		return nil, err
+	}
+	mac, err := e.checkMAC()
+	if err != nil {
+		return nil, err
+	}
+	if err := e.checkStopAndRefs(); err != nil {
+		return nil, err
+	}
+	return append(append(cpus, swap...), mac...), nil
+}
+
+// checkPlatform refuses a runtime but runc, an isolation but the
+// default, and (when the container has volumes) a volume driver but
+// local.
+func (e Echoed) checkPlatform(volumes bool) error {
 	switch e.Runtime {
 	case "", "runc":
 	default:
-		return nil, backend.InvalidValue("Unknown runtime specified %s (slopbox runs runc's libcontainer only)", e.Runtime)
+		return backend.InvalidValue("Unknown runtime specified %s (slopbox runs runc's libcontainer only)", e.Runtime)
 	}
 	switch strings.ToLower(e.Isolation) {
 	case "", "default":
 	default:
-		return nil, backend.InvalidValue("Invalid isolation: %q - linux only supports 'default'", e.Isolation)
+		return backend.InvalidValue("Invalid isolation: %q - linux only supports 'default'", e.Isolation)
 	}
 	if e.VolumeDriver != "" && e.VolumeDriver != "local" && volumes {
-		return nil, backend.InvalidValue("volume driver %q is not available: slopbox has the local driver only", e.VolumeDriver)
+		return backend.InvalidValue("volume driver %q is not available: slopbox has the local driver only", e.VolumeDriver)
 	}
+	return nil
+}
+
+// checkCPUSet refuses a cpuset that is no CPU list and warns that one
+// is not applied.
+func (e Echoed) checkCPUSet() (warnings []string, err error) {
 	for _, c := range []struct{ name, v string }{{"CpusetCpus", e.CpusetCpus}, {"CpusetMems", e.CpusetMems}} {
 		if c.v == "" {
 			continue
@@ -72,6 +103,12 @@ func (o *CreateOptions) checkEchoed(memory int64, volumes bool) (warnings []stri
 		}
 		warnings = append(warnings, fmt.Sprintf("%s %q is not applied: slopbox does not pin sandboxes to CPUs or memory nodes", c.name, c.v))
 	}
+	return warnings, nil
+}
+
+// checkSwap checks MemorySwap against the memory limit and
+// MemorySwappiness as dockerd does, and warns that neither is applied.
+func (e Echoed) checkSwap(memory int64) (warnings []string, err error) {
 	switch s := e.MemorySwap; {
 	case s == 0 || s == memory:
 	case s > 0 && memory == 0:
@@ -89,31 +126,43 @@ func (o *CreateOptions) checkEchoed(memory int64, volumes bool) (warnings []stri
 		}
 		warnings = append(warnings, fmt.Sprintf("MemorySwappiness %d is not applied: slopbox does not set it", *p))
 	}
+	return warnings, nil
+}
+
+// checkMAC refuses a MacAddress that is none and warns that one is not
+// applied.
+func (e Echoed) checkMAC() (warnings []string, err error) {
 	if e.MacAddress != "" {
 		if _, err := net.ParseMAC(e.MacAddress); err != nil {
 			return nil, backend.InvalidValue("%s is not a valid mac address", e.MacAddress)
 		}
 		warnings = append(warnings, fmt.Sprintf("MacAddress %s is not applied: a sandbox's interface keeps the address its network gives it", e.MacAddress))
 	}
+	return warnings, nil
+}
+
+// checkStopAndRefs refuses a bad stop signal or timeout, a volumes-from
+// mode but ro or rw, and a link that does not parse.
+func (e Echoed) checkStopAndRefs() error {
 	if e.StopSignal != "" {
 		if _, err := backend.ParseSignal(e.StopSignal); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if t := e.StopTimeout; t != nil && *t < -1 {
-		return nil, backend.InvalidValue("invalid StopTimeout %d", *t)
+		return backend.InvalidValue("invalid StopTimeout %d", *t)
 	}
 	for _, v := range e.VolumesFrom {
 		if _, mode, ok := strings.Cut(v, ":"); ok && mode != "ro" && mode != "rw" {
-			return nil, backend.InvalidValue("invalid mode for volumes-from: %s", mode)
+			return backend.InvalidValue("invalid mode for volumes-from: %s", mode)
 		}
 	}
 	for _, l := range e.Links {
 		if _, _, err := ParseLink(l); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return warnings, nil
+	return nil
 }
 
 // cpuList is a cpuset list: 0-3,5.

@@ -175,8 +175,31 @@ func (bl *Builder) Build(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("Dockerfile: %w", err)
 	}
 	bl.lex = shell.NewLex(res.EscapeToken)
+	bl.loadCacheFrom(o.CacheFrom)
+	stages, metaArgs, err := instructions.Parse(res.AST, nil)
+	if err != nil {
+		return nil, fmt.Errorf("Dockerfile: %w", err)
+	}
+	if stages, err = targetStages(stages, o.Target); err != nil {
+		return nil, err
+	}
+	meta, err := bl.metaArgs(metaArgs)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := bl.buildStages(ctx, stages, meta)
+	if err != nil {
+		return nil, err
+	}
+	return bl.finish(cur)
+}
+
+// loadCacheFrom sets bl.cacheFrom to the images of names (--cache-from)
+// found in the store with all their layers; as docker's, an image it
+// cannot find is no cache, and no error.
+func (bl *Builder) loadCacheFrom(names []string) {
 	bl.cacheFrom = nil
-	for _, name := range o.CacheFrom {
+	for _, name := range names {
 		img, err := bl.b.Store().Get(name)
 		if err != nil {
 			continue // as docker's: an image it cannot find is no cache
@@ -185,18 +208,20 @@ func (bl *Builder) Build(ctx context.Context, o Options) (*Result, error) {
 			bl.cacheFrom = append(bl.cacheFrom, cacheImage{cfg: img.Config, layers: ls})
 		}
 	}
-	stages, metaArgs, err := instructions.Parse(res.AST, nil)
-	if err != nil {
-		return nil, fmt.Errorf("Dockerfile: %w", err)
-	}
+}
+
+// targetStages is the stages the build runs: all of them, or those up to
+// target (--target) when one is given. It refuses a Dockerfile with no
+// stage, and ONBUILD in one of those it runs.
+func targetStages(stages []instructions.Stage, target string) ([]instructions.Stage, error) {
 	if len(stages) == 0 {
 		return nil, errors.New("Dockerfile: no FROM instruction")
 	}
 	last := len(stages) - 1
-	if o.Target != "" {
-		last = slices.IndexFunc(stages, func(s instructions.Stage) bool { return strings.EqualFold(s.Name, o.Target) })
+	if target != "" {
+		last = slices.IndexFunc(stages, func(s instructions.Stage) bool { return strings.EqualFold(s.Name, target) })
 		if last < 0 {
-			return nil, fmt.Errorf("target stage %q could not be found", o.Target)
+			return nil, fmt.Errorf("target stage %q could not be found", target)
 		}
 	}
 	for _, st := range stages[:last+1] {
@@ -206,21 +231,25 @@ func (bl *Builder) Build(ctx context.Context, o Options) (*Result, error) {
 			}
 		}
 	}
-	total := 0
-	for _, st := range stages[:last+1] {
-		total += 1 + len(st.Commands)
-	}
+	return stages[:last+1], nil
+}
+
+// metaArgs is the values of the ARGs before the first FROM: each
+// expanded with those before it, a build arg replacing it, all of them
+// bounded by MaxConfigBytes.
+func (bl *Builder) metaArgs(metaArgs []instructions.ArgCommand) (map[string]string, error) {
 	meta := map[string]string{}
 	metaSize := 0
 	for _, a := range metaArgs {
 		for _, kv := range a.Args {
 			v := ""
 			if kv.Value != nil {
+				var err error
 				if v, err = bl.expand(*kv.Value, envList(meta)); err != nil {
 					return nil, fmt.Errorf("Dockerfile: line %d: %w", line(&a), err)
 				}
 			}
-			if bv, ok := o.BuildArgs[kv.Key]; ok {
+			if bv, ok := bl.o.BuildArgs[kv.Key]; ok {
 				v = bv
 			}
 			meta[kv.Key] = v
@@ -229,10 +258,22 @@ func (bl *Builder) Build(ctx context.Context, o Options) (*Result, error) {
 			}
 		}
 	}
+	return meta, nil
+}
+
+// buildStages builds stages in order, printing each step as docker's
+// builder does ("Step N/TOTAL : ..." and " ---> ID"), and returns the last
+// one. A built stage is found by its index and its name (lower case).
+func (bl *Builder) buildStages(ctx context.Context, stages []instructions.Stage, meta map[string]string) (*stage, error) {
+	total := 0
+	for _, st := range stages {
+		total += 1 + len(st.Commands)
+	}
 	done := map[string]*stage{}
 	var cur *stage
+	var err error
 	step := 0
-	for i, st := range stages[:last+1] {
+	for i, st := range stages {
 		step++
 		fmt.Fprintf(bl.out, "Step %d/%d : %s\n", step, total, st.SourceCode)
 		if cur, err = bl.from(ctx, st, meta, done); err != nil {
@@ -243,18 +284,8 @@ func (bl *Builder) Build(ctx context.Context, o Options) (*Result, error) {
 			step++
 			src := c.(interface{ String() string }).String()
 			fmt.Fprintf(bl.out, "Step %d/%d : %s\n", step, total, src)
-			bl.expanded = 0
-			err := bl.command(ctx, cur, c, done)
-			if err == nil {
-				err = cur.grew(len(src) + bl.expanded + len(strings.Join(cur.shell, " ")))
-			}
-			if err != nil {
-				var se *StepError
-				if errors.As(err, &se) {
-					se.Step, se.Line = src, line(c)
-					return nil, se
-				}
-				return nil, &StepError{Step: src, Line: line(c), Err: err}
+			if err := bl.step(ctx, cur, c, src, done); err != nil {
+				return nil, err
 			}
 			fmt.Fprintf(bl.out, " ---> %s\n", short(cur.chain))
 		}
@@ -264,7 +295,26 @@ func (bl *Builder) Build(ctx context.Context, o Options) (*Result, error) {
 			done[strings.ToLower(st.Name)] = cur
 		}
 	}
-	return bl.finish(cur)
+	return cur, nil
+}
+
+// step runs instruction c (its source src) in stage s and checks the
+// stage's growth; its error is a StepError naming the instruction.
+func (bl *Builder) step(ctx context.Context, s *stage, c instructions.Command, src string, done map[string]*stage) error {
+	bl.expanded = 0
+	err := bl.command(ctx, s, c, done)
+	if err == nil {
+		err = s.grew(len(src) + bl.expanded + len(strings.Join(s.shell, " ")))
+	}
+	if err != nil {
+		var se *StepError
+		if errors.As(err, &se) {
+			se.Step, se.Line = src, line(c)
+			return se
+		}
+		return &StepError{Step: src, Line: line(c), Err: err}
+	}
+	return nil
 }
 
 func (bl *Builder) finish(st *stage) (*Result, error) {

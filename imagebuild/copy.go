@@ -54,14 +54,9 @@ func (bl *Builder) copy(ctx context.Context, s *stage, c copySpec, done map[stri
 	if err != nil {
 		return err
 	}
-	var mode *fs.FileMode
-	if c.chmod != "" {
-		m, err := strconv.ParseUint(c.chmod, 8, 32)
-		if err != nil || m > 0o7777 {
-			return fmt.Errorf("--chmod=%s: an octal mode is expected", c.chmod)
-		}
-		fm := fs.FileMode(m)
-		mode = &fm
+	mode, err := chmodMode(c.chmod)
+	if err != nil {
+		return err
 	}
 	dest := c.dest
 	if !path.IsAbs(dest) {
@@ -80,6 +75,35 @@ func (bl *Builder) copy(ctx context.Context, s *stage, c copySpec, done map[stri
 	if err != nil {
 		return err
 	}
+	w := &copyWriter{root: root, uid: uid, gid: gid, mode: mode, ignore: ig, layers: s.layers, written: map[string]bool{}}
+	return bl.copyLayer(ctx, s, c.src, w, func() error {
+		for _, pat := range c.sources {
+			if dirDest, err = w.contextSource(pat, dest, dirDest, c.add); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// chmodMode is the mode --chmod gives (an octal one, at most 07777), nil
+// when it is not given.
+func chmodMode(chmod string) (*fs.FileMode, error) {
+	if chmod == "" {
+		return nil, nil
+	}
+	m, err := strconv.ParseUint(chmod, 8, 32)
+	if err != nil || m > 0o7777 {
+		return nil, fmt.Errorf("--chmod=%s: an octal mode is expected", chmod)
+	}
+	fm := fs.FileMode(m)
+	return &fm, nil
+}
+
+// copyLayer stages in a temporary file (holes kept) the tar that write
+// makes through w (its tar writer, the cache key's sum and the layer's
+// size bound set here), and commits it as s's next layer (commitCopy).
+func (bl *Builder) copyLayer(ctx context.Context, s *stage, src string, w *copyWriter, write func() error) error {
 	tmp, err := os.CreateTemp("", "slopbox-copy-")
 	if err != nil {
 		return err
@@ -91,65 +115,11 @@ func (bl *Builder) copy(ctx context.Context, s *stage, c copySpec, done map[stri
 	h := sha256.New()
 	sw := sparse.NewWriter(tmp)
 	bw := bufio.NewWriter(sw)
-	tw := tar.NewWriter(bw)
-	w := &copyWriter{root: root, tw: tw, sum: h, uid: uid, gid: gid, mode: mode, ignore: ig, layers: s.layers, written: map[string]bool{},
-		size: bl.layerSize()}
-	for _, pat := range c.sources {
-		if strings.Contains(pat, "://") {
-			return fmt.Errorf("%s: remote sources are not supported by slopbox build", pat)
-		}
-		rel := path.Clean("/" + pat)[1:]
-		if rel == "" {
-			rel = "."
-		}
-		if cl := path.Clean(pat); cl == ".." || strings.HasPrefix(cl, "../") || strings.HasPrefix(cl, "/..") {
-			return fmt.Errorf("COPY source %s is outside the build context", pat)
-		}
-		matches := []string{rel}
-		if strings.ContainsAny(rel, "*?[") {
-			if matches, err = fs.Glob(root.FS(), rel); err != nil {
-				return fmt.Errorf("%s: %w", pat, err)
-			}
-			matches = w.notIgnored(matches)
-			if len(matches) == 0 {
-				return fmt.Errorf("COPY failed: no source files were specified (%s matches nothing in the build context)", pat)
-			}
-			if len(matches) > 1 {
-				dirDest = true
-			}
-		}
-		for _, m := range matches {
-			fi, err := root.Stat(m)
-			if err != nil {
-				return fmt.Errorf("COPY failed: %s: %w", pat, explainOutside(err))
-			}
-			if w.ignored(m) {
-				return fmt.Errorf("COPY failed: %s is excluded by .dockerignore", pat)
-			}
-			// A FIFO, socket or device named as a source is refused: it
-			// has no contents to copy, and reading one would wait on it.
-			// One met in a directory is left out (entry), as BuildKit's
-			// copier leaves them out.
-			if lfi, err := root.Lstat(m); err == nil && !lfi.IsDir() && !lfi.Mode().IsRegular() && lfi.Mode()&fs.ModeSymlink == 0 {
-				return fmt.Errorf("COPY failed: %s is %s, not a file or directory: refused", m, regfile.Kind(lfi.Mode()))
-			}
-			if c.add && fi.Mode().IsRegular() {
-				if ok, err := w.addArchive(m, dest); err != nil {
-					return err
-				} else if ok {
-					continue
-				}
-			}
-			target := dest
-			if !fi.IsDir() && (dirDest || w.isDirInImage(dest)) {
-				target = path.Join(dest, path.Base(m))
-			}
-			if err := w.tree(m, target, fi.IsDir()); err != nil {
-				return err
-			}
-		}
+	w.tw, w.sum, w.size = tar.NewWriter(bw), h, bl.layerSize()
+	if err := write(); err != nil {
+		return err
 	}
-	if err := tw.Close(); err != nil {
+	if err := w.tw.Close(); err != nil {
 		return err
 	}
 	if err := bw.Flush(); err != nil {
@@ -158,7 +128,75 @@ func (bl *Builder) copy(ctx context.Context, s *stage, c copySpec, done map[stri
 	if err := sw.Close(); err != nil {
 		return err
 	}
-	return bl.commitCopy(ctx, s, c.src, tmp, h)
+	return bl.commitCopy(ctx, s, src, tmp, h)
+}
+
+// contextSource writes context source pat (a path, or a glob of them)
+// under dest. A glob matching more than one path makes dest a directory,
+// for this source and those after it: it returns whether dest is one.
+func (w *copyWriter) contextSource(pat, dest string, dirDest, add bool) (bool, error) {
+	if strings.Contains(pat, "://") {
+		return dirDest, fmt.Errorf("%s: remote sources are not supported by slopbox build", pat)
+	}
+	rel := path.Clean("/" + pat)[1:]
+	if rel == "" {
+		rel = "."
+	}
+	if cl := path.Clean(pat); cl == ".." || strings.HasPrefix(cl, "../") || strings.HasPrefix(cl, "/..") {
+		return dirDest, fmt.Errorf("COPY source %s is outside the build context", pat)
+	}
+	matches := []string{rel}
+	if strings.ContainsAny(rel, "*?[") {
+		var err error
+		if matches, err = fs.Glob(w.root.FS(), rel); err != nil {
+			return dirDest, fmt.Errorf("%s: %w", pat, err)
+		}
+		matches = w.notIgnored(matches)
+		if len(matches) == 0 {
+			return dirDest, fmt.Errorf("COPY failed: no source files were specified (%s matches nothing in the build context)", pat)
+		}
+		if len(matches) > 1 {
+			dirDest = true
+		}
+	}
+	for _, m := range matches {
+		if err := w.contextMatch(pat, m, dest, dirDest, add); err != nil {
+			return dirDest, err
+		}
+	}
+	return dirDest, nil
+}
+
+// contextMatch writes context path m, which source pat names, under
+// dest: into it when dest is a directory and m is not, unpacked when ADD
+// gives a local archive.
+func (w *copyWriter) contextMatch(pat, m, dest string, dirDest, add bool) error {
+	fi, err := w.root.Stat(m)
+	if err != nil {
+		return fmt.Errorf("COPY failed: %s: %w", pat, explainOutside(err))
+	}
+	if w.ignored(m) {
+		return fmt.Errorf("COPY failed: %s is excluded by .dockerignore", pat)
+	}
+	// A FIFO, socket or device named as a source is refused: it
+	// has no contents to copy, and reading one would wait on it.
+	// One met in a directory is left out (entry), as BuildKit's
+	// copier leaves them out.
+	if lfi, err := w.root.Lstat(m); err == nil && !lfi.IsDir() && !lfi.Mode().IsRegular() && lfi.Mode()&fs.ModeSymlink == 0 {
+		return fmt.Errorf("COPY failed: %s is %s, not a file or directory: refused", m, regfile.Kind(lfi.Mode()))
+	}
+	if add && fi.Mode().IsRegular() {
+		if ok, err := w.addArchive(m, dest); err != nil {
+			return err
+		} else if ok {
+			return nil
+		}
+	}
+	target := dest
+	if !fi.IsDir() && (dirDest || w.isDirInImage(dest)) {
+		target = path.Join(dest, path.Base(m))
+	}
+	return w.tree(m, target, fi.IsDir())
 }
 
 // commitCopy stores the tar in tmp as s's next layer, or takes the layer
@@ -224,52 +262,41 @@ func (bl *Builder) copyFrom(ctx context.Context, s *stage, c copySpec, done map[
 	if _, err := exp.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp("", "slopbox-copy-")
-	if err != nil {
-		return err
-	}
-	os.Remove(tmp.Name())
-	defer tmp.Close()
-	h := sha256.New()
-	sw := sparse.NewWriter(tmp)
-	bw := bufio.NewWriter(sw)
-	w := &copyWriter{tw: tar.NewWriter(bw), sum: h, layers: s.layers, written: map[string]bool{}, size: bl.layerSize()}
-	base := strings.TrimPrefix(path.Clean(dest), "/")
-	tr := tar.NewReader(bufio.NewReader(exp))
+	fc := &fromCopy{from: from, dest: dest, base: strings.TrimPrefix(path.Clean(dest), "/"), dirDest: dirDest, matches: matches,
+		chown: c.chown != "", uid: uid, gid: gid, mode: mode}
+	w := &copyWriter{layers: s.layers, written: map[string]bool{}}
+	return bl.copyLayer(ctx, s, c.src, w, func() error {
+		return fc.rewrite(w, tar.NewReader(bufio.NewReader(exp)))
+	})
+}
+
+// fromCopy is a COPY --from's export (Store.ExportPaths) being rewritten
+// into its layer: its entries renamed to their destination, their owners
+// and modes set as --chown and --chmod say.
+type fromCopy struct {
+	from, dest string
+	base       string // dest, relative to /
+	dirDest    bool
+	matches    []image.ExportMatch
+	chown      bool
+	uid, gid   int
+	mode       *fs.FileMode
+}
+
+// rewrite writes the export's entries that tr reads to w, each once,
+// under its destination name.
+func (fc *fromCopy) rewrite(w *copyWriter, tr *tar.Reader) error {
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			break
+			return nil
 		}
 		if err != nil {
 			return err
 		}
-		ks, rel, _ := strings.Cut(strings.TrimSuffix(hdr.Name, "/"), "/")
-		k, err := strconv.Atoi(ks)
-		if err != nil || k < 0 || k >= len(matches) {
-			return fmt.Errorf("COPY --from=%s: the store exported %q", from, hdr.Name)
-		}
-		m := matches[k]
-		if rel == "" {
-			rel = "."
-		}
-		var name string
-		switch {
-		case m.Dir && rel == m.Path:
-			if w.existsInImage(dest) {
-				continue
-			}
-			name = base
-		case m.Dir:
-			sub := rel
-			if m.Path != "." {
-				sub = strings.TrimPrefix(rel, m.Path+"/")
-			}
-			name = path.Join(base, sub)
-		case dirDest || w.isDirInImage(dest):
-			name = path.Join(base, path.Base(m.Path))
-		default:
-			name = base
+		name, err := fc.name(w, hdr.Name)
+		if err != nil {
+			return err
 		}
 		if name == "" || name == "." || w.written[name] {
 			continue
@@ -279,29 +306,51 @@ func (bl *Builder) copyFrom(ctx context.Context, s *stage, c copySpec, done map[
 		if hdr.Typeflag == tar.TypeDir {
 			hdr.Name += "/"
 		}
-		if c.chown != "" {
-			hdr.Uid, hdr.Gid = uid, gid
+		if fc.chown {
+			hdr.Uid, hdr.Gid = fc.uid, fc.gid
 		}
-		if mode != nil {
-			hdr.Mode = int64(*mode)
+		if fc.mode != nil {
+			hdr.Mode = int64(*fc.mode)
 		}
 		if err := w.header(hdr); err != nil {
 			return err
 		}
-		if _, err := io.Copy(io.MultiWriter(w.tw, h), tr); err != nil {
+		if _, err := io.Copy(io.MultiWriter(w.tw, w.sum), tr); err != nil {
 			return err
 		}
 	}
-	if err := w.tw.Close(); err != nil {
-		return err
+}
+
+// name is the destination (relative to /) of the export's entry
+// exported (the k-th match's "k/PATH"); "" when it is left out (a
+// directory match's own entry where the image has dest already).
+func (fc *fromCopy) name(w *copyWriter, exported string) (string, error) {
+	ks, rel, _ := strings.Cut(strings.TrimSuffix(exported, "/"), "/")
+	k, err := strconv.Atoi(ks)
+	if err != nil || k < 0 || k >= len(fc.matches) {
+		return "", fmt.Errorf("COPY --from=%s: the store exported %q", fc.from, exported)
 	}
-	if err := bw.Flush(); err != nil {
-		return err
+	m := fc.matches[k]
+	if rel == "" {
+		rel = "."
 	}
-	if err := sw.Close(); err != nil {
-		return err
+	switch {
+	case m.Dir && rel == m.Path:
+		if w.existsInImage(fc.dest) {
+			return "", nil
+		}
+		return fc.base, nil
+	case m.Dir:
+		sub := rel
+		if m.Path != "." {
+			sub = strings.TrimPrefix(rel, m.Path+"/")
+		}
+		return path.Join(fc.base, sub), nil
+	case fc.dirDest || w.isDirInImage(fc.dest):
+		return path.Join(fc.base, path.Base(m.Path)), nil
+	default:
+		return fc.base, nil
 	}
-	return bl.commitCopy(ctx, s, c.src, tmp, h)
 }
 
 // source is the layers of COPY --from's source: a stage built before

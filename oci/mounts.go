@@ -95,6 +95,53 @@ type planned struct {
 // The result is sorted by container path depth, parents first (ties by
 // path), each a "bind" mount with options rbind, ro|rw, nosuid, nodev.
 func (p MountPlan) Resolve() ([]specs.Mount, error) {
+	r, err := p.resolver()
+	if err != nil {
+		return nil, err
+	}
+	if p.MountWorkspace {
+		if r.workspace == "" {
+			return nil, fmt.Errorf("%w: the workspace is mounted but no workspace directory is set", ErrBadMount)
+		}
+		r.put(planned{source: r.workspace, target: r.workdir})
+	}
+	if err := r.addBinds(); err != nil {
+		return nil, err
+	}
+	out := make([]specs.Mount, 0, len(r.order))
+	for _, t := range r.order {
+		m, err := r.mount(t)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	slices.SortStableFunc(out, func(a, b specs.Mount) int {
+		if da, db := depth(a.Destination), depth(b.Destination); da != db {
+			return da - db
+		}
+		return strings.Compare(a.Destination, b.Destination)
+	})
+	return out, nil
+}
+
+// resolver is one Resolve under way: the plan's checked and cleaned
+// workdir, workspace and allowed roots, and the mounts planned so far by
+// target.
+type resolver struct {
+	p                  MountPlan
+	workdir, workspace string
+	roots              []string
+	// byTarget keeps insertion order of first appearance (order); later
+	// entries overwrite the value in place.
+	order    []string
+	byTarget map[string]planned
+}
+
+// resolver checks the plan's workdir, workspace and allowed roots (each
+// must be absolute, the workdir not /) and returns them cleaned in a
+// resolver with no mount planned yet.
+func (p MountPlan) resolver() (*resolver, error) {
 	workdir := p.Workdir
 	if workdir == "" {
 		workdir = DefaultWorkdir
@@ -122,107 +169,102 @@ func (p MountPlan) Resolve() ([]specs.Mount, error) {
 		}
 		roots = append(roots, filepath.Clean(r))
 	}
+	return &resolver{p: p, workdir: workdir, workspace: workspace, roots: roots, byTarget: map[string]planned{}}, nil
+}
 
-	// byTarget keeps insertion order of first appearance; later entries
-	// overwrite the value in place.
-	var order []string
-	byTarget := map[string]planned{}
-	put := func(m planned) {
-		if _, ok := byTarget[m.target]; !ok {
-			order = append(order, m.target)
-		}
-		byTarget[m.target] = m
+// put plans m, replacing the mount planned at its target, if any, in
+// that one's place.
+func (r *resolver) put(m planned) {
+	if _, ok := r.byTarget[m.target]; !ok {
+		r.order = append(r.order, m.target)
 	}
+	r.byTarget[m.target] = m
+}
 
-	if p.MountWorkspace {
-		if workspace == "" {
-			return nil, fmt.Errorf("%w: the workspace is mounted but no workspace directory is set", ErrBadMount)
-		}
-		put(planned{source: workspace, target: workdir})
-	}
-
-	add := func(kind string, b BindSource, target string, readOnly bool) error {
-		src, rel, err := resolveSource(b.Source, workspace)
-		if err != nil {
-			return fmt.Errorf("%s mount %q -> %q: %w", kind, b.Source, b.Target, err)
-		}
-		if target == "/" {
-			return fmt.Errorf("%w: %s mount %q -> %q: the target must not be /", ErrBadMount, kind, b.Source, b.Target)
-		}
-		if !p.AnyTarget && within(target, workdir) && target != workdir {
-			return fmt.Errorf("%w: %s mount %q -> %q: %q is inside the workdir %q; mount it elsewhere or put the files in the workspace",
-				ErrMountInWorkdir, kind, b.Source, b.Target, target, workdir)
-		}
-		put(planned{source: src, target: target, readOnly: readOnly, rel: rel})
-		return nil
-	}
-
+// addBinds plans the Extra, then Spawn, then Static mounts, checking
+// each one's target (Static's is a path in StaticDir).
+func (r *resolver) addBinds() error {
 	for _, group := range []struct {
 		kind string
 		list []BindSource
-	}{{"extra", p.Extra}, {"spawn", p.Spawn}} {
+	}{{"extra", r.p.Extra}, {"spawn", r.p.Spawn}} {
 		for _, b := range group.list {
 			if b.Target == "" {
-				return nil, fmt.Errorf("%w: %s mount %q has an empty target", ErrBadMount, group.kind, b.Source)
+				return fmt.Errorf("%w: %s mount %q has an empty target", ErrBadMount, group.kind, b.Source)
 			}
 			if !path.IsAbs(b.Target) {
-				return nil, fmt.Errorf("%w: %s mount %q -> %q: the target must be an absolute container path", ErrBadMount, group.kind, b.Source, b.Target)
+				return fmt.Errorf("%w: %s mount %q -> %q: the target must be an absolute container path", ErrBadMount, group.kind, b.Source, b.Target)
 			}
-			if err := add(group.kind, b, path.Clean(b.Target), b.ReadOnly); err != nil {
-				return nil, err
+			if err := r.add(group.kind, b, path.Clean(b.Target), b.ReadOnly); err != nil {
+				return err
 			}
 		}
 	}
-	for _, b := range p.Static {
+	for _, b := range r.p.Static {
 		target := path.Join(StaticDir, b.Target)
 		if !within(target, StaticDir) || target == StaticDir {
-			return nil, fmt.Errorf("%w: static asset %q: save_path %q must name a path inside %s", ErrBadMount, b.Source, b.Target, StaticDir)
+			return fmt.Errorf("%w: static asset %q: save_path %q must name a path inside %s", ErrBadMount, b.Source, b.Target, StaticDir)
 		}
-		if err := add("static asset", b, target, true); err != nil {
-			return nil, err
+		if err := r.add("static asset", b, target, true); err != nil {
+			return err
 		}
 	}
+	return nil
+}
 
-	out := make([]specs.Mount, 0, len(order))
-	for _, t := range order {
-		m := byTarget[t]
-		src := m.source
-		eval := p.EvalSource
-		if m.rel != "" && p.EvalBeneath != nil {
-			eval = func(string) (string, error) { return p.EvalBeneath(workspace, m.rel) }
-		}
-		if eval != nil {
-			resolved, err := eval(src)
-			if err != nil {
-				return nil, fmt.Errorf("%w: mount %q -> %q: %w", ErrBadMount, src, t, err)
-			}
-			if !filepath.IsAbs(resolved) {
-				return nil, fmt.Errorf("%w: mount %q -> %q: source resolved to relative path %q", ErrBadMount, src, t, resolved)
-			}
-			src = filepath.Clean(resolved)
-		}
-		if !WithinAny(src, roots) {
-			return nil, fmt.Errorf("%w: %q (mounted at %q) is not inside any of: %s",
-				ErrMountNotAllowed, src, t, strings.Join(roots, ", "))
-		}
-		mode := "rw"
-		if m.readOnly {
-			mode = "ro"
-		}
-		out = append(out, specs.Mount{
-			Destination: t,
-			Type:        "bind",
-			Source:      src,
-			Options:     []string{"rbind", mode, "nosuid", "nodev"},
-		})
+// add plans bind b at target (cleaned and absolute): its source made
+// absolute against the workspace, the target neither / nor (without
+// AnyTarget) strictly inside the workdir.
+func (r *resolver) add(kind string, b BindSource, target string, readOnly bool) error {
+	src, rel, err := resolveSource(b.Source, r.workspace)
+	if err != nil {
+		return fmt.Errorf("%s mount %q -> %q: %w", kind, b.Source, b.Target, err)
 	}
-	slices.SortStableFunc(out, func(a, b specs.Mount) int {
-		if da, db := depth(a.Destination), depth(b.Destination); da != db {
-			return da - db
+	if target == "/" {
+		return fmt.Errorf("%w: %s mount %q -> %q: the target must not be /", ErrBadMount, kind, b.Source, b.Target)
+	}
+	if !r.p.AnyTarget && within(target, r.workdir) && target != r.workdir {
+		return fmt.Errorf("%w: %s mount %q -> %q: %q is inside the workdir %q; mount it elsewhere or put the files in the workspace",
+			ErrMountInWorkdir, kind, b.Source, b.Target, target, r.workdir)
+	}
+	r.put(planned{source: src, target: target, readOnly: readOnly, rel: rel})
+	return nil
+}
+
+// mount is the bind mount planned at target t: its source evaluated
+// (EvalBeneath for one given relative to the workspace, else EvalSource)
+// and checked against the allowed roots.
+func (r *resolver) mount(t string) (specs.Mount, error) {
+	m := r.byTarget[t]
+	src := m.source
+	eval := r.p.EvalSource
+	if m.rel != "" && r.p.EvalBeneath != nil {
+		eval = func(string) (string, error) { return r.p.EvalBeneath(r.workspace, m.rel) }
+	}
+	if eval != nil {
+		resolved, err := eval(src)
+		if err != nil {
+			return specs.Mount{}, fmt.Errorf("%w: mount %q -> %q: %w", ErrBadMount, src, t, err)
 		}
-		return strings.Compare(a.Destination, b.Destination)
-	})
-	return out, nil
+		if !filepath.IsAbs(resolved) {
+			return specs.Mount{}, fmt.Errorf("%w: mount %q -> %q: source resolved to relative path %q", ErrBadMount, src, t, resolved)
+		}
+		src = filepath.Clean(resolved)
+	}
+	if !WithinAny(src, r.roots) {
+		return specs.Mount{}, fmt.Errorf("%w: %q (mounted at %q) is not inside any of: %s",
+			ErrMountNotAllowed, src, t, strings.Join(r.roots, ", "))
+	}
+	mode := "rw"
+	if m.readOnly {
+		mode = "ro"
+	}
+	return specs.Mount{
+		Destination: t,
+		Type:        "bind",
+		Source:      src,
+		Options:     []string{"rbind", mode, "nosuid", "nodev"},
+	}, nil
 }
 
 // resolveSource makes a host source absolute: relative sources resolve

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat"
@@ -281,39 +282,61 @@ func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command [
 	case f.eval || len(f.assets) > 0 || len(f.ports) > 0 || f.allowSpec.Local || f.allowSpec.HostNetwork:
 		return fmt.Errorf("%s is an rlm_code config: --eval, --asset, --port, --allow-local and --allow-host-network belong to SlopCodeBench specs", file)
 	}
-	// The operator's policy, its mount roots narrowed by the config's:
-	// a config bounds what it mounts, it cannot widen what the operator
-	// allows (with no policy file, its own directory and the workspace).
-	// It replaces no policy file: the operator's stays in force.
-	op, err := loadPolicy()
+	op, ws, err := rlmPolicy(cfg, file, f.workspace)
 	if err != nil {
 		return err
+	}
+	argv, err := rlmArgv(cfg, f, op, file, ws, command)
+	if err != nil {
+		return err
+	}
+	return runRLMArgv(cmd, file, op, argv, rlmRunOptions(cmd, f, ef, cfg))
+}
+
+// rlmPolicy is the operator's policy (an empty one without a policy
+// file) and the workspace's absolute path. It sets the policy run
+// applies (globals.rlmPolicy): the operator's, its mount roots narrowed
+// by the config's. A config bounds what it mounts, it cannot widen what
+// the operator allows (with no policy file, its own directory and the
+// workspace); it replaces no policy file: the operator's stays in force.
+func rlmPolicy(cfg *dockercompat.RLMSandbox, file, workspace string) (*dockercompat.Policy, string, error) {
+	op, err := loadPolicy()
+	if err != nil {
+		return nil, "", err
 	}
 	if op == nil {
 		op = &dockercompat.Policy{}
 	}
-	ws, err := workspaceAbs(f.workspace)
+	ws, err := workspaceAbs(workspace)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	roots, err := cfg.MountRoots(ws)
 	if err != nil {
-		return fmt.Errorf("%s: %w", file, err)
+		return nil, "", fmt.Errorf("%s: %w", file, err)
 	}
 	narrowed, err := cfg.Roots(op.AllowedMountRoots, ws)
 	if err != nil {
-		return fmt.Errorf("%s: %w", file, err)
+		return nil, "", fmt.Errorf("%s: %w", file, err)
 	}
 	switch {
 	case len(narrowed) == 0 && len(op.AllowedMountRoots) == 0:
-		return fmt.Errorf("%w: %s: no root of sandbox.allowed_mount_roots %q lies inside the config's directory %s or the workspace %s, so nothing can be mounted: without a policy file a config mounts from those only (the operator allows more with allowed_mount_roots in a policy file, --policy FILE)",
+		return nil, "", fmt.Errorf("%w: %s: no root of sandbox.allowed_mount_roots %q lies inside the config's directory %s or the workspace %s, so nothing can be mounted: without a policy file a config mounts from those only (the operator allows more with allowed_mount_roots in a policy file, --policy FILE)",
 			backend.ErrUnsafe, file, roots, cfg.Dir, ws)
 	case len(narrowed) == 0:
-		return fmt.Errorf("%w: %s: no root of sandbox.allowed_mount_roots %q lies inside the policy file %s's allowed_mount_roots %q, so nothing can be mounted (a config can only narrow the operator's roots)",
+		return nil, "", fmt.Errorf("%w: %s: no root of sandbox.allowed_mount_roots %q lies inside the policy file %s's allowed_mount_roots %q, so nothing can be mounted (a config can only narrow the operator's roots)",
 			backend.ErrUnsafe, file, roots, op.File, op.AllowedMountRoots)
 	}
 	// Every bind but the workspace's is the config's: it keeps its owners.
 	globals.rlmPolicy = &dockercompat.Policy{AllowedMountRoots: narrowed, AllowUnsafe: op.AllowUnsafe, File: op.File, KeepOwnersOutside: ws}
+	return op, ws, nil
+}
+
+// rlmArgv is the docker command line the config makes for command (the
+// entry file's, with --entry), with --image and the environment the
+// operator gives (-e, the allowlist's values the operator allows). What
+// only the operator may give is refused in it (refuseOperatorOnly).
+func rlmArgv(cfg *dockercompat.RLMSandbox, f envFlags, op *dockercompat.Policy, file, ws string, command []string) ([]string, error) {
 	if f.entry != "" {
 		// rlm_code runs `python /workspace/<file name>`: the file sits in
 		// the workdir.
@@ -324,23 +347,30 @@ func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command [
 	}
 	extra, err := parseEnv(f.env)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lookup, err := allowlistLookup(file, cfg, f.env, op.AllowOSEnv || f.allowSpec.OSEnv, op.File)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	env := cfg.Env(lookup)
 	maps.Copy(env, extra)
 	argv, err := cfg.DockerArgv(ws, env, command)
 	if err != nil {
-		return fmt.Errorf("%s: %w", file, err)
+		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	// Checked on the very command line run parses, before the operator's
 	// own allowances are added to it.
 	if err := refuseOperatorOnly(file, argv[2:], append([]string{cfg.Docker.Image}, command...), op.AllowVolumes || f.allowVolumes); err != nil {
-		return err
+		return nil, err
 	}
+	return argv, nil
+}
+
+// rlmRunOptions are the options of run env run gives beside the
+// config's: the timeout (default_timeout_seconds unless --timeout),
+// --json, -i, and the operator's allowances, given outside the config.
+func rlmRunOptions(cmd *cobra.Command, f envFlags, ef execFlags, cfg *dockercompat.RLMSandbox) []string {
 	timeout := cfg.DefaultTimeoutSeconds
 	if cmd.Flags().Changed("timeout") {
 		timeout = ef.timeout
@@ -359,13 +389,20 @@ func runRLM(cmd *cobra.Command, f envFlags, ef execFlags, file string, command [
 	if f.allowHostLoopback {
 		opts = append(opts, "--allow-host-loopback")
 	}
+	return opts
+}
+
+// runRLMArgv runs the config's command line argv with opts before its
+// own options, as run; a mount outside the roots says how the operator
+// allows more.
+func runRLMArgv(cmd *cobra.Command, file string, op *dockercompat.Policy, argv, opts []string) error {
 	run := startsSandbox(runCmd())
 	run.SilenceErrors, run.SilenceUsage = true, true
 	run.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitRuntime, err: fmt.Errorf("%s: docker.extra_args: %w", file, err)}
 	})
 	run.SetArgs(append(append(argv[1:2:2], opts...), argv[2:]...))
-	err = run.ExecuteContext(cmd.Context())
+	err := run.ExecuteContext(cmd.Context())
 	if errors.Is(err, oci.ErrMountNotAllowed) {
 		how := "without a policy file an rlm_code config mounts from its own directory and the workspace only; the operator allows more with allowed_mount_roots in a policy file, --policy FILE"
 		if len(op.AllowedMountRoots) > 0 {
@@ -454,19 +491,35 @@ func refuseOperatorOnly(file string, args, positional []string, allowVolumes boo
 		return fmt.Errorf("%w: %s: sandbox.docker.extra_args take the place of the image and the command: run would take %q as them, not %q (a flag that wants a value ends extra_args, or a word is not a flag)",
 			backend.ErrUnsafe, file, got, positional)
 	}
-	refuse := func(what, how string) error {
-		return fmt.Errorf("%w: %s: sandbox.docker.extra_args gives %s: a config cannot allow its own weakenings, only the operator can (%s)",
-			backend.ErrUnsafe, file, what, how)
+	if err := refuseWeakenings(fs, file); err != nil {
+		return err
 	}
+	if err := refuseOthersData(fs, file, allowVolumes); err != nil {
+		return err
+	}
+	return refuseHostValues(fs, file)
+}
+
+// refusal is refuseOperatorOnly's error for what extra_args gives, with
+// how the operator (or nobody) gives it instead.
+func refusal(file, what, how string) error {
+	return fmt.Errorf("%w: %s: sandbox.docker.extra_args gives %s: a config cannot allow its own weakenings, only the operator can (%s)",
+		backend.ErrUnsafe, file, what, how)
+}
+
+// refuseWeakenings refuses the options of operatorOnly, --rm=false and a
+// network shared with the host or another sandbox in the parsed
+// extra_args fs.
+func refuseWeakenings(fs *pflag.FlagSet, file string) error {
 	for _, o := range operatorOnly {
 		if fs.Changed(o.name) {
-			return refuse("--"+o.name, o.how)
+			return refusal(file, "--"+o.name, o.how)
 		}
 	}
 	// The command line starts with --rm (rlm_code's); --rm=false after it
 	// leaves the sandbox behind.
 	if rm, _ := fs.GetBool("rm"); fs.Changed("rm") && !rm {
-		return refuse("--rm=false", "nobody: env run removes the sandbox")
+		return refusal(file, "--rm=false", "nobody: env run removes the sandbox")
 	}
 	// The network as parsed (--network, --net, = or split): rlm_code
 	// refuses host; another sandbox's namespace is no better.
@@ -477,9 +530,16 @@ func refuseOperatorOnly(file string, args, positional []string, allowVolumes boo
 				backend.ErrUnsafe, file, n)
 		}
 	}
+	return nil
+}
+
+// refuseOthersData refuses, in the parsed extra_args fs, named volumes
+// and --volumes-from (other sandboxes' data) unless allowVolumes, and a
+// bind of a credentials directory whatever the roots.
+func refuseOthersData(fs *pflag.FlagSet, file string, allowVolumes bool) error {
 	// Named volumes and --volumes-from are other sandboxes' data.
 	if from, _ := fs.GetStringArray("volumes-from"); len(from) > 0 && !allowVolumes {
-		return refuse("--volumes-from "+from[0]+" (another sandbox's mounts and data)", "env run --allow-volumes, or allow_volumes: true in the policy file")
+		return refusal(file, "--volumes-from "+from[0]+" (another sandbox's mounts and data)", "env run --allow-volumes, or allow_volumes: true in the policy file")
 	}
 	vols, _ := fs.GetStringArray("volume")
 	mounts, _ := fs.GetStringArray("mount")
@@ -490,7 +550,7 @@ func refuseOperatorOnly(file string, args, positional []string, allowVolumes boo
 			continue // run refuses it
 		}
 		if m.Volume != "" && !allowVolumes {
-			return refuse("--volume "+v+" (the named volume "+m.Volume+": another sandbox's data)", "env run --allow-volumes, or allow_volumes: true in the policy file")
+			return refusal(file, "--volume "+v+" (the named volume "+m.Volume+": another sandbox's data)", "env run --allow-volumes, or allow_volumes: true in the policy file")
 		}
 		if m.Source != "" {
 			binds = append(binds, m.Source)
@@ -503,7 +563,7 @@ func refuseOperatorOnly(file string, args, positional []string, allowVolumes boo
 		}
 		switch {
 		case m.Type == "volume" && m.Source != "" && !allowVolumes:
-			return refuse("--mount "+v+" (the named volume "+m.Source+": another sandbox's data)", "env run --allow-volumes, or allow_volumes: true in the policy file")
+			return refusal(file, "--mount "+v+" (the named volume "+m.Source+": another sandbox's data)", "env run --allow-volumes, or allow_volumes: true in the policy file")
 		case m.Type == "bind":
 			binds = append(binds, m.Source)
 		}
@@ -512,22 +572,28 @@ func refuseOperatorOnly(file string, args, positional []string, allowVolumes boo
 	for _, src := range binds {
 		real, _ := filepath.EvalSymlinks(src)
 		if backend.InCredentialsDir(filepath.Clean(src)) || real != "" && backend.InCredentialsDir(real) {
-			return refuse("a bind of "+src+" (a credentials directory, .ssh or .gnupg)", "nobody: the operator mounts keys with its own slopbox run")
+			return refusal(file, "a bind of "+src+" (a credentials directory, .ssh or .gnupg)", "nobody: the operator mounts keys with its own slopbox run")
 		}
 	}
+	return nil
+}
+
+// refuseHostValues refuses, in the parsed extra_args fs, what hands the
+// sandbox something of the host's: -e NAME without a value, and :U.
+func refuseHostValues(fs *pflag.FlagSet, file string) error {
 	// -e NAME, without a value, takes NAME's value from this process's
 	// environment (the harness's API keys included).
 	envs, _ := fs.GetStringArray("env")
 	for _, kv := range envs {
 		if !strings.Contains(kv, "=") {
-			return refuse(fmt.Sprintf("--env %s (a name without =VALUE: its value from slopbox's own environment)", kv), "env run -e "+kv)
+			return refusal(file, fmt.Sprintf("--env %s (a name without =VALUE: its value from slopbox's own environment)", kv), "env run -e "+kv)
 		}
 	}
 	// :U hands the source's root-owned files to the sandbox's user.
-	vols, _ = fs.GetStringArray("volume")
+	vols, _ := fs.GetStringArray("volume")
 	for _, v := range vols {
 		if m, err := dockercompat.ParseVolume(v); err == nil && m.HandOver {
-			return refuse(fmt.Sprintf("--volume %s (:U gives the source's root-owned files to the sandbox's user)", v), "nobody: a config's mounts keep their owners")
+			return refusal(file, fmt.Sprintf("--volume %s (:U gives the source's root-owned files to the sandbox's user)", v), "nobody: a config's mounts keep their owners")
 		}
 	}
 	return nil

@@ -387,6 +387,10 @@ func (x *extractor) parent(rel string, create bool) (*os.File, string, error) {
 	return os.NewFile(uintptr(fd), dir), base, nil
 }
 
+// entry creates the entry hdr names (its contents read from r) in its
+// parent, opened beneath the root: what is in its way is cleared first
+// (makeRoom), then the entry is made by its kind, each through the
+// parent's descriptor.
 func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	pd, base, err := x.parent(hdr.Name, true)
 	if err != nil {
@@ -394,6 +398,37 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	}
 	defer pd.Close()
 	p := int(pd.Fd())
+	if err := makeRoom(p, base, hdr); err != nil {
+		return err
+	}
+	mode := uint32(hdr.Mode) & 0o1777
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		return x.dir(pd, base, hdr)
+	case tar.TypeReg:
+		return x.file(p, base, hdr, r, mode)
+	case tar.TypeFifo:
+		return x.fifo(p, base, hdr, mode)
+	case tar.TypeSymlink:
+		if err := unix.Symlinkat(hdr.Linkname, p, base); err != nil {
+			return &fs.PathError{Op: "symlink", Path: hdr.Name, Err: err}
+		}
+		if err := unix.Fchownat(p, base, x.o.UID, x.o.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return &fs.PathError{Op: "chown", Path: hdr.Name, Err: err}
+		}
+		return x.times(p, base, hdr)
+	case tar.TypeLink:
+		return x.link(p, base, hdr)
+	}
+	return fmt.Errorf("%s: only files, directories, links and FIFOs can be copied", hdr.Name)
+}
+
+// makeRoom readies name base in the open directory p for entry hdr, as
+// docker cp does: an existing directory is never replaced by a
+// non-directory nor a file by a directory (an error, nothing removed);
+// any other existing entry (a symlink included) is unlinked, never
+// followed. A directory entry over a directory leaves it be.
+func makeRoom(p int, base string, hdr *tar.Header) error {
 	var st unix.Stat_t
 	exists := true
 	if err := unix.Fstatat(p, base, &st, unix.AT_SYMLINK_NOFOLLOW); errors.Is(err, unix.ENOENT) {
@@ -415,75 +450,82 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 			return &fs.PathError{Op: "remove", Path: hdr.Name, Err: err}
 		}
 	}
-	mode := uint32(hdr.Mode) & 0o1777
-	switch hdr.Typeflag {
-	case tar.TypeDir:
-		if err := unix.Mkdirat(p, base, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
-			return &fs.PathError{Op: "mkdir", Path: hdr.Name, Err: err}
-		}
-		d, err := openBeneath(pd, base)
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		if err := d.Chown(x.o.UID, x.o.GID); err != nil {
-			return err
-		}
-		x.dirs = append(x.dirs, hdr)
-		return nil
-	case tar.TypeReg:
-		fd, err := unix.Openat(p, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-		if err != nil {
-			return &fs.PathError{Op: "create", Path: hdr.Name, Err: err}
-		}
-		f := os.NewFile(uintptr(fd), hdr.Name)
-		defer f.Close()
-		// The stream holds a sparse file's holes as zeros: they stay holes.
-		w := sparse.NewWriter(f)
-		if _, err := io.CopyBuffer(w, io.LimitReader(r, hdr.Size), x.buf); err != nil {
-			return err
-		}
-		if err := w.Close(); err != nil {
-			return err
-		}
-		return x.meta(f, p, base, hdr, mode)
-	case tar.TypeFifo:
-		if err := unix.Mkfifoat(p, base, 0o600); err != nil {
-			return &fs.PathError{Op: "mkfifo", Path: hdr.Name, Err: err}
-		}
-		// Opened to set its owner and mode through a descriptor: a FIFO
-		// opens for reading without blocking with O_NONBLOCK.
-		fd, err := unix.Openat(p, base, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return &fs.PathError{Op: "open", Path: hdr.Name, Err: err}
-		}
-		f := os.NewFile(uintptr(fd), hdr.Name)
-		defer f.Close()
-		if fi, err := f.Stat(); err != nil || fi.Mode().Type() != fs.ModeNamedPipe {
-			return fmt.Errorf("%s changed while being copied", hdr.Name)
-		}
-		return x.meta(f, p, base, hdr, mode)
-	case tar.TypeSymlink:
-		if err := unix.Symlinkat(hdr.Linkname, p, base); err != nil {
-			return &fs.PathError{Op: "symlink", Path: hdr.Name, Err: err}
-		}
-		if err := unix.Fchownat(p, base, x.o.UID, x.o.GID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return &fs.PathError{Op: "chown", Path: hdr.Name, Err: err}
-		}
-		return x.times(p, base, hdr)
-	case tar.TypeLink:
-		od, obase, err := x.parent(hdr.Linkname, false)
-		if err != nil {
-			return err
-		}
-		defer od.Close()
-		// linkat without AT_SYMLINK_FOLLOW links a symlink itself.
-		if err := unix.Linkat(int(od.Fd()), obase, p, base, 0); err != nil {
-			return &fs.PathError{Op: "link", Path: hdr.Name, Err: err}
-		}
-		return nil
+	return nil
+}
+
+// dir makes directory base in pd (or keeps the one there) and gives it
+// its owner; its mode and times are set last (dirMeta), once its entries
+// are in.
+func (x *extractor) dir(pd *os.File, base string, hdr *tar.Header) error {
+	if err := unix.Mkdirat(int(pd.Fd()), base, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		return &fs.PathError{Op: "mkdir", Path: hdr.Name, Err: err}
 	}
-	return fmt.Errorf("%s: only files, directories, links and FIFOs can be copied", hdr.Name)
+	d, err := openBeneath(pd, base)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Chown(x.o.UID, x.o.GID); err != nil {
+		return err
+	}
+	x.dirs = append(x.dirs, hdr)
+	return nil
+}
+
+// file creates regular file base in the open directory p (O_EXCL,
+// O_NOFOLLOW) and writes its contents from r, zeros as holes, then its
+// owner, mode and times.
+func (x *extractor) file(p int, base string, hdr *tar.Header, r io.Reader, mode uint32) error {
+	fd, err := unix.Openat(p, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return &fs.PathError{Op: "create", Path: hdr.Name, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), hdr.Name)
+	defer f.Close()
+	// The stream holds a sparse file's holes as zeros: they stay holes.
+	w := sparse.NewWriter(f)
+	if _, err := io.CopyBuffer(w, io.LimitReader(r, hdr.Size), x.buf); err != nil {
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	return x.meta(f, p, base, hdr, mode)
+}
+
+// fifo makes FIFO base in the open directory p and sets its owner, mode
+// and times through a descriptor of it.
+func (x *extractor) fifo(p int, base string, hdr *tar.Header, mode uint32) error {
+	if err := unix.Mkfifoat(p, base, 0o600); err != nil {
+		return &fs.PathError{Op: "mkfifo", Path: hdr.Name, Err: err}
+	}
+	// Opened to set its owner and mode through a descriptor: a FIFO
+	// opens for reading without blocking with O_NONBLOCK.
+	fd, err := unix.Openat(p, base, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: hdr.Name, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), hdr.Name)
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || fi.Mode().Type() != fs.ModeNamedPipe {
+		return fmt.Errorf("%s changed while being copied", hdr.Name)
+	}
+	return x.meta(f, p, base, hdr, mode)
+}
+
+// link makes base in the open directory p a hard link to the entry
+// hdr.Linkname names, its parent opened beneath the root as well.
+func (x *extractor) link(p int, base string, hdr *tar.Header) error {
+	od, obase, err := x.parent(hdr.Linkname, false)
+	if err != nil {
+		return err
+	}
+	defer od.Close()
+	// linkat without AT_SYMLINK_FOLLOW links a symlink itself.
+	if err := unix.Linkat(int(od.Fd()), obase, p, base, 0); err != nil {
+		return &fs.PathError{Op: "link", Path: hdr.Name, Err: err}
+	}
+	return nil
 }
 
 // meta sets the owner and mode of the entry open as f, and its times.

@@ -164,13 +164,43 @@ func (s *Store) Get(ref string) (Config, error) {
 	return Config{}, fmt.Errorf("%w: network %s not found", ErrNotFound, ref)
 }
 
-// Create records a new network. reserved are subnets in use otherwise
-// (the predefined bridge's), which a network may not overlap either.
 // maxAux bounds a network's auxiliary addresses (each attach carries them
 // to the helper).
 const maxAux = 256
 
+// Create records a new network. reserved are subnets in use otherwise
+// (the predefined bridge's), which a network may not overlap either.
 func (s *Store) Create(o CreateOptions, reserved ...netip.Prefix) (Config, error) {
+	c, err := configFor(o)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := setAddresses(&c, o); err != nil {
+		return Config{}, err
+	}
+	if err := setAux(&c, o.Aux); err != nil {
+		return Config{}, err
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return Config{}, err
+	}
+	defer unlock()
+	if err := s.place(&c, reserved); err != nil {
+		return Config{}, err
+	}
+	var id [32]byte
+	rand.Read(id[:])
+	c.ID = hex.EncodeToString(id[:])
+	if err := s.write(c); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// configFor is the Config o asks for before its addresses: its driver
+// (bridge, the one there is), name and driver options checked.
+func configFor(o CreateOptions) (Config, error) {
 	c := Config{Name: o.Name, Driver: o.Driver, Internal: o.Internal, Attachable: o.Attachable,
 		Labels: o.Labels, Options: o.Options, Created: time.Now().UTC()}
 	if c.Driver == "" {
@@ -192,97 +222,117 @@ func (s *Store) Create(o CreateOptions, reserved ...netip.Prefix) (Config, error
 			}
 		}
 	}
+	return c, nil
+}
+
+// setAddresses checks o's subnet, ip range and gateway and sets them in
+// c (Given when a subnet is given; the store picks one otherwise, and
+// then neither an ip range nor a gateway may be given).
+func setAddresses(c *Config, o CreateOptions) error {
 	var err error
 	if o.Subnet != "" {
 		if c.Subnet, err = netip.ParsePrefix(o.Subnet); err != nil || !c.Subnet.Addr().Is4() {
-			return Config{}, fmt.Errorf("%w: subnet %q is not an IPv4 CIDR (IPv6 networks are not supported)", ErrInvalid, o.Subnet)
+			return fmt.Errorf("%w: subnet %q is not an IPv4 CIDR (IPv6 networks are not supported)", ErrInvalid, o.Subnet)
 		}
 		if c.Subnet.Masked() != c.Subnet {
-			return Config{}, fmt.Errorf("%w: subnet %s has host bits set (%s)", ErrInvalid, o.Subnet, c.Subnet.Masked())
+			return fmt.Errorf("%w: subnet %s has host bits set (%s)", ErrInvalid, o.Subnet, c.Subnet.Masked())
 		}
 		if c.Subnet.Bits() > 30 || c.Subnet.Bits() < 8 {
-			return Config{}, fmt.Errorf("%w: subnet %s: a prefix length of 8 to 30", ErrInvalid, o.Subnet)
+			return fmt.Errorf("%w: subnet %s: a prefix length of 8 to 30", ErrInvalid, o.Subnet)
 		}
 		if a := c.Subnet.Addr(); a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() || a.As4()[0] == 0 || a.As4()[0] >= 240 {
-			return Config{}, fmt.Errorf("%w: subnet %s is not a unicast range a network can use (loopback, 0.0.0.0/8, link-local, multicast and 240.0.0.0/4 are not)", ErrInvalid, o.Subnet)
+			return fmt.Errorf("%w: subnet %s is not a unicast range a network can use (loopback, 0.0.0.0/8, link-local, multicast and 240.0.0.0/4 are not)", ErrInvalid, o.Subnet)
 		}
 		c.Given = true
 	} else if o.Gateway != "" || o.IPRange != "" {
-		return Config{}, fmt.Errorf("%w: a gateway or ip range needs a subnet", ErrInvalid)
+		return fmt.Errorf("%w: a gateway or ip range needs a subnet", ErrInvalid)
 	}
 	if o.IPRange != "" {
 		if c.IPRange, err = netip.ParsePrefix(o.IPRange); err != nil || !c.Subnet.Contains(c.IPRange.Addr()) || c.IPRange.Bits() < c.Subnet.Bits() {
-			return Config{}, fmt.Errorf("%w: ip range %q is not a CIDR within subnet %s", ErrInvalid, o.IPRange, c.Subnet)
+			return fmt.Errorf("%w: ip range %q is not a CIDR within subnet %s", ErrInvalid, o.IPRange, c.Subnet)
 		}
 		c.IPRange = c.IPRange.Masked()
 	}
 	if o.Gateway != "" {
 		if c.Gateway, err = netip.ParseAddr(o.Gateway); err != nil || !c.Subnet.Contains(c.Gateway) ||
 			c.Gateway == c.Subnet.Addr() || c.Gateway == broadcast(c.Subnet) {
-			return Config{}, fmt.Errorf("%w: gateway %q is not a host address of subnet %s", ErrInvalid, o.Gateway, c.Subnet)
+			return fmt.Errorf("%w: gateway %q is not a host address of subnet %s", ErrInvalid, o.Gateway, c.Subnet)
 		}
 	}
-	if len(o.Aux) > maxAux {
-		return Config{}, fmt.Errorf("%w: %d auxiliary addresses, at most %d", ErrInvalid, len(o.Aux), maxAux)
+	return nil
+}
+
+// setAux checks the auxiliary addresses aux (at most maxAux, each an
+// address of c's subnet) and sets them in c.
+func setAux(c *Config, aux map[string]string) error {
+	if len(aux) > maxAux {
+		return fmt.Errorf("%w: %d auxiliary addresses, at most %d", ErrInvalid, len(aux), maxAux)
 	}
-	for name, v := range o.Aux {
+	for name, v := range aux {
 		a, err := netip.ParseAddr(v)
 		if err != nil || !c.Subnet.Contains(a) {
-			return Config{}, fmt.Errorf("%w: auxiliary address %s=%q is not an address of subnet %s", ErrInvalid, name, v, c.Subnet)
+			return fmt.Errorf("%w: auxiliary address %s=%q is not an address of subnet %s", ErrInvalid, name, v, c.Subnet)
 		}
 		if c.Aux == nil {
 			c.Aux = map[string]netip.Addr{}
 		}
 		c.Aux[name] = a
 	}
-	unlock, err := s.lock()
-	if err != nil {
-		return Config{}, err
-	}
-	defer unlock()
+	return nil
+}
+
+// place checks, under the store's lock, that c may join the networks
+// there: fewer than MaxNetworks of them, none of its name, its subnet
+// (when given) overlapping none of theirs nor reserved. A subnet not
+// given is picked from those free, and the gateway defaults to the
+// subnet's first address.
+func (s *Store) place(c *Config, reserved []netip.Prefix) error {
 	all, err := s.List()
 	if err != nil {
-		return Config{}, err
+		return err
 	}
 	if len(all) >= MaxNetworks {
-		return Config{}, fmt.Errorf("%w: %d networks exist, the most one user may have; remove some (slopbox network prune)", ErrTooMany, len(all))
+		return fmt.Errorf("%w: %d networks exist, the most one user may have; remove some (slopbox network prune)", ErrTooMany, len(all))
 	}
 	used := append([]netip.Prefix{}, reserved...)
 	for _, n := range all {
-		if n.Name == o.Name {
-			return Config{}, fmt.Errorf("%w: network with name %s already exists", ErrNameUsed, o.Name)
+		if n.Name == c.Name {
+			return fmt.Errorf("%w: network with name %s already exists", ErrNameUsed, c.Name)
 		}
 		used = append(used, n.Subnet)
 	}
 	if c.Given {
 		for _, u := range used {
 			if u.Overlaps(c.Subnet) {
-				return Config{}, fmt.Errorf("%w: subnet %s overlaps %s, in use", ErrOverlap, c.Subnet, u)
+				return fmt.Errorf("%w: subnet %s overlaps %s, in use", ErrOverlap, c.Subnet, u)
 			}
 		}
 	} else if c.Subnet, err = pick(used); err != nil {
-		return Config{}, err
+		return err
 	}
 	if !c.Gateway.IsValid() {
 		c.Gateway = c.Subnet.Addr().Next()
 	}
-	var id [32]byte
-	rand.Read(id[:])
-	c.ID = hex.EncodeToString(id[:])
+	return nil
+}
+
+// write records c in the store: written to a temporary file, renamed
+// into place, so that no reader sees half of it.
+func (s *Store) write(c Config) error {
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
-		return Config{}, err
+		return err
 	}
 	tmp := filepath.Join(s.dir, "."+c.ID+".tmp")
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		os.Remove(tmp)
-		return Config{}, err
+		return err
 	}
 	if err := os.Rename(tmp, filepath.Join(s.dir, c.ID+".json")); err != nil {
 		os.Remove(tmp)
-		return Config{}, err
+		return err
 	}
-	return c, nil
+	return nil
 }
 
 // Remove forgets network id; inUse, called under the store's lock, says
