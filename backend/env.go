@@ -59,3 +59,44 @@ func LookupEnv(env []string, key string) (string, bool) {
 	}
 	return "", false
 }
+
+// ParseEnv reads "KEY=VALUE" entries (docker's -e, an Engine API Env)
+// into a map, later entries winning: the one reading of them every
+// surface uses. An entry with an empty key is refused, named as flag
+// says ("-e", "Env"). A bare KEY is lookup's value of it (docker run -e
+// KEY: the caller's environment), dropped when lookup has none; with a
+// nil lookup it is refused.
+func ParseEnv(flag string, entries []string, lookup func(string) (string, bool)) (map[string]string, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	env := make(map[string]string, len(entries))
+	for _, kv := range entries {
+		k, v, ok := strings.Cut(kv, "=")
+		if k == "" || !ok && lookup == nil {
+			return nil, InvalidValue("%s %q: want KEY=VALUE", flag, kv)
+		}
+		if !ok {
+			if v, ok = lookup(k); !ok {
+				continue
+			}
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+// ParseLabels reads "KEY=VALUE" labels (--label, a build's or a volume's
+// or a network's labels); a bare KEY is an empty label, as Docker's, and
+// an empty key is refused.
+func ParseLabels(entries []string) (map[string]string, error) {
+	labels := make(map[string]string, len(entries))
+	for _, l := range entries {
+		k, v, _ := strings.Cut(l, "=")
+		if k == "" {
+			return nil, InvalidValue("--label %q: want KEY=VALUE", l)
+		}
+		labels[k] = v
+	}
+	return labels, nil
+}

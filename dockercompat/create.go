@@ -288,25 +288,20 @@ func (o *CreateOptions) envAndLabels(s *backend.SpawnSpec) error {
 			env[k] = v
 		}
 	}
-	for _, kv := range o.Env {
-		k, v, _ := strings.Cut(kv, "=")
-		if k == "" {
-			return backend.InvalidValue("-e %q: want KEY=VALUE", kv)
-		}
-		env[k] = v
+	// A bare KEY (an Engine API Env entry; the CLI looks its own up) is
+	// set empty, as slopbox always has (dockerd unsets the image's KEY).
+	own, err := backend.ParseEnv("-e", o.Env, func(string) (string, bool) { return "", true })
+	if err != nil {
+		return err
 	}
+	maps.Copy(env, own)
 	if len(env) > 0 {
 		s.Env = env
 	}
-	for _, l := range o.Labels {
-		k, v, _ := strings.Cut(l, "=")
-		if k == "" {
-			return backend.InvalidValue("--label %q: want KEY=VALUE", l)
+	if len(o.Labels) > 0 {
+		if s.Labels, err = backend.ParseLabels(o.Labels); err != nil {
+			return err
 		}
-		if s.Labels == nil {
-			s.Labels = map[string]string{}
-		}
-		s.Labels[k] = v
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/slopbox/slopbox/backend"
 	"os"
 	"strings"
 
@@ -35,10 +36,9 @@ func buildCmd() *cobra.Command {
 					o.BuildArgs[k] = v
 				}
 			}
-			o.Labels = map[string]string{}
-			for _, l := range labels {
-				k, v, _ := strings.Cut(l, "=")
-				o.Labels[k] = v
+			var err error
+			if o.Labels, err = backend.ParseLabels(labels); err != nil {
+				return err
 			}
 			if o.Network == "default" {
 				o.Network = ""

@@ -119,9 +119,7 @@ func (f *envFlags) open(cmd *cobra.Command, file string) (*dockercompat.Spec, ba
 	if sp.Network != backend.NetworkHost {
 		sp.Ports = ports // _resolve_ports: none in host mode
 	}
-	if pol != nil {
-		sp.AllowedMountRoots, sp.Unsafe = pol.AllowedMountRoots, append(slices.Clone(pol.AllowUnsafe), sp.Unsafe...)
-	}
+	pol.ApplySpec(&sp)
 	sp.Unsafe = append(sp.Unsafe, f.allowUnsafe...)
 	sp.AllowHostLoopback = f.allowHostLoopback
 	ctx, cancel := signalContext()

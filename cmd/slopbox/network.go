@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/slopbox/slopbox/backend"
 	"os"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -112,10 +112,10 @@ func networkCreateCmd(service func() (*networks.Service, error)) *cobra.Command 
 		Short: "Create a user-defined bridge network",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.Name, o.Labels = args[0], map[string]string{}
-			for _, l := range labels {
-				k, v, _ := strings.Cut(l, "=")
-				o.Labels[k] = v
+			o.Name = args[0]
+			var err error
+			if o.Labels, err = backend.ParseLabels(labels); err != nil {
+				return err
 			}
 			svc, err := service()
 			if err != nil {

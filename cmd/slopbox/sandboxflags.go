@@ -361,24 +361,7 @@ func (f *execFlags) validate() error {
 // parseEnv reads KEY=VALUE pairs; a bare KEY takes the host's value, as
 // docker does.
 func parseEnv(kvs []string) (map[string]string, error) {
-	if len(kvs) == 0 {
-		return nil, nil
-	}
-	env := map[string]string{}
-	for _, kv := range kvs {
-		k, v, ok := strings.Cut(kv, "=")
-		if k == "" {
-			return nil, fmt.Errorf("-e %q: want KEY=VALUE", kv)
-		}
-		if !ok {
-			v, ok = os.LookupEnv(k)
-			if !ok {
-				continue
-			}
-		}
-		env[k] = v
-	}
-	return env, nil
+	return backend.ParseEnv("-e", kvs, os.LookupEnv)
 }
 
 // openBackend opens the sandbox backend with the global flags. A CLI

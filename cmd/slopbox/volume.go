@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/slopbox/slopbox/backend"
 	"os"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -34,13 +34,9 @@ func volumeCreateCmd() *cobra.Command {
 			if driver != "local" {
 				return fmt.Errorf("volume driver %q is not supported: slopbox's volumes are local directories", driver)
 			}
-			lm := map[string]string{}
-			for _, l := range labels {
-				k, v, _ := strings.Cut(l, "=")
-				if k == "" {
-					return fmt.Errorf("--label %q: want KEY=VALUE", l)
-				}
-				lm[k] = v
+			lm, err := backend.ParseLabels(labels)
+			if err != nil {
+				return err
 			}
 			b, err := openService()
 			if err != nil {

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -257,17 +256,9 @@ func exitCodeOrNull(e *execInstance) *int {
 
 func (e *execInstance) request() (backend.ExecRequest, error) {
 	req := backend.ExecRequest{Argv: e.Cmd, User: e.User, Cwd: e.WorkingDir}
-	for _, kv := range e.Env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return req, fmt.Errorf("%w: Env %q: want KEY=VALUE", errBadRequest, kv)
-		}
-		if req.Env == nil {
-			req.Env = map[string]string{}
-		}
-		req.Env[k] = v
-	}
-	return req, nil
+	env, err := backend.ParseEnv("Env", e.Env, nil)
+	req.Env = env
+	return req, err
 }
 
 // execStart runs the exec with the hijacked connection as its stdio:
