@@ -56,8 +56,11 @@ func (b *Backend) KeepReady(on bool) {
 }
 
 type pool struct {
-	mu      sync.Mutex
-	off     bool
+	mu  sync.Mutex
+	off bool
+	// kept, once set (a pool keeper, keeper.go), is the only kinds kept
+	// ready and how many of each: no other kind is refilled.
+	kept map[string]keptKind
 	entries map[string][]*poolEntry // by template key: ready or starting, oldest first
 	reaped  bool                    // stale entries of dead processes removed
 
@@ -117,13 +120,19 @@ func (p *pool) take(key string) *poolEntry {
 func (p *pool) refill(key string, start func() (*poolEntry, error)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.off || (p.entries[key] == nil && len(p.entries) >= maxPoolKinds) {
+	depth := poolDepth
+	if p.kept != nil {
+		depth = p.kept[key].count
+	} else if p.entries[key] == nil && len(p.entries) >= maxPoolKinds {
+		return
+	}
+	if p.off || depth == 0 {
 		return
 	}
 	if p.entries == nil {
 		p.entries = map[string][]*poolEntry{}
 	}
-	for len(p.entries[key]) < poolDepth {
+	for len(p.entries[key]) < depth {
 		p.entries[key] = append(p.entries[key], p.startEntry(start))
 	}
 }

@@ -98,11 +98,11 @@ func (b *Backend) spawnWith(ctx context.Context, spec backend.SpawnSpec, build *
 	}
 	rec := newRecord(spec, build != nil, command, ws, nw, r)
 	if owned && !spec.Keep { // a kept sandbox outlives its caller, killed or not
-		rec.Owner = self()
+		rec.Owner = callerOf(ctx)
 	} else if !owned && len(command) > 0 && !create {
 		// run -d: RunDetached follows. Not for a foreground run kept
 		// with --keep: its command ran attached, and the sandbox lives on.
-		rec.Starting = self()
+		rec.Starting = callerOf(ctx)
 	}
 	rec.markMounts(spec.Mounts)
 	if !spec.DisableSetup {
@@ -514,6 +514,9 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 	t := templateOf(rec)
 	name := rec.Name
 	var e *poolEntry
+	if pooledOnly(ctx) && (len(rec.Nets) > 0 || rec.Build) {
+		return errNotPooled
+	}
 	if len(rec.Nets) > 0 {
 		// Rootless, a sandbox on a user network lives in the network
 		// helper's user namespace: a server there starts it, and none is
@@ -522,8 +525,8 @@ func (b *Backend) create(ctx context.Context, rec *record, mounts []specs.Mount)
 			return fmt.Errorf("spawn: %w", err)
 		}
 		rec.NetJoined = srv.joined
-	} else {
-		e = b.pool.take(t.key())
+	} else if e = b.pool.take(t.key()); e == nil && pooledOnly(ctx) {
+		return errNotPooled // nothing made yet: the caller spawns it cold
 	}
 	for fromPool := e != nil; ; fromPool, e = false, nil {
 		if e == nil {

@@ -297,6 +297,9 @@ func systemPruneCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := stopPool(b); err != nil {
+				return err
+			}
 			ids, err := b.Prune(false)
 			for _, id := range ids {
 				fmt.Println("Deleted:", id)

@@ -222,6 +222,9 @@ func pruneCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := stopPoolOfRoot(); err != nil {
+				return err
+			}
 			svc, err := openService()
 			if err != nil {
 				return err
@@ -242,7 +245,7 @@ func pruneCmd() *cobra.Command {
 }
 
 func psCmd() *cobra.Command {
-	var all, quiet, asJSON, noTrunc bool
+	var all, quiet, asJSON, noTrunc, pool bool
 	var filterFlags []string
 	var format string
 	c := &cobra.Command{
@@ -250,6 +253,9 @@ func psCmd() *cobra.Command {
 		Short: "List sandboxes with their age and idle time",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if pool {
+				return listPool()
+			}
 			f, err := filters.FromFlags(filterFlags)
 			if err != nil {
 				return err
@@ -304,6 +310,7 @@ func psCmd() *cobra.Command {
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "only ids")
 	c.Flags().BoolVar(&noTrunc, "no-trunc", false, "whole ids and commands")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().BoolVar(&pool, "pool", false, "list the sandboxes kept ready (slopbox pool keep) instead")
 	c.Flags().StringArrayVarP(&filterFlags, "filter", "f", nil, "only sandboxes matching (Docker's rules: one key's values OR, keys and labels AND): id=, name=, label=KEY[=VALUE], status=created|running|paused|exited|dead, exited=CODE, ancestor=IMAGE, before=, since=, network=, volume=, publish=, expose=")
 	c.Flags().StringVar(&format, "format", "", "Go template over .ID .Image .Command .CreatedAt .RunningFor .Status .State .Ports .Names .Labels (\"table …\" adds a header; \"json\": one object a line)")
 	return c

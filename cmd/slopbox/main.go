@@ -116,7 +116,7 @@ func allVerbs() []*cobra.Command {
 	verbs := []*cobra.Command{pullCmd(), imagesCmd(), rmiCmd(), tagCmd(), inspectCmd(), loadCmd(), saveCmd(),
 		runVerb(), createVerb(), startCmd(), execCmd(), psCmd(), killCmd(), stopCmd(), restartCmd(), rmCmd(), pruneCmd(),
 		versionCmd(), infoCmd(), doctorCmd(), startsSandbox(envCmd()), imageCmd(),
-		logsCmd(), diffCmd(), exportCmd(), historyCmd(), importCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), containerCmd(), portCmd(), pauseCmd("pause"), pauseCmd("unpause"), systemPruneCmd(), startsSandbox(snapshotCmd()), serveCmd(), buildCmd(), commitCmd(), pushCmd(), volumeCmd(), networkCmd(), updateCmd()}
+		logsCmd(), diffCmd(), exportCmd(), historyCmd(), importCmd(), waitCmd(), renameCmd(), topCmd(), statsCmd(), cpCmd(), containerCmd(), portCmd(), pauseCmd("pause"), pauseCmd("unpause"), systemPruneCmd(), startsSandbox(snapshotCmd()), serveCmd(), buildCmd(), commitCmd(), pushCmd(), volumeCmd(), networkCmd(), updateCmd(), poolCmd()}
 	for _, v := range packagingVerbs {
 		verbs = append(verbs, v())
 	}

@@ -38,6 +38,9 @@ type runFlags struct {
 	ef          execFlags
 	rm, detach  bool
 	backendName string
+	// keeper is the pool keeper a run asks first (pool.go), nil when none
+	// runs.
+	keeper *sandbox.Keeper
 }
 
 func runCmd() *cobra.Command {
@@ -79,7 +82,9 @@ func (f *runFlags) run(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
-	b.Prewarm()     // the spawn helper starts while the image and flags are read
+	if f.keeper = keeperFor(b); f.keeper == nil {
+		b.Prewarm() // the spawn helper starts while the image and flags are read
+	}
 	defer b.Close() // as root, a reservation no spawn took (a bad image, flag, …)
 	sb, command, err := f.spawn(ctx, cmd, b, args)
 	if err != nil {
@@ -134,9 +139,11 @@ func (f *runFlags) spawn(ctx contextT, cmd *cobra.Command, b *sandbox.Backend, a
 	if f.detach {
 		spawn = b.SpawnCommand
 	}
-	sb, err := spawn(ctx, spec, command)
-	if err != nil {
-		return nil, nil, err
+	sb := claimFromPool(b, f.keeper, spec, command, f.detach)
+	if sb == nil {
+		if sb, err = spawn(ctx, spec, command); err != nil {
+			return nil, nil, err
+		}
 	}
 	if err := opts.SaveCreated(sb.Info().StateDir, img.Config.Config); err != nil {
 		sb.Remove()
