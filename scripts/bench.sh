@@ -26,7 +26,7 @@ source "$HARNESS/lib/common.sh"
 
 OUT=$BENCH_RESULTS/$(date +%Y%m%d-%H%M%S)
 mkdir -p "$OUT"
-read -ra PEERS <<<"${BENCH_PEERS:-slopbox slopbox-root tar-floor crun crun-rootless runc runc-rootless docker docker-nonet podman podman-rootless skopeo-umoci skopeo-umoci-rootless host host-unshare-Urnm-user}"
+read -ra PEERS <<<"${BENCH_PEERS:-slopbox slopbox-root slopbox-pool slopbox-pool-root tar-floor crun crun-rootless runc runc-rootless docker docker-nonet podman podman-rootless skopeo-umoci skopeo-umoci-rootless host host-unshare-Urnm-user}"
 "$HARNESS/40-bench.sh" -o "$OUT" "${PEERS[@]}"
 
 # The Go API, rootless and as root, on the same machine right after

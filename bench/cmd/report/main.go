@@ -254,6 +254,14 @@ func report(w io.Writer, dir, chart string) []targetRow {
 	}
 	cliRows("rootless", "slopbox", "runc-rootless", "crun-rootless")
 	cliRows("as root", "slopbox-root", "runc", "crun")
+	// The CLI's warm pool (pool keep): a run --rm claims a sandbox kept
+	// started; its goal is crun's whole run.
+	poolRow := func(who, ours, crun string) {
+		pr, crunRun := med(ours, "run_true"), med(crun, "run_true")
+		target("run `true` in a sandbox claimed from the CLI's warm pool and remove it, "+who+" (`pool keep`, then `run --rm`)", pr, "crun run ("+who+")", crunRun, "≤ crun", crunRun > 0 && pr > 0 && pr <= crunRun)
+	}
+	poolRow("rootless", "slopbox-pool", "crun-rootless")
+	poolRow("as root", "slopbox-pool-root", "crun")
 	crunExec, runcExec := med("crun-rootless", "exec_true"), med("runc-rootless", "exec_true")
 	ea := api["rootless"]["exec_true_api"].MedianMs
 	target("exec `true`, rootless (Go API)", ea, "crun exec (rootless)", crunExec, "≤ crun exec", crunExec > 0 && ea <= crunExec)
