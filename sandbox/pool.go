@@ -60,7 +60,7 @@ type pool struct {
 	off bool
 	// kept, once set (a pool keeper, keeper.go), is the only kinds kept
 	// ready and how many of each: no other kind is refilled.
-	kept map[string]keptKind
+	kept    map[string]keptKind
 	entries map[string][]*poolEntry // by template key: ready or starting, oldest first
 	reaped  bool                    // stale entries of dead processes removed
 
