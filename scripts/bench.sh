@@ -46,6 +46,15 @@ tmp=$(as_user mktemp)
 as_user hyperfine -N --warmup 3 --runs 30 --export-json "$tmp" "slopbox-bench pull -q $PYSLIM_REF" >/dev/null
 cp "$tmp" "$OUT/repull.json" && rm -f "$tmp"
 
+# What the two setuid helpers a full subordinate range needs cost, rootless
+# (issue 45): the same process in a user namespace mapped by newuidmap and
+# newgidmap, and mapped to the caller's own ids alone (runc's rootless map).
+go build -o "$OUT/idmapcost" ./bench/cmd/idmapcost
+chmod 755 "$OUT/idmapcost"
+tmp=$(as_user mktemp)
+as_user hyperfine -N --warmup 3 --runs 50 --export-json "$tmp" -n helpers "$OUT/idmapcost helpers" -n single "$OUT/idmapcost single" >/dev/null
+cp "$tmp" "$OUT/idmap.json" && rm -f "$tmp"
+
 # 10 MB of stdout through the CLI, straight to the pipe: with busybox head
 # (the harness's workload, bound by its byte-at-a-time loop) and busybox dd
 # with 1 MB blocks, each beside the same busybox command on the host.
