@@ -212,7 +212,7 @@ type attacher interface {
 // runIn runs req in sb: attached to this process's stdio, on a terminal
 // with -t, or buffered into one JSON result with --json.
 func runIn(cmd *cobra.Command, sb attacher, req backend.ExecRequest, ef execFlags) (int, error) {
-	if s, ok := sb.(*sandbox.Sandbox); ok && ef.tty && !ef.asJSON {
+	if s, ok := sb.(terminalAttacher); ok && ef.tty && !ef.asJSON {
 		return runTerminal(s, req, ef)
 	}
 	ctx, cancel := signalContext()

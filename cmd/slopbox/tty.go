@@ -21,7 +21,13 @@ var errNotATTY = errors.New("the input device is not a TTY; drop -t (or run unde
 // terminal in raw mode passes every key through (Ctrl-C, Ctrl-Z reach the
 // command as signals from the sandbox's terminal), window size changes
 // follow, and the output is copied until the command exits.
-func runTerminal(sb *sandbox.Sandbox, req backend.ExecRequest, ef execFlags) (int, error) {
+// terminalAttacher is what runTerminal needs: a sandbox, or the service's
+// container of one.
+type terminalAttacher interface {
+	AttachTerminal(ctx contextT, req backend.ExecRequest, rows, cols uint16) (*sandbox.Terminal, error)
+}
+
+func runTerminal(sb terminalAttacher, req backend.ExecRequest, ef execFlags) (int, error) {
 	ctx, cancel := signalContext()
 	defer cancel()
 	in := int(os.Stdin.Fd())

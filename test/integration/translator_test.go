@@ -69,7 +69,7 @@ func TestInspectDockerShape(t *testing.T) {
 // "unknown command", not 0 with the group's help.
 func TestUnknownVerb(t *testing.T) {
 	e := newEnv(t)
-	for _, args := range [][]string{{"container", "nosuchverb"}, {"container", "restart", "x"}, {"image", "nosuchverb"}, {"docker", "container", "nosuchverb"}} {
+	for _, args := range [][]string{{"container", "nosuchverb"}, {"container", "checkpoint", "x"}, {"image", "nosuchverb"}, {"docker", "container", "nosuchverb"}} {
 		if out, code := e.run("", args...); code != 1 || !strings.Contains(out, "unknown command") {
 			t.Errorf("%q: exit %d %q, want 1 and docker's unknown command", args, code, out)
 		}
