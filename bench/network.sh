@@ -59,6 +59,15 @@ services:
     image: $BUSYBOX_REF
     command: ["sleep", "3600"]
 EOF
+	# compose up of 100 services (issue 45): each its own container on
+	# the project's network, as a test fleet's file is.
+	{
+		echo "name: netbench100"
+		echo "services:"
+		for i in $(seq 100); do
+			printf '  s%d:\n    image: %s\n    command: ["sleep", "3600"]\n' "$i" "$BUSYBOX_REF"
+		done
+	} >"$ctx/$peer/compose100.yaml"
 done
 chmod -R a+rX "$ctx"
 chmod 777 "$ctx/hf"
@@ -89,6 +98,17 @@ one() {
 	else
 		cat "$ctx/$peer/down.log" >&2
 		echo "network bench: compose down on $peer failed" >&2
+	fi
+	# 100 services up (-d), the project down before each run.
+	local c100="$ctx/bin/docker-compose -f $ctx/$peer/compose100.yaml"
+	f=$ctx/hf/$peer-up100.json
+	if "${pre[@]}" hyperfine -N --warmup 0 --runs "${RUNS_COMPOSE100:-3}" --export-json "$f" \
+		--prepare "$c100 down -t 0" --cleanup "$c100 down -t 0" -n "$peer-up100" "$c100 up -d" >"$ctx/$peer/up100.log" 2>&1; then
+		json+=("$f")
+	else
+		cat "$ctx/$peer/up100.log" >&2
+		echo "network bench: compose up of 100 services on $peer failed" >&2
+		"${pre[@]}" "$ctx/bin/docker-compose" -f "$ctx/$peer/compose100.yaml" down -t 0 >/dev/null 2>&1 || true
 	fi
 	# Name lookups, inside service a, with the project up.
 	local lookups='{}' create='{}'

@@ -401,6 +401,11 @@ func report(w io.Writer, dir, chart string) []targetRow {
 			}
 		}
 	}
+	if ours := netRuns["slopbox-rootless-up100"]; ours > 0 {
+		name := "`compose up -d` of 100 services on the project's network, rootless serve (issue 45)"
+		target(name, ours, "dockerd", netRuns["dockerd-up100"], "reported", true)
+		target(name, ours, "podman service (rootless)", netRuns["podman-rootless-up100"], "reported", true)
+	}
 	if sb := netFigs["slopbox-rootless"]; sb != nil {
 		dns, hosts := sb["process_dns_ms"], sb["process_hosts_ms"]
 		target("a service-name lookup on a user network (a new process resolving it), rootless serve", dns, "localhost from /etc/hosts, the same way, same container", hosts, "≤ 2× /etc/hosts", hosts > 0 && dns > 0 && dns <= 2*hosts)
