@@ -375,6 +375,10 @@ func (s *Server) containerStop(w http.ResponseWriter, r *request, sb *service.Co
 // containerRestart is POST /containers/{id}/restart: a stop when it
 // runs, then a start by hand.
 func (s *Server) containerRestart(w http.ResponseWriter, r *request, sb *service.Container) {
+	if err := sb.CheckRestart(); err != nil {
+		fail(w, err)
+		return
+	}
 	if sb.Running() {
 		if err := s.stop(r.Context(), sb, r.URL.Query().Get("t"), r.URL.Query().Get("signal")); err != nil {
 			fail(w, err)

@@ -48,7 +48,7 @@ type imageSummary struct {
 
 // containerSummary is an entry of GET /containers/json: moby's
 // container.Summary without its netip addresses (an unpublished port has
-// no IP, and moby's would send "") and with the networks as dockerview
+// no IP, and moby's would send "") and with the networks as the service
 // shows them in inspect.
 type containerSummary struct {
 	ID              string            `json:"Id"`

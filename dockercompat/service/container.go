@@ -2,10 +2,14 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
+	"slices"
 	"syscall"
 	"time"
+
+	"github.com/containerd/errdefs"
 
 	"github.com/slopbox/slopbox/backend"
 	"github.com/slopbox/slopbox/dockercompat"
@@ -73,8 +77,8 @@ var (
 // DefaultMaskedPaths and DefaultReadonlyPaths are the paths every
 // container has masked and read-only (inspect's HostConfig shows them).
 var (
-	DefaultMaskedPaths   = oci.DefaultMaskedPaths
-	DefaultReadonlyPaths = oci.DefaultReadonlyPaths
+	DefaultMaskedPaths   = slices.Clone(oci.DefaultMaskedPaths)
+	DefaultReadonlyPaths = slices.Clone(oci.DefaultReadonlyPaths)
 )
 
 // SetWinsize sizes the terminal whose master is f.
@@ -120,16 +124,6 @@ func (s *Service) Open(ref string) (*Container, error) {
 	return &Container{sb: sb}, nil
 }
 
-// Create records a container for spec whose main command is command,
-// without starting it.
-func (s *Service) Create(ctx context.Context, spec backend.SpawnSpec, command []string) (*Container, error) {
-	sb, err := s.b.Create(ctx, spec, command)
-	if err != nil {
-		return nil, err
-	}
-	return &Container{sb: sb}, nil
-}
-
 // List is every container's record.
 func (s *Service) List() ([]Info, error) { return s.b.List() }
 
@@ -143,12 +137,6 @@ func (s *Service) Wait(ctx context.Context, id, cond string) (int, error) {
 
 // RemovedExit is the exit kept of an auto-removed container id.
 func (s *Service) RemovedExit(id string) (int, time.Time, bool) { return s.b.RemovedExit(id) }
-
-// Prune removes the containers that are not running (all: whatever
-// their state) and match.
-func (s *Service) Prune(all bool, match func(Info) bool) ([]string, error) {
-	return s.b.PruneMatching(all, match)
-}
 
 // CreateVolume makes volume name (a generated one when empty).
 func (s *Service) CreateVolume(name string, labels map[string]string) (Volume, error) {
@@ -167,9 +155,6 @@ func (s *Service) RemoveVolume(name string, force bool) error { return s.b.Remov
 // Container is one container as the surfaces see it: a handle on its
 // sandbox with the verbs they use.
 type Container struct{ sb *sandbox.Sandbox }
-
-// Wrap is the container of sandbox sb (for the CLI, which opens its own).
-func Wrap(sb *sandbox.Sandbox) *Container { return &Container{sb: sb} }
 
 func (c *Container) ID() string           { return c.sb.ID() }
 func (c *Container) Name() string         { return c.sb.Name() }
@@ -245,6 +230,9 @@ func (c *Container) StopPlan(signal string, t *int) (syscall.Signal, time.Durati
 // signal and t) when it runs, then started by hand (a pending restart is
 // cancelled, restarts count from 0).
 func (c *Container) Restart(ctx context.Context, signal string, t *int) error {
+	if err := c.CheckRestart(); err != nil {
+		return err
+	}
 	if c.Running() {
 		sig, grace, err := c.StopPlan(signal, t)
 		if err != nil {
@@ -255,6 +243,17 @@ func (c *Container) Restart(ctx context.Context, signal string, t *int) error {
 		}
 	}
 	return c.Start(ctx, AttachedStart{})
+}
+
+// CheckRestart refuses the restart of a container removed when it stops
+// (--rm): its stop would remove it before the start. (dockerd keeps it,
+// marked restarted by hand; slopbox does not carry that mark yet.) The
+// refusal comes before anything is done: the container is left as it is.
+func (c *Container) CheckRestart() error {
+	if c.sb.Info().AutoRemove {
+		return errdefs.ErrNotImplemented.WithMessage(fmt.Sprintf("cannot restart %s: it was made with --rm, so stopping it removes it; stop it and run it again", c.Name()))
+	}
+	return nil
 }
 
 // StopGrace sends sig to its main command and kills every process after grace.

@@ -35,6 +35,9 @@ type CreateResult struct {
 // image's), how it attaches and its create options, or not at all (a
 // failure half-way removes it).
 func (s *Service) CreateContainer(ctx context.Context, r CreateRequest) (*CreateResult, error) {
+	if r.Image == nil || r.Image.Config == nil {
+		return nil, errdefs.ErrInvalidArgument.WithMessage("create: no image given")
+	}
 	cfg := r.Image.Config.Config
 	cmd := r.Options.Command(cfg.Entrypoint, cfg.Cmd)
 	if len(cmd) == 0 {

@@ -533,3 +533,23 @@ func TestListParity(t *testing.T) {
 		t.Errorf("after the prunes: %q, want lp-b and lp-c", got)
 	}
 }
+
+// TestRestartOfRmRefused: the restart of a --rm container is refused
+// before anything is done, through the CLI and through serve alike (its
+// stop would remove it before the start), and the container runs on.
+func TestRestartOfRmRefused(t *testing.T) {
+	e := newEnv(t)
+	sock := e.serve(t)
+	e.must("pull", "-q", e.ref)
+	e.must("run", "-d", "--rm", "--name", "rr", e.ref, "sleep", "300")
+	t.Cleanup(func() { e.run("", "rm", "-f", "rr") })
+	if out, code := e.run("", "restart", "rr"); code == 0 || !strings.Contains(out, "--rm") {
+		t.Errorf("slopbox restart of a --rm container: exit %d: %s", code, out)
+	}
+	if out, code := dockerCLI(t, debianDocker, sock, "", "restart", "rr"); code == 0 || !strings.Contains(out, "--rm") {
+		t.Errorf("docker restart of a --rm container: exit %d: %s", code, out)
+	}
+	if out := strings.TrimSpace(e.must("inspect", "-f", "{{.State.Status}}", "rr")); out != "running" {
+		t.Errorf("after the refused restarts: %s, want running", out)
+	}
+}
