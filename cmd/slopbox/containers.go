@@ -95,7 +95,7 @@ func renameCmd() *cobra.Command {
 		Short: "Rename a sandbox",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := openBackend()
+			b, err := openService()
 			if err != nil {
 				return err
 			}
@@ -154,12 +154,12 @@ func statsCmd() *cobra.Command {
 		Use:   "stats [--no-stream] [SANDBOX...]",
 		Short: "Show the CPU, memory and process use of sandboxes",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := openBackend()
+			b, err := openService()
 			if err != nil {
 				return err
 			}
 			if len(args) == 0 {
-				list, err := b.List()
+				list, err := b.ListContainers(service.ListOptions{All: true, Broken: true})
 				if err != nil {
 					return err
 				}
@@ -293,14 +293,14 @@ func systemPruneCmd() *cobra.Command {
 		Short: "Remove stopped sandboxes and unused image data",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := openBackend()
+			if err := stopPoolOfRoot(); err != nil {
+				return err
+			}
+			b, err := openService()
 			if err != nil {
 				return err
 			}
-			if err := stopPool(b); err != nil {
-				return err
-			}
-			ids, err := b.Prune(false)
+			ids, err := b.PruneAll()
 			for _, id := range ids {
 				fmt.Println("Deleted:", id)
 			}

@@ -35,11 +35,11 @@ func createCmd() *cobra.Command {
 			if _, err := sf.limits(); err != nil {
 				return err
 			}
-			b, err := openBackend()
+			svc, err := openService()
 			if err != nil {
 				return err
 			}
-			img, err := ensureImage(ctx, b, args[0])
+			img, err := ensureImage(ctx, svc, args[0])
 			if err != nil {
 				return err
 			}
@@ -51,7 +51,7 @@ func createCmd() *cobra.Command {
 				return err // --rm with a restart policy, as Docker refuses it
 			}
 			spec.AutoRemove = rm // as docker create --rm: removed when its command ends or it is stopped
-			res, err := service.New(b).CreateContainer(ctx, service.CreateRequest{Spec: spec, Options: opts, Image: img, Detach: o})
+			res, err := svc.CreateContainer(ctx, service.CreateRequest{Spec: spec, Options: opts, Image: img, Detach: o})
 			if err != nil {
 				return err
 			}

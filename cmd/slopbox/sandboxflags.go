@@ -390,7 +390,7 @@ func openBackend() (*sandbox.Backend, error) {
 }
 
 // ensureImage pulls ref when it is not in the store, as docker run does.
-func ensureImage(ctx context.Context, b *sandbox.Backend, ref string) (*image.Image, error) {
+func ensureImage(ctx context.Context, b interface{ Store() *image.Store }, ref string) (*image.Image, error) {
 	img, err := b.Store().Get(ref)
 	if err == nil {
 		return img, nil

@@ -138,6 +138,10 @@ func (s *Service) Wait(ctx context.Context, id, cond string) (int, error) {
 // RemovedExit is the exit kept of an auto-removed container id.
 func (s *Service) RemovedExit(id string) (int, time.Time, bool) { return s.b.RemovedExit(id) }
 
+// PruneAll is docker system prune's part of the containers: every one
+// not running goes, and what killed slopbox processes left behind.
+func (s *Service) PruneAll() ([]string, error) { return s.b.Prune(false) }
+
 // CreateVolume makes volume name (a generated one when empty).
 func (s *Service) CreateVolume(name string, labels map[string]string) (Volume, error) {
 	return s.b.CreateVolume(name, labels)
