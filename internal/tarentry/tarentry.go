@@ -109,6 +109,12 @@ func FromFile(f *os.File) (*Entry, error) {
 	return e, nil
 }
 
+// Owning makes Close close a FromFile entry's file too, and returns e.
+func (e *Entry) Owning() *Entry {
+	e.own = true
+	return e
+}
+
 // Close closes the entry's descriptors.
 func (e *Entry) Close() error {
 	var err error
