@@ -24,6 +24,7 @@ import (
 
 	"github.com/slopbox/slopbox/internal/atomicfile"
 	"github.com/slopbox/slopbox/internal/regfile"
+	"github.com/slopbox/slopbox/internal/tarentry"
 )
 
 // Workspace snapshots (SlopCodeBench's Snapshot.from_directory, reference
@@ -283,35 +284,32 @@ func unwrapPathError(err error) error {
 	return err
 }
 
-// open opens the regular file rel, which lstat said fi is; it must still
-// be that file.
-func (w *walker) open(rel string, fi fs.FileInfo) (*os.File, fs.FileInfo, error) {
-	// Opened without blocking (regfile): a FIFO swapped in after the walk
-	// saw a file is refused, not waited on.
-	f, err := regfile.OpenIn(w.root, rel)
-	if errors.Is(err, regfile.ErrNotRegular) {
-		return nil, nil, fmt.Errorf("snapshot: %s: changed during the snapshot", filepath.Join(w.root.Name(), rel))
-	}
+// openEntry opens rel (tarentry.OpenIn: its last name not followed),
+// which lstat said fi is; it must still be that inode, of that type.
+func (w *walker) openEntry(rel string, fi fs.FileInfo) (*tarentry.Entry, error) {
+	e, err := tarentry.OpenIn(w.root, rel)
 	if err != nil {
-		return nil, nil, fmt.Errorf("snapshot: %s: %w", filepath.Join(w.root.Name(), rel), unwrapPathError(err))
+		return nil, fmt.Errorf("snapshot: %s: %w", filepath.Join(w.root.Name(), rel), unwrapPathError(err))
 	}
-	now, err := f.Stat()
-	if err == nil && !os.SameFile(fi, now) {
-		err = errors.New("changed during the snapshot")
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || st.Dev != e.Stat().Dev || st.Ino != e.Stat().Ino || e.Info().Mode().Type() != fi.Mode().Type() {
+		e.Close()
+		return nil, fmt.Errorf("snapshot: %s: changed during the snapshot", filepath.Join(w.root.Name(), rel))
 	}
-	if err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("snapshot: %s: %w", filepath.Join(w.root.Name(), rel), err)
-	}
-	return f, now, nil
+	return e, nil
 }
 
-func (w *walker) readlink(rel string) (string, error) {
-	t, err := w.root.Readlink(rel)
-	if err != nil {
-		return "", fmt.Errorf("snapshot: %s: %w", filepath.Join(w.root.Name(), rel), unwrapPathError(err))
+// reopen opens the regular file e for reading (tarentry.Entry.Reopen:
+// without blocking, the inode opened).
+func (w *walker) reopen(e *tarentry.Entry, rel string) error {
+	err := e.Reopen()
+	if errors.Is(err, tarentry.ErrChanged) {
+		return fmt.Errorf("snapshot: %s: changed during the snapshot", filepath.Join(w.root.Name(), rel))
 	}
-	return t, nil
+	if err != nil {
+		return fmt.Errorf("snapshot: %s: %w", filepath.Join(w.root.Name(), rel), unwrapPathError(err))
+	}
+	return nil
 }
 
 func header(rel string, fi fs.FileInfo) *tar.Header {
@@ -320,6 +318,42 @@ func header(rel string, fi fs.FileInfo) *tar.Header {
 		h.Uid, h.Gid = int(st.Uid), int(st.Gid)
 	}
 	return h
+}
+
+// pendingDir is a directory entered, opened, not yet stored: its header
+// is written (from its descriptor's fstat) when something under it is.
+type pendingDir struct {
+	rel string
+	e   *tarentry.Entry // nil once written
+}
+
+// pendingDirs are the directories entered down to the walk's place.
+type pendingDirs []pendingDir
+
+// pop closes and drops the directories rel is not under ("": all).
+func (ds *pendingDirs) pop(rel string) {
+	for len(*ds) > 0 && (rel == "" || !strings.HasPrefix(rel, (*ds)[len(*ds)-1].rel+"/")) {
+		if e := (*ds)[len(*ds)-1].e; e != nil {
+			e.Close()
+		}
+		*ds = (*ds)[:len(*ds)-1]
+	}
+}
+
+// flush writes the headers of the directories not yet written.
+func (ds pendingDirs) flush(tw *tarentry.Writer) error {
+	for i := range ds {
+		if ds[i].e == nil {
+			continue // written
+		}
+		err := tw.Write(ds[i].e, ds[i].rel)
+		ds[i].e.Close()
+		ds[i].e = nil
+		if err != nil {
+			return fmt.Errorf("snapshot: %w", err)
+		}
+	}
+	return nil
 }
 
 func writeSnapshot(dir string, opts SnapshotOptions, out io.Writer, skip []os.FileInfo) (*SnapshotResult, error) {
@@ -334,65 +368,40 @@ func writeSnapshot(dir string, opts SnapshotOptions, out io.Writer, skip []os.Fi
 	defer w.root.Close()
 	w.skip = skip
 	tw := tar.NewWriter(cw)
+	tw2 := &tarentry.Writer{TW: tw, Header: func(name string, fi fs.FileInfo) (*tar.Header, error) {
+		return header(name, fi), nil
+	}}
 	// Directories are stored when something under them is, just before it.
-	type pending struct {
-		rel string
-		fi  fs.FileInfo
-	}
-	var dirs []pending
-	flushDirs := func(rel string) error {
-		for len(dirs) > 0 && !strings.HasPrefix(rel, dirs[len(dirs)-1].rel+"/") {
-			dirs = dirs[:len(dirs)-1]
-		}
-		for i := range dirs {
-			if dirs[i].fi == nil {
-				continue // written
-			}
-			h := header(dirs[i].rel+"/", dirs[i].fi)
-			h.Typeflag = tar.TypeDir
-			if err := tw.WriteHeader(h); err != nil {
-				return fmt.Errorf("snapshot: %w", err)
-			}
-			dirs[i].fi = nil
-		}
-		return nil
-	}
+	var dirs pendingDirs
+	defer dirs.pop("")
 	err = w.walk(func(rel string, fi fs.FileInfo) error {
-		for len(dirs) > 0 && !strings.HasPrefix(rel, dirs[len(dirs)-1].rel+"/") {
-			dirs = dirs[:len(dirs)-1]
-		}
-		dirs = append(dirs, pending{rel, fi})
-		return nil
-	}, func(rel string, fi fs.FileInfo) error {
-		if err := flushDirs(rel); err != nil {
-			return err
-		}
-		h := header(rel, fi)
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			t, err := w.readlink(rel)
-			if err != nil {
-				return err
-			}
-			h.Typeflag, h.Linkname = tar.TypeSymlink, t
-			if err := tw.WriteHeader(h); err != nil {
-				return fmt.Errorf("snapshot: %w", err)
-			}
-			return nil
-		}
-		f, now, err := w.open(rel, fi)
+		dirs.pop(rel)
+		e, err := w.openEntry(rel, fi)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		h = header(rel, now)
-		h.Typeflag, h.Size = tar.TypeReg, now.Size()
-		if err := tw.WriteHeader(h); err != nil {
-			return fmt.Errorf("snapshot: %w", err)
+		dirs = append(dirs, pendingDir{rel, e})
+		return nil
+	}, func(rel string, fi fs.FileInfo) error {
+		dirs.pop(rel)
+		if err := dirs.flush(tw2); err != nil {
+			return err
 		}
-		if _, err := io.CopyN(tw, f, h.Size); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = errors.New("shrank while being read")
+		e, err := w.openEntry(rel, fi)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		if e.Kind() == syscall.S_IFREG {
+			if err := w.reopen(e, rel); err != nil {
+				return err
 			}
+		}
+		err = tw2.Write(e, rel)
+		if errors.Is(err, io.EOF) {
+			err = errors.New("shrank while being read")
+		}
+		if err != nil {
 			return fmt.Errorf("snapshot: %s: %w", filepath.Join(dir, rel), unwrapPathError(err))
 		}
 		return nil
@@ -499,25 +508,24 @@ func readDir(dir string, opts SnapshotOptions) (map[string]*Entry, error) {
 	defer w.root.Close()
 	m := map[string]*Entry{}
 	err = w.walk(nil, func(rel string, fi fs.FileInfo) error {
-		e := &Entry{Path: rel, Mode: tarMode(fi.Mode())}
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			t, err := w.readlink(rel)
-			if err != nil {
-				return err
-			}
-			e.Symlink, e.Linkname = true, t
-			m[rel] = e
-			return nil
-		}
-		f, now, err := w.open(rel, fi)
+		te, err := w.openEntry(rel, fi)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := e.read(f); err != nil {
+		defer te.Close()
+		e := &Entry{Path: rel, Mode: tarMode(te.Info().Mode())}
+		if te.Kind() == syscall.S_IFLNK {
+			e.Symlink, e.Linkname = true, te.Link()
+			m[rel] = e
+			return nil
+		}
+		if err := w.reopen(te, rel); err != nil {
+			return err
+		}
+		if err := e.read(io.LimitReader(te.File(), te.Stat().Size)); err != nil {
 			return fmt.Errorf("snapshot: %s: %w", filepath.Join(dir, rel), unwrapPathError(err))
 		}
-		e.Mode = tarMode(now.Mode())
+		e.Mode = tarMode(te.Info().Mode())
 		m[rel] = e
 		return nil
 	})

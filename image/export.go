@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/internal/lowerdirs"
+	"github.com/slopbox/slopbox/internal/tarentry"
 )
 
 // ExportMatch is one path a pattern given to ExportPaths matched.
@@ -139,57 +141,60 @@ func whiteout(fi fs.FileInfo) bool {
 	return fi.Mode()&fs.ModeCharDevice != 0 && ok && st.Rdev == 0
 }
 
+// exportEntry writes the source's entry rel as name through tarentry
+// (its header, FileInfoHeader's with no user or group names, from fstat
+// of the descriptor read): rel's last name not followed, or with follow
+// (a source named) followed inside the root, the regular file or
+// directory it leads to opened without blocking. Regular files, directories
+// and symlinks only; whiteouts are left out.
 func exportEntry(ctx context.Context, root *os.Root, tw *tar.Writer, rel, name string, follow bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	var fi fs.FileInfo
-	var err error
-	if follow {
-		fi, err = root.Stat(rel)
-	} else {
-		fi, err = root.Lstat(rel)
-	}
-	if err != nil {
+	e, err := openExported(root, rel, follow)
+	if err != nil || e == nil {
 		return err
 	}
-	if whiteout(fi) {
-		return nil
-	}
-	hdr, err := tar.FileInfoHeader(fi, "")
-	if err != nil {
-		return err
-	}
-	hdr.Name, hdr.Uname, hdr.Gname, hdr.Format = name, "", "", tar.FormatPAX
-	switch {
-	case fi.IsDir():
-		hdr.Name += "/"
-		return tw.WriteHeader(hdr)
-	case fi.Mode()&fs.ModeSymlink != 0:
-		if hdr.Linkname, err = root.Readlink(rel); err != nil {
-			return err
-		}
-		return tw.WriteHeader(hdr)
-	case fi.Mode().IsRegular():
+	defer e.Close()
+	switch e.Kind() {
+	case unix.S_IFDIR, unix.S_IFLNK, unix.S_IFREG:
 	default:
-		return nil // devices, fifos, sockets: not copied
+		return nil // whiteouts, devices, fifos, sockets: not copied
 	}
-	f, err := root.OpenFile(rel, os.O_RDONLY|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if !st.Mode().IsRegular() {
+	w := &tarentry.Writer{TW: tw, Header: func(name string, fi fs.FileInfo) (*tar.Header, error) {
+		hdr, err := tar.FileInfoHeader(fi, "")
+		if err != nil {
+			return nil, err
+		}
+		hdr.Name, hdr.Uname, hdr.Gname, hdr.Format = name, "", "", tar.FormatPAX
+		return hdr, nil
+	}}
+	err = w.Write(e, name)
+	if errors.Is(err, tarentry.ErrChanged) {
 		return fmt.Errorf("%s changed while being copied", rel)
 	}
-	hdr.Size = st.Size()
-	if err := tw.WriteHeader(hdr); err != nil {
-		return err
-	}
-	_, err = io.CopyN(tw, f, st.Size())
 	return err
+}
+
+// openExported opens rel for exportEntry: not followed (tarentry.OpenIn),
+// or with follow, as root.Stat resolves it, a regular file or directory
+// opened for reading without blocking (nil for anything else).
+func openExported(root *os.Root, rel string, follow bool) (*tarentry.Entry, error) {
+	if !follow {
+		return tarentry.OpenIn(root, rel)
+	}
+	fi, err := root.Stat(rel)
+	if err != nil || !fi.Mode().IsRegular() && !fi.IsDir() {
+		return nil, err
+	}
+	f, err := root.OpenFile(rel, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	e, err := tarentry.FromFile(f)
+	if err != nil || (e.Kind() == unix.S_IFDIR) != fi.IsDir() {
+		f.Close()
+		return nil, fmt.Errorf("%s changed while being copied", rel)
+	}
+	return e.Owning(), nil
 }

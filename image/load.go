@@ -16,8 +16,10 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/sys/unix"
 
 	"github.com/slopbox/slopbox/internal/regfile"
+	"github.com/slopbox/slopbox/internal/tarentry"
 	"github.com/slopbox/slopbox/internal/userns"
 )
 
@@ -407,17 +409,23 @@ func (s *Store) Save(refs []string, w io.Writer) error {
 }
 
 // tarTree writes the regular files and directories under dir as a tar to
-// w. dir is opened as an os.Root: no symlink (one swapped in while the
-// tree is read, too) takes a read outside it, each file's header comes
-// from fstat of the descriptor it is read from, and no more bytes are read
-// than that header says.
+// w. dir is opened as an os.Root (no symlink in it takes a read outside),
+// and each entry is written through tarentry: opened by its last name,
+// not followed, its header from fstat of the descriptor it is read from,
+// a file reopened without blocking (a FIFO swapped in is refused, not
+// waited on), and no more bytes read than that header says.
 func tarTree(dir string, w io.Writer) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
-	tw := tar.NewWriter(w)
+	tw := &tarentry.Writer{TW: tar.NewWriter(w), Header: func(name string, fi fs.FileInfo) (*tar.Header, error) {
+		if fi.IsDir() {
+			return &tar.Header{Name: name, Mode: 0o755}, nil
+		}
+		return &tar.Header{Name: name, Mode: 0o644}, nil
+	}}
 	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil || rel == "." {
 			return err
@@ -425,36 +433,22 @@ func tarTree(dir string, w io.Writer) error {
 		if !d.IsDir() && !d.Type().IsRegular() {
 			return fmt.Errorf("%w: unexpected %s in an OCI layout", ErrBadArchive, rel)
 		}
-		// A file is opened without blocking (regfile): a FIFO swapped in
-		// is refused, not waited on.
-		var f *os.File
-		if d.IsDir() {
-			f, err = root.Open(rel)
-		} else if f, err = regfile.OpenIn(root, rel); errors.Is(err, regfile.ErrNotRegular) {
+		e, err := tarentry.OpenIn(root, rel)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		if (e.Kind() == unix.S_IFDIR) != d.IsDir() || e.Kind() != unix.S_IFDIR && e.Kind() != unix.S_IFREG {
 			return fmt.Errorf("%w: %s changed while being read", ErrBadArchive, rel)
 		}
-		if err != nil {
-			return err
+		err = tw.Write(e, rel)
+		if errors.Is(err, tarentry.ErrChanged) {
+			return fmt.Errorf("%w: %s changed while being read", ErrBadArchive, rel)
 		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return err
-		}
-		switch {
-		case fi.IsDir() && d.IsDir():
-			return tw.WriteHeader(&tar.Header{Name: rel + "/", Typeflag: tar.TypeDir, Mode: 0o755})
-		case fi.Mode().IsRegular() && !d.IsDir():
-			if err := tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeReg, Mode: 0o644, Size: fi.Size()}); err != nil {
-				return err
-			}
-			_, err = io.CopyN(tw, f, fi.Size())
-			return err
-		}
-		return fmt.Errorf("%w: %s changed while being read", ErrBadArchive, rel)
+		return err
 	})
 	if err != nil {
 		return err
 	}
-	return tw.Close()
+	return tw.TW.Close()
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/slopbox/slopbox/image"
 	"github.com/slopbox/slopbox/internal/regfile"
 	"github.com/slopbox/slopbox/internal/sparse"
+	"github.com/slopbox/slopbox/internal/tarentry"
 )
 
 // copySpec is a COPY or ADD.
@@ -480,57 +481,38 @@ func (w *copyWriter) tree(rel, target string, isDir bool) error {
 	})
 }
 
-// entry writes one context entry rel under name.
+// entry writes one context entry rel under name, through tarentry: its
+// parent opened through the context's root, rel's last name not
+// followed, its header (owners and mode as --chown and --chmod say, no
+// setuid or setgid bits without --chmod) and contents from the one
+// descriptor; sockets, devices and FIFOs are not copied.
 func (w *copyWriter) entry(rel, name string) error {
 	if name == "" || w.written[name] {
 		return nil
 	}
 	w.written[name] = true
-	fi, err := w.root.Lstat(rel)
+	e, err := tarentry.OpenIn(w.root, rel)
 	if err != nil {
 		return explainOutside(err)
 	}
-	hdr := &tar.Header{Name: name, Uid: w.uid, Gid: w.gid, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX}
-	if w.mode != nil {
-		hdr.Mode = int64(*w.mode)
-	}
-	switch {
-	case fi.IsDir():
-		hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
-		return w.header(hdr)
-	case fi.Mode()&fs.ModeSymlink != 0:
-		target, err := w.root.Readlink(rel)
-		if err != nil {
-			return err
-		}
-		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
-		return w.header(hdr)
-	case fi.Mode().IsRegular():
+	defer e.Close()
+	switch e.Kind() {
+	case unix.S_IFDIR, unix.S_IFLNK, unix.S_IFREG:
 	default:
 		return nil // sockets, devices, fifos: not copied
 	}
-	// Opened without blocking (regfile): a FIFO swapped in after the
-	// Lstat is refused, not waited on.
-	f, err := regfile.OpenIn(w.root, rel)
-	if errors.Is(err, regfile.ErrNotRegular) {
+	tw := &tarentry.Writer{TW: w.tw, WriteHeader: w.header, Content: io.MultiWriter(w.tw, w.sum),
+		Header: func(name string, fi fs.FileInfo) (*tar.Header, error) {
+			hdr := &tar.Header{Name: name, Uid: w.uid, Gid: w.gid, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX}
+			if w.mode != nil {
+				hdr.Mode = int64(*w.mode)
+			}
+			return hdr, nil
+		}}
+	err = tw.Write(e, name)
+	if errors.Is(err, tarentry.ErrChanged) {
 		return fmt.Errorf("%s changed while being copied", rel)
 	}
-	if err != nil {
-		return explainOutside(err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if !os.SameFile(st, fi) {
-		return fmt.Errorf("%s changed while being copied", rel)
-	}
-	hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size()
-	if err := w.header(hdr); err != nil {
-		return err
-	}
-	_, err = io.CopyN(io.MultiWriter(w.tw, w.sum), f, st.Size())
 	return err
 }
 

@@ -5,16 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/slopbox/slopbox/internal/tarentry"
 	"github.com/slopbox/slopbox/internal/userns"
 	"github.com/slopbox/slopbox/sandbox/internal/spawnd"
 )
@@ -330,74 +333,49 @@ func (s *Sandbox) exportDir(tw *tar.Writer, d *mergedDir, p string) error {
 	return nil
 }
 
+// exportEntry writes entry n of the merged directory d (e: the winning
+// layer's, as entries read it) as p, through tarentry: opened by its one
+// name in that layer's directory, not followed, its header (owners as the
+// sandbox sees them) and contents from that descriptor, and it must still
+// be of the kind the merge saw. A file that shrank meanwhile is padded
+// with zeros to its header's size. What the host may not read (rootless)
+// is left out, a directory's entries only.
 func (s *Sandbox) exportEntry(tw *tar.Writer, d *mergedDir, n string, e entry, p string) error {
-	fd := d.fds[e.layer]
-	h := s.header(&e.st, p)
-	switch e.st.Mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		h.Typeflag, h.Name = tar.TypeDir, p+"/"
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		c, err := d.child(n, e)
-		if unreadable(err) {
-			return nil // the host may not read it (rootless): the directory alone
-		}
-		if err != nil {
-			return err
-		}
-		defer c.close()
-		err = s.exportDir(tw, c, p)
-		if unreadable(err) {
-			return nil
-		}
+	te, err := tarentry.Open(d.fds[e.layer], n)
+	if err != nil {
 		return err
-	case unix.S_IFLNK:
-		buf := make([]byte, unix.PathMax)
-		k, err := unix.Readlinkat(fd, n, buf)
-		if err != nil {
-			return err
-		}
-		h.Typeflag, h.Linkname = tar.TypeSymlink, string(buf[:k])
-		return tw.WriteHeader(h)
-	case unix.S_IFREG:
-		ffd, err := openAtBeneath(fd, n, unix.O_RDONLY|unix.O_NONBLOCK)
-		if unreadable(err) {
-			return nil // the host may not read it (rootless): left out
-		}
-		if err != nil {
-			return err
-		}
-		f := os.NewFile(uintptr(ffd), p)
-		defer f.Close()
-		var st unix.Stat_t
-		if err := unix.Fstat(ffd, &st); err != nil {
-			return err
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFREG {
-			return fmt.Errorf("%s changed while it was read", p)
-		}
-		h = s.header(&st, p)
-		h.Typeflag = tar.TypeReg
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		// What it holds now, up to the size the header gives.
-		nw, err := io.CopyN(tw, f, h.Size)
-		if err == io.EOF {
-			_, err = tw.Write(make([]byte, h.Size-nw)) // it shrank meanwhile
-		}
-		return err
-	case unix.S_IFCHR, unix.S_IFBLK, unix.S_IFIFO:
-		h.Typeflag = map[uint32]byte{unix.S_IFCHR: tar.TypeChar, unix.S_IFBLK: tar.TypeBlock, unix.S_IFIFO: tar.TypeFifo}[e.st.Mode&unix.S_IFMT]
-		h.Devmajor, h.Devminor = int64(unix.Major(e.st.Rdev)), int64(unix.Minor(e.st.Rdev))
-		return tw.WriteHeader(h)
 	}
-	return nil // a socket: not archived, as tar does
+	defer te.Close()
+	if te.Kind() != e.st.Mode&unix.S_IFMT {
+		return fmt.Errorf("%s changed while it was read", p)
+	}
+	w := &tarentry.Writer{TW: tw, Pad: true, Header: func(name string, fi fs.FileInfo) (*tar.Header, error) {
+		return s.header(fi.Sys().(*syscall.Stat_t), name), nil
+	}}
+	err = w.Write(te, p)
+	if te.Kind() == unix.S_IFREG && unreadable(err) {
+		return nil // the host may not read it (rootless): left out
+	}
+	if err != nil || te.Kind() != unix.S_IFDIR {
+		return err
+	}
+	c, err := d.child(n, e)
+	if unreadable(err) {
+		return nil // the host may not read it (rootless): the directory alone
+	}
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	err = s.exportDir(tw, c, p)
+	if unreadable(err) {
+		return nil
+	}
+	return err
 }
 
 // header is a tar header for st at p, its owner as the sandbox sees it.
-func (s *Sandbox) header(st *unix.Stat_t, p string) *tar.Header {
+func (s *Sandbox) header(st *syscall.Stat_t, p string) *tar.Header {
 	m := s.b.store.Mapping()
 	var size int64
 	if st.Mode&unix.S_IFMT == unix.S_IFREG {
@@ -536,8 +514,8 @@ func (s *Sandbox) ReadFiles(src string, w io.Writer) error {
 			}
 			defer d.close()
 		}
-		var st unix.Stat_t
-		if err := unix.Fstat(d.fds[0], &st); err != nil {
+		var st syscall.Stat_t
+		if err := syscall.Fstat(d.fds[0], &st); err != nil {
 			return err
 		}
 		h := s.header(&st, "./")

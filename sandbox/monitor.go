@@ -852,22 +852,7 @@ type LogOptions struct {
 // to stdout, stderr lines to stderr. With Follow it goes on until the
 // sandbox stops, ctx ends or a write fails.
 func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writer) error {
-	emit := func(l logLine) error {
-		if !o.Since.IsZero() && l.Time.Before(o.Since) || !o.Until.IsZero() && l.Time.After(o.Until) {
-			return nil
-		}
-		w := stdout
-		if l.Stream == "stderr" {
-			w = stderr
-		}
-		if o.Timestamps {
-			if _, err := io.WriteString(w, l.Time.Format(time.RFC3339Nano)+" "); err != nil {
-				return err
-			}
-		}
-		_, err := io.WriteString(w, l.Log)
-		return err
-	}
+	emit := logEmitter(o, stdout, stderr)
 	syncLog(s.dir)
 	path := filepath.Join(s.dir, logFile)
 	// The current file is opened first, so that nothing written while the
@@ -908,6 +893,34 @@ func (s *Sandbox) Logs(ctx context.Context, o LogOptions, stdout, stderr io.Writ
 	if !o.Follow {
 		return nil
 	}
+	return s.followLog(ctx, o, tail, emit)
+}
+
+// logEmitter writes one log line of o's window (Since, Until) to stdout
+// or stderr, by its stream, after its timestamp with o.Timestamps.
+func logEmitter(o LogOptions, stdout, stderr io.Writer) func(logLine) error {
+	return func(l logLine) error {
+		if !o.Since.IsZero() && l.Time.Before(o.Since) || !o.Until.IsZero() && l.Time.After(o.Until) {
+			return nil
+		}
+		w := stdout
+		if l.Stream == "stderr" {
+			w = stderr
+		}
+		if o.Timestamps {
+			if _, err := io.WriteString(w, l.Time.Format(time.RFC3339Nano)+" "); err != nil {
+				return err
+			}
+		}
+		_, err := io.WriteString(w, l.Log)
+		return err
+	}
+}
+
+// followLog is Logs' Follow: it polls tail until the sandbox stops (and
+// its monitor has written the last lines), o.Until has passed, ctx ends
+// or a write fails.
+func (s *Sandbox) followLog(ctx context.Context, o LogOptions, tail *logTail, emit func(logLine) error) error {
 	var deadline time.Time
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()

@@ -1009,15 +1009,8 @@ func (b *Backend) bindSource(rec *record, m specs.Mount, lm *spawnd.Mount, slice
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	if err := checkSourceID(rec, m, fd, &st); err != nil {
 		return nil, err
-	}
-	// The inode checked when the sandbox was made, or nothing: a name
-	// swapped since (a rename inside a directory some sandbox writes)
-	// must not bring another directory in. (A record written before
-	// inodes were kept has none.)
-	if id, ok := rec.SourceIDs[m.Destination]; ok && (id.Dev != st.Dev || id.Ino != st.Ino) {
-		return nil, fmt.Errorf("%s is not the directory or file it was when the sandbox was created (replaced since, inode %d, was %d): refused; create the sandbox again to mount what is there now", m.Source, st.Ino, id.Ino)
 	}
 	if os.Geteuid() != 0 {
 		lm.Dev, lm.Ino = st.Dev, st.Ino
@@ -1033,17 +1026,7 @@ func (b *Backend) bindSource(rec *record, m specs.Mount, lm *spawnd.Mount, slice
 	// 0700 directory must be readable by container root (docker-py's
 	// VolumeBindTest binds mkdtemp directories read-only).
 	if !lm.ReadOnly && slices.Contains(rec.HandOver, m.Destination) {
-		opened, err := fdPath(fd)
-		if err != nil {
-			return nil, err
-		}
-		if err := backend.CheckHandOver(opened); err != nil {
-			return nil, err
-		}
-		if err := b.handOver(rec, fd, &st); err != nil {
-			return nil, err
-		}
-		if err := unix.Fstat(fd, &st); err != nil { // its owner may be the user's now
+		if err := b.handOverSource(rec, fd, &st); err != nil {
 			return nil, err
 		}
 	}
@@ -1074,6 +1057,38 @@ func (b *Backend) bindSource(rec *record, m specs.Mount, lm *spawnd.Mount, slice
 		}
 	}
 	return cloneSource(fd)
+}
+
+// checkSourceID fstats the bind source fd opened for m into st and
+// refuses it unless it is the inode checked when the sandbox was made, or
+// nothing was: a name swapped since (a rename inside a directory some
+// sandbox writes) must not bring another directory in. (A record written
+// before inodes were kept has none.)
+func checkSourceID(rec *record, m specs.Mount, fd int, st *unix.Stat_t) error {
+	if err := unix.Fstat(fd, st); err != nil {
+		return err
+	}
+	if id, ok := rec.SourceIDs[m.Destination]; ok && (id.Dev != st.Dev || id.Ino != st.Ino) {
+		return fmt.Errorf("%s is not the directory or file it was when the sandbox was created (replaced since, inode %d, was %d): refused; create the sandbox again to mount what is there now", m.Source, st.Ino, id.Ino)
+	}
+	return nil
+}
+
+// handOverSource (root only) checks that the path of the opened source fd
+// may be handed over, hands it over (handOver) and fstats it again into
+// st: its owner may be the user's now.
+func (b *Backend) handOverSource(rec *record, fd int, st *unix.Stat_t) error {
+	opened, err := fdPath(fd)
+	if err != nil {
+		return err
+	}
+	if err := backend.CheckHandOver(opened); err != nil {
+		return err
+	}
+	if err := b.handOver(rec, fd, st); err != nil {
+		return err
+	}
+	return unix.Fstat(fd, st)
 }
 
 // handOver (root only) hands the entries of the source fd (st its stat)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/slopbox/slopbox/internal/atomicfile"
 	"github.com/slopbox/slopbox/internal/sparse"
+	"github.com/slopbox/slopbox/internal/tarentry"
 )
 
 // Source splits a docker cp source into the path to read and the name its
@@ -57,7 +58,11 @@ func Write(w io.Writer, src, name string, o Options) error {
 			return err
 		}
 		defer d.Close()
-		err = writeDir(tw, d, ".")
+		var e *tarentry.Entry
+		if e, err = tarentry.FromFile(d); err != nil {
+			return err
+		}
+		err = writeDir(tw, e, ".")
 	} else {
 		parent, base := filepath.Split(filepath.Clean(src))
 		if base == "" { // "/"
@@ -105,120 +110,81 @@ func openDir(p string, o Options) (*os.File, error) {
 	return os.NewFile(uintptr(fd), p), nil
 }
 
-// writeEntry writes the entry base of the directory dir as name, opening
-// it without following a symlink. A missing entry is an error only for the
-// top one (top): one deleted during the walk is left out.
+// writeEntry writes the entry base of the directory dir as name, opened
+// without following a symlink (tarentry.Open: its header and contents
+// from the descriptor read). A missing entry is an error only for the
+// top one (top): one deleted during the walk is left out. Sockets and
+// devices are skipped.
 func writeEntry(tw *tar.Writer, dir *os.File, base, name string, top bool) error {
-	// O_PATH first: a symlink or FIFO is described, never opened.
-	fd, err := unix.Openat(int(dir.Fd()), base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	e, err := tarentry.Open(int(dir.Fd()), base)
 	if errors.Is(err, unix.ENOENT) && !top {
 		return nil
 	}
 	if err != nil {
-		return &fs.PathError{Op: "open", Path: name, Err: err}
+		return changed(name, err)
 	}
-	p := os.NewFile(uintptr(fd), name)
-	defer p.Close()
-	fi, err := p.Stat()
-	if err != nil {
-		return err
-	}
-	switch fi.Mode().Type() {
-	case fs.ModeSymlink:
-		link, err := readlinkFD(fd)
-		if err != nil {
-			return &fs.PathError{Op: "readlink", Path: name, Err: err}
+	defer e.Close()
+	switch e.Kind() {
+	case unix.S_IFLNK, unix.S_IFIFO, unix.S_IFREG:
+	case unix.S_IFDIR:
+		if err := e.Reopen(); err != nil {
+			return changed(name, err)
 		}
-		return writeHeader(tw, fi, link, name)
-	case fs.ModeNamedPipe:
-		return writeHeader(tw, fi, "", name)
-	case 0, fs.ModeDir:
+		return writeDir(tw, e, name)
 	default:
 		return nil
 	}
-	// Reopen to read, still without following: if the name now holds
-	// something else, that is what the header describes.
-	flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
-	if fi.IsDir() {
-		flags |= unix.O_DIRECTORY
+	err = entryWriter(tw).Write(e, name)
+	if errors.Is(err, io.EOF) {
+		// Never more than the header says; a file that shrank is an error.
+		return fmt.Errorf("%s shrank while being copied", name)
 	}
-	rfd, err := unix.Openat(int(dir.Fd()), base, flags, 0)
-	if err != nil {
-		return &fs.PathError{Op: "open", Path: name, Err: fmt.Errorf("%w (changed while being copied?)", err)}
-	}
-	f := os.NewFile(uintptr(rfd), name)
-	defer f.Close()
-	rfi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if rfi.Mode().Type() != fi.Mode().Type() {
-		return fmt.Errorf("%s changed while being copied", name)
-	}
-	if rfi.IsDir() {
-		p.Close()
-		return writeDir(tw, f, name)
-	}
-	if err := writeHeader(tw, rfi, "", name); err != nil {
-		return err
-	}
-	// Never more than the header says; a file that shrank is an error.
-	if _, err := io.CopyN(tw, f, rfi.Size()); err != nil {
-		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("%s shrank while being copied", name)
-		}
-		return err
-	}
-	return nil
+	return changed(name, err)
 }
 
-// writeDir writes the open directory d as name, then its entries.
-func writeDir(tw *tar.Writer, d *os.File, name string) error {
-	fi, err := d.Stat()
-	if err != nil {
+// changed names name in err, and words an error of a name that held
+// another inode when it was reopened to be read.
+func changed(name string, err error) error {
+	var pe *fs.PathError
+	switch {
+	case errors.Is(err, tarentry.ErrChanged):
+		return fmt.Errorf("%s changed while being copied", name)
+	case errors.As(err, &pe):
+		return &fs.PathError{Op: pe.Op, Path: name, Err: pe.Err}
+	}
+	return err
+}
+
+// entryWriter writes copy entries to tw: headers as tar.FileInfoHeader
+// makes them from the entry's fstat, without user or group names.
+func entryWriter(tw *tar.Writer) *tarentry.Writer {
+	return &tarentry.Writer{TW: tw, Header: func(name string, fi fs.FileInfo) (*tar.Header, error) {
+		hdr, err := tar.FileInfoHeader(fi, "")
+		if err != nil {
+			return nil, err
+		}
+		hdr.Name, hdr.Uname, hdr.Gname = name, "", ""
+		return hdr, nil
+	}}
+}
+
+// writeDir writes the directory open for reading as e as name, then its
+// entries.
+func writeDir(tw *tar.Writer, e *tarentry.Entry, name string) error {
+	if err := entryWriter(tw).Write(e, name); err != nil {
 		return err
 	}
-	if err := writeHeader(tw, fi, "", name); err != nil {
-		return err
-	}
-	names, err := d.Readdirnames(-1)
+	names, err := e.File().Readdirnames(-1)
 	if err != nil {
 		return err
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if err := writeEntry(tw, d, n, name+"/"+n, false); err != nil {
+		if err := writeEntry(tw, e.File(), n, name+"/"+n, false); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func writeHeader(tw *tar.Writer, fi fs.FileInfo, link, name string) error {
-	hdr, err := tar.FileInfoHeader(fi, link)
-	if err != nil {
-		return err
-	}
-	hdr.Name = name
-	if fi.IsDir() {
-		hdr.Name += "/"
-	}
-	hdr.Uname, hdr.Gname = "", ""
-	return tw.WriteHeader(hdr)
-}
-
-// readlinkFD reads the target of the symlink open (O_PATH) as fd.
-func readlinkFD(fd int) (string, error) {
-	for n := 256; ; n *= 2 {
-		b := make([]byte, n)
-		m, err := unix.Readlinkat(fd, "", b)
-		if err != nil {
-			return "", err
-		}
-		if m < n {
-			return string(b[:m]), nil
-		}
-	}
 }
 
 // Into opens where a copy to dest lands (contents: the stream holds a
