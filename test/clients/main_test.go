@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
-func run(m *testing.M) int {
+func run(m *testing.M) (code int) {
 	slopbox = os.Getenv("SLOPBOX_BIN")
 	if slopbox == "" {
 		slopbox, _ = filepath.Abs("../../bin/slopbox")
@@ -62,6 +63,21 @@ func run(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "sandboxes left behind: %s", out)
 			exec.Command(slopbox, append([]string{"--root", root, "rm", "-f"}, strings.Fields(string(out))...)...).Run()
 		}
+		// The root's network helper ends once no container is on a
+		// network and no client is connected: it is given the time to see
+		// that, and one that stays is a leak the run reports.
+		if pids := helpersOf(filepath.Join(root, "networks")); len(pids) > 0 {
+			for start := time.Now(); len(pids) > 0 && time.Since(start) < 10*time.Second; pids = helpersOf(filepath.Join(root, "networks")) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if len(pids) > 0 {
+				fmt.Fprintf(os.Stderr, "the network helper of %s did not exit (pids %v)\n", root, pids)
+				for _, p := range pids {
+					syscall.Kill(p, syscall.SIGKILL)
+				}
+				code = 1
+			}
+		}
 	}()
 	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
 		if _, err := os.Stat(sock); err == nil {
@@ -82,7 +98,7 @@ func run(m *testing.M) int {
 	// VMs have) testcontainers asks the bridge network's gateway for
 	// the host; slopbox publishes ports on the host's 127.0.0.1.
 	os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "localhost")
-	code := m.Run()
+	code = m.Run()
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "serve log:\n%s", log.String())
 	}
@@ -121,4 +137,28 @@ func importBusybox(dir string) error {
 		return fmt.Errorf("slopbox import: %v\n%s", err, out)
 	}
 	return nil
+}
+
+// helpersOf lists the processes whose arguments name dir: the network
+// helper of a state root is started as "slopbox ROOT/networks".
+func helpersOf(dir string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		for _, a := range strings.Split(string(b), "\x00") {
+			if a == dir {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
 }
